@@ -1,0 +1,62 @@
+# Helpers shared by every component's CMakeLists.txt.
+
+set(DTRAIN_ROOT "${CMAKE_CURRENT_SOURCE_DIR}")
+set(DTRAIN_WARNINGS -Wall -Wextra -Wno-unused-parameter)
+if(DTRAIN_WERROR)
+  list(APPEND DTRAIN_WARNINGS -Werror)
+endif()
+
+# LibTorch's headers are heavy; one precompiled header target is reused by all
+# torch-using targets (REUSE_FROM) so they are parsed once per build.
+set(DTRAIN_PCH_HEADERS <torch/torch.h>)
+set(_dtrain_pch_owner "" CACHE INTERNAL "")
+
+# dtrain_library(NAME SOURCES ... [DEPS ...] [TORCH])
+#   A static library for one component. TORCH: links LibTorch and shares the
+#   precompiled torch header.
+function(dtrain_library name)
+  cmake_parse_arguments(A "TORCH" "" "SOURCES;DEPS" ${ARGN})
+  add_library(${name} STATIC ${A_SOURCES})
+  target_include_directories(${name} PUBLIC ${DTRAIN_ROOT}/include ${DTRAIN_ROOT}/src)
+  target_compile_options(${name} PRIVATE ${DTRAIN_WARNINGS})
+  set_target_properties(${name} PROPERTIES POSITION_INDEPENDENT_CODE ON)
+  target_link_libraries(${name} PUBLIC ${A_DEPS} Threads::Threads)
+  if(A_TORCH)
+    target_link_libraries(${name} PUBLIC torch)
+    dtrain_use_torch_pch(${name})
+  endif()
+endfunction()
+
+# Attach the shared LibTorch precompiled header to a target.
+function(dtrain_use_torch_pch name)
+  if(NOT DTRAIN_USE_PCH)
+    return()
+  endif()
+  get_property(owner GLOBAL PROPERTY DTRAIN_PCH_OWNER)
+  if(NOT owner)
+    target_precompile_headers(${name} PRIVATE ${DTRAIN_PCH_HEADERS})
+    set_property(GLOBAL PROPERTY DTRAIN_PCH_OWNER ${name})
+  else()
+    target_precompile_headers(${name} REUSE_FROM ${owner})
+  endif()
+endfunction()
+
+# dtrain_test(NAME SOURCES ... DEPS ... [LABELS ...] [TIMEOUT s])
+#   A GoogleTest executable; each TEST becomes a ctest test (discovered before
+#   running, so the build never executes test binaries).
+function(dtrain_test name)
+  cmake_parse_arguments(A "" "TIMEOUT" "SOURCES;DEPS;LABELS" ${ARGN})
+  if(NOT A_TIMEOUT)
+    set(A_TIMEOUT 120)
+  endif()
+  if(NOT A_LABELS)
+    set(A_LABELS unit)
+  endif()
+  add_executable(${name} ${A_SOURCES})
+  target_link_libraries(${name} PRIVATE ${A_DEPS} GTest::gtest GTest::gtest_main)
+  target_compile_options(${name} PRIVATE ${DTRAIN_WARNINGS})
+  target_compile_definitions(${name} PRIVATE
+    DTRAIN_BINARY_DIR="${CMAKE_BINARY_DIR}" DTRAIN_SOURCE_DIR="${DTRAIN_ROOT}")
+  gtest_discover_tests(${name} DISCOVERY_MODE PRE_TEST
+    PROPERTIES LABELS "${A_LABELS}" TIMEOUT ${A_TIMEOUT})
+endfunction()

@@ -1,0 +1,76 @@
+#pragma once
+// Key/value stores that ranks and agents meet through. dtrain uses c10d's
+// Store interface (set / get / add / compareSet / wait with a timeout) so that
+// c10d's process groups can run on any of them.
+//
+// Usage:
+//   auto server = dtrain::TcpStoreServer::start({.port = 0});   // free port
+//   auto store = dtrain::connect_tcp_store("127.0.0.1", server->port(),
+//                                          std::chrono::seconds(30));
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include <c10/util/intrusive_ptr.h>
+
+namespace c10d {
+class Store;
+}
+
+namespace dtrain {
+
+using StorePtr = c10::intrusive_ptr<c10d::Store>;
+
+/// Default deadline for connecting to a store and for blocking store calls.
+constexpr std::chrono::milliseconds kDefaultStoreTimeout = std::chrono::seconds(300);
+
+struct TcpStoreServerOptions {
+  /// Address to report to clients; the server listens on every interface.
+  std::string host = "127.0.0.1";
+  /// Port to listen on; 0 picks a free port (read it back with port()).
+  int port = 0;
+  /// Deadline for blocking calls made through the server's own client.
+  std::chrono::milliseconds timeout = kDefaultStoreTimeout;
+};
+
+/// A TCP key/value store hosted in this process (c10d's TCPStore daemon). The
+/// server stops when the object is destroyed. Thread-safe.
+class TcpStoreServer {
+ public:
+  /// Starts listening. Throws StoreError naming host:port when the port is
+  /// taken or cannot be bound.
+  static std::unique_ptr<TcpStoreServer> start(const TcpStoreServerOptions& options);
+  ~TcpStoreServer();
+  TcpStoreServer(const TcpStoreServer&) = delete;
+  TcpStoreServer& operator=(const TcpStoreServer&) = delete;
+
+  const std::string& host() const { return host_; }
+  int port() const { return port_; }
+  /// A client of this server that lives in the same process.
+  StorePtr store() const { return store_; }
+
+ private:
+  TcpStoreServer(std::string host, int port, StorePtr store);
+  std::string host_;
+  int port_;
+  StorePtr store_;
+};
+
+/// Connects to a TCP store at host:port, retrying until `timeout`. Throws
+/// TimeoutError naming host:port when no server answers in time. Blocking
+/// calls on the returned store also use `timeout`.
+StorePtr connect_tcp_store(const std::string& host, int port, std::chrono::milliseconds timeout);
+
+/// A store in a file on a (shared) filesystem, for `file://` initialisation.
+/// `world_size` processes share it; the last one to close it deletes the file.
+StorePtr open_file_store(const std::string& path, int world_size,
+                         std::chrono::milliseconds timeout);
+
+/// A view of `store` where every key is prefixed with `prefix` + "/".
+StorePtr prefix_store(const std::string& prefix, StorePtr store);
+
+/// Returns true when a TCP port can be bound on this host right now.
+bool port_is_free(int port);
+
+}  // namespace dtrain

@@ -1,0 +1,23 @@
+#pragma once
+// The one place where LibTorch 1.13 and 2.x differ for dtrain. Everything
+// version-specific is expressed here as a small function or alias, so the rest
+// of the code is written once.
+
+#include <torch/version.h>
+
+#define DTRAIN_TORCH_VERSION (TORCH_VERSION_MAJOR * 100 + TORCH_VERSION_MINOR)
+
+namespace dtrain::compat {
+
+/// 2.4+ TCPStore defaults to the libuv backend, which Debian's 2.6 build
+/// lacks; dtrain always asks for the classic backend.
+template <typename TcpStoreOptions>
+void disable_libuv(TcpStoreOptions& options) {
+#if DTRAIN_TORCH_VERSION >= 204
+  options.useLibUV = false;
+#else
+  (void)options;
+#endif
+}
+
+}  // namespace dtrain::compat

@@ -1,0 +1,50 @@
+#include <torch/nn/functional/activation.h>
+#include <torch/nn/functional/pooling.h>
+#include <torch/nn/modules/conv.h>
+#include <torch/nn/modules/linear.h>
+
+#include "common/strings.h"
+#include "dtrain/errors.h"
+#include "models/zoo.h"
+
+namespace dtrain::models {
+namespace {
+
+namespace F = torch::nn::functional;
+
+class Cnn : public ImageClassifier {
+ public:
+  explicit Cnn(const ModelOptions& o)
+      : conv1_(register_module(
+            "conv1", torch::nn::Conv2d(torch::nn::Conv2dOptions(o.in_channels, 32, 5).padding(2)))),
+        conv2_(register_module(
+            "conv2", torch::nn::Conv2d(torch::nn::Conv2dOptions(32, 64, 5).padding(2)))),
+        fc1_(register_module("fc1", torch::nn::Linear(64 * (o.image_size / 4) * (o.image_size / 4),
+                                                      128))),
+        fc2_(register_module("fc2", torch::nn::Linear(128, o.num_classes))) {}
+
+  at::Tensor forward(at::Tensor x) override {
+    x = F::max_pool2d(torch::relu(conv1_->forward(x)), F::MaxPool2dFuncOptions(2));
+    x = F::max_pool2d(torch::relu(conv2_->forward(x)), F::MaxPool2dFuncOptions(2));
+    x = torch::relu(fc1_->forward(x.flatten(1)));
+    return fc2_->forward(x);
+  }
+
+ private:
+  torch::nn::Conv2d conv1_;
+  torch::nn::Conv2d conv2_;
+  torch::nn::Linear fc1_;
+  torch::nn::Linear fc2_;
+};
+
+}  // namespace
+
+std::shared_ptr<ImageClassifier> make_cnn(const ModelOptions& options) {
+  if (options.image_size < 4) {
+    throw InvalidArgument(cat("model 'cnn' needs images of at least 4x4, got ",
+                              options.image_size));
+  }
+  return std::make_shared<Cnn>(options);
+}
+
+}  // namespace dtrain::models
