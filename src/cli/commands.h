@@ -1,0 +1,19 @@
+#pragma once
+// The dtrain subcommands. Each adds itself to the root CLI11 app; when it is
+// selected and parsed, its callback runs the library and stores the process
+// exit code in *exit_code (0 ok, 1 runtime failure, 2 usage error,
+// 128+N terminated by signal N). The CLI is a thin layer: parse flags into
+// options, call the library, map exceptions to exit codes.
+
+namespace CLI {
+class App;
+}
+
+namespace dtrain::cli {
+
+void add_run_command(CLI::App& root, int* exit_code);    // cmd_run.cpp
+void add_train_command(CLI::App& root, int* exit_code);  // cmd_train.cpp
+void add_data_command(CLI::App& root, int* exit_code);   // cmd_data.cpp
+void add_bench_command(CLI::App& root, int* exit_code);  // cmd_bench.cpp
+
+}  // namespace dtrain::cli
