@@ -45,6 +45,9 @@ struct LoaderOptions {
   bool shuffle = true;
   /// Drop the last incomplete batch.
   bool drop_last = false;
+  /// Pad this rank's share to equal length across ranks (training, see
+  /// SamplerOptions::pad); false for evaluating each sample exactly once.
+  bool pad = true;
   uint64_t seed = 0;
   int rank = 0;
   int world_size = 1;

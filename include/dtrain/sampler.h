@@ -28,6 +28,10 @@ struct SamplerOptions {
   uint64_t seed = 0;
   /// Drop the tail that does not divide evenly instead of padding it.
   bool drop_last = false;
+  /// Pad by wrap-around to equal shares (training). false: no padding and no
+  /// dropping, shares differ by at most one sample and cover the dataset
+  /// exactly once (evaluation over a whole test set).
+  bool pad = true;
 };
 
 /// Not thread-safe; cheap to copy.
@@ -40,10 +44,11 @@ class DistributedSampler {
   void set_epoch(int64_t epoch) { epoch_ = epoch; }
   int64_t epoch() const { return epoch_; }
 
-  /// Number of samples this rank gets per epoch (identical on every rank).
+  /// Number of samples this rank gets per epoch (identical on every rank
+  /// unless pad is false).
   int64_t num_samples() const { return num_samples_; }
-  /// Samples across all ranks per epoch (num_samples() * world_size).
-  int64_t total_size() const { return num_samples_ * options_.world_size; }
+  /// Samples across all ranks per epoch.
+  int64_t total_size() const;
 
   /// This rank's dataset indices for the current epoch, in order.
   std::vector<int64_t> indices() const;

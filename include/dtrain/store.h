@@ -12,11 +12,7 @@
 #include <memory>
 #include <string>
 
-#include <c10/util/intrusive_ptr.h>
-
-namespace c10d {
-class Store;
-}
+#include <torch/csrc/distributed/c10d/Store.hpp>
 
 namespace dtrain {
 
@@ -69,6 +65,10 @@ StorePtr open_file_store(const std::string& path, int world_size,
 
 /// A view of `store` where every key is prefixed with `prefix` + "/".
 StorePtr prefix_store(const std::string& prefix, StorePtr store);
+
+/// An in-memory store shared by the threads of one process (c10d HashStore):
+/// for running several ranks as threads in tests.
+StorePtr make_memory_store();
 
 /// Returns true when a TCP port can be bound on this host right now.
 bool port_is_free(int port);

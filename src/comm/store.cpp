@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <torch/csrc/distributed/c10d/FileStore.hpp>
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
@@ -84,6 +85,8 @@ StorePtr open_file_store(const std::string& path, int world_size,
 StorePtr prefix_store(const std::string& prefix, StorePtr store) {
   return c10::make_intrusive<c10d::PrefixStore>(prefix, std::move(store));
 }
+
+StorePtr make_memory_store() { return c10::make_intrusive<c10d::HashStore>(); }
 
 bool port_is_free(int port) {
   int fd = ::socket(AF_INET6, SOCK_STREAM, 0);

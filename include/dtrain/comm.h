@@ -1,0 +1,136 @@
+#pragma once
+// Process groups: how ranks find each other and talk.
+//
+// init_process_group() reads the same contracts as PyTorch's
+// torch.distributed.init_process_group:
+//   env://              RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT (torchrun,
+//                       dtrain run, PyTorchJob); LOCAL_RANK/LOCAL_WORLD_SIZE
+//                       when present
+//   tcp://host:port     explicit rank and world size; rank 0 hosts the store
+//   file:///path        explicit rank and world size; a store file on a
+//                       shared filesystem
+// With env:// and none of those variables set, the result is a single-process
+// group (rank 0 of 1) and every collective is a no-op, so the same program runs
+// with and without a launcher.
+//
+// Usage:
+//   dtrain::ProcessGroup pg = dtrain::init_process_group();
+//   double loss = dtrain::all_reduce_mean(pg, local_loss);
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "dtrain/store.h"
+
+namespace c10d {
+class ProcessGroup;
+}
+
+namespace dtrain {
+
+/// Looks up an environment variable; nullopt when unset. Tests pass a map.
+using EnvLookup = std::function<std::optional<std::string>(const std::string&)>;
+
+/// The real process environment.
+EnvLookup process_env();
+
+struct InitOptions {
+  /// "env://", "tcp://host:port" or "file:///path".
+  std::string init_method = "env://";
+  /// Collective backend: "gloo" (CPU tensors; CUDA tensors are staged) or
+  /// "nccl" (CUDA builds only).
+  std::string backend = "gloo";
+  /// This process's rank and the number of ranks; -1 means "from the
+  /// environment" (env://). Required for tcp:// and file://.
+  int rank = -1;
+  int world_size = -1;
+  /// Rank among the processes of this node, and how many there are.
+  int local_rank = 0;
+  int local_world_size = 1;
+  /// Deadline for each collective (PyTorch's default is 30 minutes).
+  std::chrono::milliseconds timeout = std::chrono::minutes(30);
+  /// Deadline for reaching the store and for every rank to join.
+  std::chrono::milliseconds store_timeout = std::chrono::minutes(5);
+  /// The store at the tcp:// address is hosted by a launcher
+  /// (TORCHELASTIC_USE_AGENT_STORE=True), so rank 0 connects as a client
+  /// instead of hosting it.
+  bool launcher_hosts_store = false;
+  /// Network interface / address Gloo binds to; empty: this host's name,
+  /// falling back to loopback when the world is on one host.
+  std::string gloo_host;
+};
+
+/// Resolves the env:// contract into options: fills rank, world_size,
+/// local_rank, local_world_size and turns MASTER_ADDR/MASTER_PORT into a
+/// tcp:// init_method. Throws InvalidArgument naming the variable that is
+/// missing or malformed (e.g. "RANK is set but WORLD_SIZE is not").
+/// Returns `base` with world_size 1 when no distributed variable is set.
+InitOptions resolve_init_options(InitOptions base, const EnvLookup& env);
+
+/// A group of ranks with a collective backend. Cheap to copy (shared state);
+/// collectives are blocking, bounded by the group's timeout, and throw
+/// TimeoutError / PeerLostError / DistError naming the operation and rank.
+/// Not thread-safe: issue collectives from one thread per group.
+class ProcessGroup {
+ public:
+  /// The single-process group: rank 0 of 1, collectives are no-ops.
+  ProcessGroup();
+  ~ProcessGroup();
+  ProcessGroup(const ProcessGroup&);
+  ProcessGroup& operator=(const ProcessGroup&);
+
+  int rank() const;
+  int size() const;
+  int local_rank() const;
+  int local_world_size() const;
+  std::chrono::milliseconds timeout() const;
+  const std::string& backend_name() const;
+
+  /// The c10d process group, or null for the single-process group. For
+  /// dtrain's internals and for users who need c10d directly.
+  c10::intrusive_ptr<c10d::ProcessGroup> backend() const;
+  /// The store the group was formed over (null for single-process).
+  StorePtr store() const;
+
+  /// In-place sum across ranks of every tensor (same shapes on all ranks).
+  void all_reduce_sum(std::vector<at::Tensor>& tensors) const;
+  /// In-place broadcast of every tensor from `root`.
+  void broadcast(std::vector<at::Tensor>& tensors, int root = 0) const;
+  /// Gathers `tensor` from every rank (same shape everywhere), in rank order.
+  std::vector<at::Tensor> all_gather(const at::Tensor& tensor) const;
+  /// Waits until every rank has arrived.
+  void barrier() const;
+
+  struct State;  // defined in src/comm
+
+ private:
+  explicit ProcessGroup(std::shared_ptr<const State> state);
+  friend ProcessGroup make_process_group(std::shared_ptr<const State> state);
+  std::shared_ptr<const State> state_;
+};
+
+/// Forms the group described by `options` (after resolve_init_options for
+/// env://). Blocks until every rank joined or options.store_timeout passed.
+ProcessGroup init_process_group(const InitOptions& options);
+
+/// Forms a group over an existing store (a rendezvous result, or a memory
+/// store shared by threads in tests); init_method is ignored. Collective.
+ProcessGroup init_process_group(StorePtr store, const InitOptions& options);
+
+/// init_process_group(resolve_init_options({}, process_env())).
+ProcessGroup init_process_group();
+
+/// Cross-rank reductions of metrics, in double precision. Single-process
+/// groups return the input.
+double all_reduce_sum(const ProcessGroup& pg, double value);
+std::vector<double> all_reduce_sum(const ProcessGroup& pg, std::vector<double> values);
+double all_reduce_mean(const ProcessGroup& pg, double value);
+std::vector<double> all_reduce_mean(const ProcessGroup& pg, std::vector<double> values);
+
+}  // namespace dtrain

@@ -1,0 +1,327 @@
+#pragma once
+// The image pipeline: decoding (TurboJPEG, libpng), transforms on 8-bit RGB
+// buffers, image sources (ImageFolder, packed shards, STL-10, CIFAR-10), the
+// threaded ImageLoader and the data-preparation tools behind `dtrain data`.
+//
+// A sample goes: ImageSource::read (encoded bytes or raw pixels)
+//   -> probe_image (size from the header)
+//   -> plan_sample (crop box and flip from a per-sample seed)
+//   -> decode_image (JPEG: DCT-domain downscaling when the crop allows it)
+//   -> render_sample (bilinear crop+resize, flip, normalise into CHW).
+// Every step is a pure function of the bytes and the seed, so the loader's
+// output does not depend on its thread count.
+//
+// Usage:
+//   auto source = dtrain::open_image_folder("/data/imagenet/train");
+//   dtrain::ImageLoader loader(source, {.batch_size = 256, .threads = 8},
+//                              dtrain::TransformOptions::imagenet_train(224), {});
+//   loader.start_epoch(0);
+//   for (dtrain::Batch b; loader.next(b);) { ... }
+
+#include <array>
+#include <chrono>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dtrain/data.h"
+
+namespace dtrain {
+
+// ---- Decoding ---------------------------------------------------------------
+
+/// An 8-bit image, rows of width * channels bytes (HWC), RGB when channels == 3.
+struct Image {
+  int width = 0;
+  int height = 0;
+  int channels = 0;
+  std::vector<uint8_t> pixels;
+
+  /// Sets the shape and resizes `pixels` (keeps its capacity for reuse).
+  void reset(int w, int h, int c) {
+    width = w, height = h, channels = c;
+    pixels.resize(static_cast<size_t>(w) * h * c);
+  }
+};
+
+enum class ImageFormat { kJpeg, kPng };
+
+struct ImageInfo {
+  ImageFormat format = ImageFormat::kJpeg;
+  int width = 0;
+  int height = 0;
+};
+
+/// Reads format and size from the header of an encoded JPEG or PNG (detected
+/// by its magic bytes, not the file name). Throws DataError for anything else
+/// or a corrupt header. Thread-safe.
+ImageInfo probe_image(const uint8_t* data, size_t size);
+
+/// Decodes a JPEG or PNG into RGB `out` (reusing its buffer). Grayscale,
+/// palette, 16-bit and alpha inputs are converted to 8-bit RGB (alpha is
+/// dropped, as PIL's convert("RGB") does).
+///
+/// For JPEG, `min_scale` in (0, 1] allows TurboJPEG's DCT-domain scaling: the
+/// image is decoded at the smallest scaling factor (n/8) that is >= min_scale,
+/// which is several times faster when the target is much smaller than the
+/// image. The scale actually used is out.width / info.width. PNG ignores it.
+/// Throws DataError for corrupt data (a truncated JPEG included). Thread-safe.
+void decode_image(const uint8_t* data, size_t size, Image& out, double min_scale = 1.0);
+
+// ---- Transforms ---------------------------------------------------------------
+
+/// A region in source pixel coordinates (left, top, width, height).
+/// RandomResizedCrop yields integers, as torchvision computes them.
+struct CropBox {
+  double x = 0;
+  double y = 0;
+  double width = 0;
+  double height = 0;
+};
+
+struct TransformOptions {
+  enum class Mode {
+    /// Keep the image as is; it must already be size x size (STL-10, CIFAR-10).
+    kNone,
+    /// torchvision RandomResizedCrop(size, scale, ratio): training.
+    kRandomResizedCrop,
+    /// torchvision Resize(resize) + CenterCrop(size): evaluation.
+    kResizeCenterCrop,
+  };
+  Mode mode = Mode::kNone;
+  /// Output height and width.
+  int size = 224;
+  /// kResizeCenterCrop: the shorter side is resized to this first.
+  int resize = 256;
+  /// kRandomResizedCrop: bounds of the crop's area fraction and aspect ratio.
+  double scale_min = 0.08;
+  double scale_max = 1.0;
+  double ratio_min = 3.0 / 4.0;
+  double ratio_max = 4.0 / 3.0;
+  /// Mirror left-right with probability 1/2.
+  bool random_flip = false;
+  /// Normalize: (x / 255 - mean) / std per channel (RGB).
+  std::array<float, 3> mean{0.485f, 0.456f, 0.406f};
+  std::array<float, 3> std{0.229f, 0.224f, 0.225f};
+  /// Hand over uint8 pixels instead of normalised floats (a quarter of the
+  /// bytes to copy to a GPU); normalise there with normalize_batch().
+  bool uint8_output = false;
+  /// Use TurboJPEG's DCT-domain scaling when the crop is >= 2x the output.
+  bool dct_scaling = true;
+
+  /// RandomResizedCrop(size) + RandomHorizontalFlip, ImageNet statistics.
+  static TransformOptions imagenet_train(int size);
+  /// Resize(size * 8 / 7) + CenterCrop(size), ImageNet statistics.
+  static TransformOptions imagenet_eval(int size);
+};
+
+/// What to do to one sample: a pure function of its size and seed.
+struct SamplePlan {
+  /// The source region that is resized onto the size x size output.
+  CropBox region;
+  /// Bilinear taps are clamped to this region: the crop for a crop-then-resize
+  /// (RandomResizedCrop), the whole image for a resize-then-crop (evaluation).
+  CropBox bounds;
+  bool flip = false;
+};
+
+/// torchvision's RandomResizedCrop.get_params: up to 10 draws of area in
+/// [scale_min, scale_max] x image area and log-uniform aspect ratio; the first
+/// that fits is placed uniformly; otherwise a centre crop clamped to the ratio
+/// bounds. `uniform` returns uniform doubles in [0, 1).
+template <typename Uniform>
+CropBox random_resized_crop_box(int width, int height, const TransformOptions& o, Uniform&& uniform);
+
+/// torchvision's Resize(resize) + CenterCrop(size) as one region of the
+/// source: the part of the original image that ends up in the output.
+CropBox center_crop_box(int width, int height, const TransformOptions& o);
+
+/// The crop and flip for a `width` x `height` image and a per-sample seed.
+SamplePlan plan_sample(int width, int height, uint64_t seed, const TransformOptions& o);
+
+/// The smallest decode scale that still leaves the plan's region at least
+/// o.size pixels wide and high; 1 unless that is <= 1/2 (or !o.dct_scaling).
+double min_decode_scale(const SamplePlan& plan, const TransformOptions& o);
+
+/// Renders `plan` (in the coordinates of the original `orig_width` x
+/// `orig_height` image) from `src`, which may be a DCT-downscaled decode of it:
+/// bilinear crop+resize (half-pixel centres, samples clamped to the crop like
+/// torchvision's crop-then-resize), mirror if plan.flip, then into `dst` as
+/// [3, size, size] CHW, uint8 or normalised float per o.uint8_output.
+void render_sample(const Image& src, int orig_width, int orig_height, const SamplePlan& plan,
+                   const TransformOptions& o, void* dst);
+
+/// Normalises a uint8 [B, 3, H, W] batch (from uint8_output) on its device:
+/// float (x / 255 - mean) / std.
+at::Tensor normalize_batch(const at::Tensor& uint8_batch, const TransformOptions& o);
+
+// ---- Sources ----------------------------------------------------------------
+
+/// One sample as a source hands it over: encoded bytes (JPEG/PNG) or pixels.
+struct SampleData {
+  bool encoded = true;
+  std::vector<uint8_t> bytes;  // when encoded
+  Image image;                 // when !encoded
+};
+
+/// A random-access set of labelled images. Implementations must make size(),
+/// label(), name() and read() safe to call from many threads at once.
+class ImageSource {
+ public:
+  virtual ~ImageSource() = default;
+  virtual int64_t size() const = 0;
+  /// Class index of sample i, in [0, classes().size()).
+  virtual int64_t label(int64_t i) const = 0;
+  /// Where sample i comes from (a path, "shard-00003.bin@1234"), for messages.
+  virtual std::string name(int64_t i) const = 0;
+  /// Fills `out` with sample i (reusing its buffers). Throws DataError if it
+  /// cannot be read.
+  virtual void read(int64_t i, SampleData& out) const = 0;
+  /// Class names, index = label.
+  virtual const std::vector<std::string>& classes() const = 0;
+};
+
+/// An ImageFolder as torchvision builds it: one subdirectory per class, classes
+/// sorted by name; files found recursively, ordered by (directory, name);
+/// .jpg/.jpeg/.png (any case) kept. `class_names` (optional) fixes the label
+/// mapping, e.g. the training split's for the validation split; a class folder
+/// not in it is an error. Throws DataError naming the path for a missing or
+/// empty directory or a class folder without images.
+std::shared_ptr<ImageSource> open_image_folder(const std::string& root,
+                                               const std::vector<std::string>& class_names = {});
+
+/// A packed dataset written by pack_image_folder (format in image/packed.h).
+std::shared_ptr<ImageSource> open_packed(const std::string& dir,
+                                         const std::vector<std::string>& class_names = {});
+
+/// STL-10 binary split ("train" or "test") from `dir` or dir/stl10_binary.
+std::shared_ptr<ImageSource> open_stl10(const std::string& dir, bool train);
+
+/// CIFAR-10 binary batches (data_batch_1..5 or test_batch) from `dir` or
+/// dir/cifar-10-batches-bin.
+std::shared_ptr<ImageSource> open_cifar10(const std::string& dir, bool train);
+
+// ---- Loader -----------------------------------------------------------------
+
+struct ImageLoaderOptions {
+  /// Batches decoded ahead of the consumer (each one preallocated buffer).
+  int prefetch_batches = 4;
+  /// A corrupt or unreadable image throws DataError from next() instead of
+  /// being replaced by another sample of its batch and counted.
+  bool strict = false;
+  /// Allocate batch buffers in pinned memory when a CUDA device is present.
+  bool pin_memory = true;
+  /// Longest next() waits for a batch before throwing TimeoutError.
+  std::chrono::milliseconds timeout{std::chrono::minutes(10)};
+};
+
+/// Decodes and augments an ImageSource into batches with worker threads.
+///
+/// Order: DistributedSampler(seed, epoch, rank). Sample i of epoch e is
+/// augmented with the seed mix(seed, e, i), so batches are identical for any
+/// thread count. Workers write straight into `prefetch_batches` preallocated
+/// batch buffers; a buffer is reused only once the consumer has dropped every
+/// reference to the tensors next() handed out (else a new one is allocated).
+/// A bad sample (non-strict) is replaced by the next good sample of the same
+/// batch, so every rank still gets full batches; it is counted in
+/// skipped_samples() and named in a warning on stderr.
+///
+/// Not thread-safe (one consumer). The destructor stops and joins the workers,
+/// also in the middle of an epoch.
+class ImageLoader : public Loader {
+ public:
+  ImageLoader(std::shared_ptr<const ImageSource> source, LoaderOptions loader,
+              TransformOptions transform, ImageLoaderOptions options);
+  ~ImageLoader() override;
+  ImageLoader(const ImageLoader&) = delete;
+  ImageLoader& operator=(const ImageLoader&) = delete;
+
+  void start_epoch(int64_t epoch) override;
+  /// Blocks at most options.timeout; rethrows a worker's DataError (strict).
+  bool next(Batch& batch) override;
+  int64_t batches_per_epoch() const override;
+  int64_t samples_per_epoch() const override;
+
+  /// Resumes the current epoch at `batch_index` (a checkpoint's position):
+  /// the next next() returns that batch, identical to an uninterrupted run.
+  void skip_to(int64_t batch_index);
+  /// Batches handed out so far in this epoch (the position to checkpoint).
+  int64_t position() const;
+  /// Bad samples replaced since construction.
+  int64_t skipped_samples() const;
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+/// Inputs of a fixed random batch set, generated once: costs nothing per step
+/// (tf_cnn_benchmarks --synthetic). `samples` per epoch, values ~ N(0, 1).
+std::unique_ptr<Loader> make_synthetic_loader(std::vector<int64_t> sample_shape,
+                                              int64_t num_classes, int64_t samples,
+                                              const LoaderOptions& options);
+
+// ---- Preparation (`dtrain data`) -----------------------------------------------
+
+struct PrepareStats {
+  int64_t classes = 0;
+  int64_t images = 0;
+  int64_t bytes = 0;
+};
+
+/// ImageNet's training archive (a tar of per-class tars, e.g.
+/// ILSVRC2012_img_train.tar) into out_dir/<wnid>/<file>. Reads the ustar
+/// headers itself; nested tars are read in place, not extracted to disk.
+PrepareStats prepare_imagenet_train(const std::string& archive, const std::string& out_dir);
+
+/// Moves the flat validation images into out_dir/<wnid>/ from either
+///  - LOC_val_solution.csv ("ImageId,PredictionString", the first token of the
+///    prediction string is the wnid), synsets_file empty; or
+///  - the devkit's ILSVRC2012_validation_ground_truth.txt (line k: the
+///    ILSVRC2012_ID of ILSVRC2012_val_<k, 8 digits>.JPEG) with synsets_file
+///    listing one wnid per line in ILSVRC2012_ID order (first token used).
+/// Files are renamed (copied and removed across filesystems).
+PrepareStats prepare_imagenet_val(const std::string& images_dir, const std::string& labels_file,
+                                  const std::string& out_dir, const std::string& synsets_file = "");
+
+struct PackOptions {
+  /// A shard is closed once it reaches this size.
+  int64_t shard_size_bytes = int64_t{1} << 30;
+};
+
+/// Packs an ImageFolder (same order and labels as open_image_folder) into
+/// out_dir/shard-NNNNN.bin files plus out_dir/index.bin.
+PrepareStats pack_image_folder(const std::string& folder, const std::string& out_dir,
+                               const PackOptions& options = {});
+
+// ---- Implementation of the template above -------------------------------------
+
+namespace detail {
+CropBox fallback_crop_box(int width, int height, const TransformOptions& o);
+double round_half_even(double x);
+}  // namespace detail
+
+template <typename Uniform>
+CropBox random_resized_crop_box(int width, int height, const TransformOptions& o,
+                                Uniform&& uniform) {
+  const double area = static_cast<double>(width) * height;
+  const double log_lo = std::log(o.ratio_min), log_hi = std::log(o.ratio_max);
+  for (int attempt = 0; attempt < 10; ++attempt) {
+    const double target_area = area * (o.scale_min + (o.scale_max - o.scale_min) * uniform());
+    const double aspect = std::exp(log_lo + (log_hi - log_lo) * uniform());
+    const int w = static_cast<int>(detail::round_half_even(std::sqrt(target_area * aspect)));
+    const int h = static_cast<int>(detail::round_half_even(std::sqrt(target_area / aspect)));
+    if (w > 0 && w <= width && h > 0 && h <= height) {
+      CropBox box{0, 0, static_cast<double>(w), static_cast<double>(h)};
+      box.y = std::floor(uniform() * (height - h + 1));
+      box.x = std::floor(uniform() * (width - w + 1));
+      return box;
+    }
+  }
+  return detail::fallback_crop_box(width, height, o);
+}
+
+}  // namespace dtrain

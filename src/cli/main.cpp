@@ -1,0 +1,37 @@
+// dtrain: distributed data-parallel training for LibTorch.
+//
+//   dtrain run   --nproc-per-node N -- PROGRAM ARGS...   launch workers (torchrun-compatible)
+//   dtrain train --model cnn --dataset fashion-mnist     the batteries-included trainer
+//   dtrain data  ...                                     dataset preparation
+//   dtrain bench ...                                     benchmarks
+#include <CLI/CLI.hpp>
+
+#include "cli/commands.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"dtrain: distributed data-parallel training for LibTorch", "dtrain"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "dtrain 0.1.0");
+  int exit_code = 0;
+#ifdef DTRAIN_CLI_HAS_RUN
+  dtrain::cli::add_run_command(app, &exit_code);
+#endif
+#ifdef DTRAIN_CLI_HAS_TRAIN
+  dtrain::cli::add_train_command(app, &exit_code);
+#endif
+#ifdef DTRAIN_CLI_HAS_DATA
+  dtrain::cli::add_data_command(app, &exit_code);
+#endif
+#ifdef DTRAIN_CLI_HAS_BENCH
+  dtrain::cli::add_bench_command(app, &exit_code);
+#endif
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // Usage errors exit 2 (CLI11's own codes are folded into it); --help and
+    // --version exit 0.
+    int rc = app.exit(e);
+    return rc == 0 ? 0 : 2;
+  }
+  return exit_code;
+}

@@ -1,0 +1,110 @@
+#include <ATen/ATen.h>
+
+#include "comm/state.h"
+#include "common/strings.h"
+#include "dtrain/errors.h"
+
+namespace dtrain {
+namespace {
+
+bool contains(const std::string& text, const char* needle) {
+  return text.find(needle) != std::string::npos;
+}
+
+}  // namespace
+
+void rethrow_dist_error(const std::exception& e, int rank, const std::string& what,
+                        std::chrono::milliseconds timeout) {
+  const std::string msg = first_line(e.what());
+  if (contains(msg, "imed out") || contains(msg, "imeout")) {
+    throw TimeoutError(cat("rank ", rank, ": ", what, " did not complete within ",
+                           timeout.count() / 1000.0, " s (", msg,
+                           "); another rank may have stopped, diverged or skipped this step"));
+  }
+  if (contains(msg, "losed") || contains(msg, "reset") || contains(msg, "refused") ||
+      contains(msg, "roken pipe") || contains(msg, "EOF")) {
+    throw PeerLostError(cat("rank ", rank, ": ", what, " failed because a peer went away (", msg,
+                            "); see the other ranks' output for the first failure"));
+  }
+  throw DistError(cat("rank ", rank, ": ", what, " failed: ", msg));
+}
+
+void wait_work(const c10::intrusive_ptr<c10d::Work>& work, int rank, const std::string& what) {
+  try {
+    work->wait();
+  } catch (const std::exception& e) {
+    rethrow_dist_error(e, rank, what, std::chrono::milliseconds(0));
+  }
+}
+
+void ProcessGroup::all_reduce_sum(std::vector<at::Tensor>& tensors) const {
+  if (!state_->backend || tensors.empty()) return;
+  for (auto& t : tensors) {
+    std::vector<at::Tensor> one{t};
+    try {
+      state_->backend->allreduce(one)->wait();
+    } catch (const std::exception& e) {
+      rethrow_dist_error(e, rank(), "all_reduce", timeout());
+    }
+  }
+}
+
+void ProcessGroup::broadcast(std::vector<at::Tensor>& tensors, int root) const {
+  if (!state_->backend || tensors.empty()) return;
+  c10d::BroadcastOptions bo;
+  bo.rootRank = root;
+  for (auto& t : tensors) {
+    std::vector<at::Tensor> one{t};
+    try {
+      state_->backend->broadcast(one, bo)->wait();
+    } catch (const std::exception& e) {
+      rethrow_dist_error(e, rank(), cat("broadcast from rank ", root), timeout());
+    }
+  }
+}
+
+std::vector<at::Tensor> ProcessGroup::all_gather(const at::Tensor& tensor) const {
+  if (!state_->backend) return {tensor.clone()};
+  std::vector<std::vector<at::Tensor>> out(1);
+  for (int r = 0; r < size(); ++r) out[0].push_back(at::empty_like(tensor));
+  std::vector<at::Tensor> in{tensor.contiguous()};
+  try {
+    state_->backend->allgather(out, in)->wait();
+  } catch (const std::exception& e) {
+    rethrow_dist_error(e, rank(), "all_gather", timeout());
+  }
+  return out[0];
+}
+
+void ProcessGroup::barrier() const {
+  if (!state_->backend) return;
+  try {
+    state_->backend->barrier()->wait();
+  } catch (const std::exception& e) {
+    rethrow_dist_error(e, rank(), "barrier", timeout());
+  }
+}
+
+std::vector<double> all_reduce_sum(const ProcessGroup& pg, std::vector<double> values) {
+  if (pg.size() == 1 || values.empty()) return values;
+  std::vector<at::Tensor> t{at::tensor(values, at::kDouble)};
+  pg.all_reduce_sum(t);
+  const double* p = t[0].data_ptr<double>();
+  return std::vector<double>(p, p + values.size());
+}
+
+double all_reduce_sum(const ProcessGroup& pg, double value) {
+  return all_reduce_sum(pg, std::vector<double>{value})[0];
+}
+
+std::vector<double> all_reduce_mean(const ProcessGroup& pg, std::vector<double> values) {
+  values = all_reduce_sum(pg, std::move(values));
+  for (double& v : values) v /= pg.size();
+  return values;
+}
+
+double all_reduce_mean(const ProcessGroup& pg, double value) {
+  return all_reduce_mean(pg, std::vector<double>{value})[0];
+}
+
+}  // namespace dtrain

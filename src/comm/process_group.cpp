@@ -1,0 +1,173 @@
+#include <unistd.h>
+
+#include <ATen/ATen.h>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+
+#include "comm/state.h"
+#include "common/strings.h"
+#include "dtrain/errors.h"
+
+namespace dtrain {
+namespace {
+
+struct Endpoint {
+  std::string host;
+  int port = 0;
+};
+
+Endpoint parse_tcp(const std::string& method) {
+  // tcp://host:port, host may be [v6]
+  std::string rest = method.substr(6);
+  auto colon = rest.rfind(':');
+  long long port = 0;
+  if (colon == std::string::npos || !parse_int(rest.substr(colon + 1), &port) || port < 1 ||
+      port > 65535) {
+    throw InvalidArgument(cat("init method '", method, "' is not of the form tcp://host:port"));
+  }
+  std::string host = rest.substr(0, colon);
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  if (host.empty()) throw InvalidArgument(cat("init method '", method, "' has no host"));
+  return {host, static_cast<int>(port)};
+}
+
+bool is_loopback(const std::string& host) {
+  return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1";
+}
+
+StorePtr open_store(const InitOptions& o, std::unique_ptr<TcpStoreServer>* server) {
+  if (o.init_method.rfind("tcp://", 0) == 0) {
+    Endpoint ep = parse_tcp(o.init_method);
+    if (o.rank == 0 && !o.launcher_hosts_store) {
+      TcpStoreServerOptions so;
+      so.host = ep.host;
+      so.port = ep.port;
+      so.timeout = o.store_timeout;
+      *server = TcpStoreServer::start(so);
+      return (*server)->store();
+    }
+    return connect_tcp_store(ep.host, ep.port, o.store_timeout);
+  }
+  if (o.init_method.rfind("file://", 0) == 0) {
+    std::string path = o.init_method.substr(7);
+    if (path.empty()) throw InvalidArgument("init method 'file://' has no path");
+    return open_file_store(path, o.world_size, o.store_timeout);
+  }
+  throw InvalidArgument(cat("unknown init method '", o.init_method,
+                            "'; use env://, tcp://host:port or file:///path"));
+}
+
+std::string gloo_host(const InitOptions& o) {
+  if (!o.gloo_host.empty()) return o.gloo_host;
+  // When the store is on loopback, every rank is on this host: bind loopback,
+  // which always resolves (a container's hostname may not).
+  if (o.init_method.rfind("tcp://", 0) == 0 && is_loopback(parse_tcp(o.init_method).host)) {
+    return "127.0.0.1";
+  }
+  char name[256] = {0};
+  if (::gethostname(name, sizeof(name) - 1) == 0 && name[0]) return name;
+  return "127.0.0.1";
+}
+
+c10::intrusive_ptr<c10d::ProcessGroup> make_backend(const InitOptions& o, const StorePtr& store) {
+  if (o.backend == "gloo") {
+    auto go = c10d::ProcessGroupGloo::Options::create();
+    go->timeout = o.timeout;
+    std::string host = gloo_host(o);
+    try {
+      go->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(host));
+    } catch (const std::exception& e) {
+      throw DistError(cat("rank ", o.rank, ": Gloo cannot use address '", host,
+                          "' (", first_line(e.what()), "); set GLOO_SOCKET_IFNAME or gloo_host"));
+    }
+    return c10::make_intrusive<c10d::ProcessGroupGloo>(store, o.rank, o.world_size, go);
+  }
+  if (o.backend == "nccl") {
+    throw InvalidArgument("backend 'nccl' needs a LibTorch built with CUDA; this build is CPU-only, "
+                          "use --backend gloo");
+  }
+  throw InvalidArgument(cat("unknown backend '", o.backend, "'; use gloo or nccl"));
+}
+
+}  // namespace
+
+ProcessGroup::ProcessGroup() : state_(std::make_shared<State>()) {}
+ProcessGroup::ProcessGroup(std::shared_ptr<const State> state) : state_(std::move(state)) {}
+ProcessGroup::~ProcessGroup() = default;
+ProcessGroup::ProcessGroup(const ProcessGroup&) = default;
+ProcessGroup& ProcessGroup::operator=(const ProcessGroup&) = default;
+
+int ProcessGroup::rank() const { return state_->rank; }
+int ProcessGroup::size() const { return state_->size; }
+int ProcessGroup::local_rank() const { return state_->local_rank; }
+int ProcessGroup::local_world_size() const { return state_->local_world_size; }
+std::chrono::milliseconds ProcessGroup::timeout() const { return state_->timeout; }
+const std::string& ProcessGroup::backend_name() const { return state_->backend_name; }
+c10::intrusive_ptr<c10d::ProcessGroup> ProcessGroup::backend() const { return state_->backend; }
+StorePtr ProcessGroup::store() const { return state_->store; }
+
+ProcessGroup make_process_group(std::shared_ptr<const ProcessGroup::State> state) {
+  return ProcessGroup(std::move(state));
+}
+
+namespace {
+
+std::shared_ptr<ProcessGroup::State> new_state(const InitOptions& options) {
+  if (options.world_size < 1 || options.rank < 0 || options.rank >= options.world_size) {
+    throw InvalidArgument(cat("init_process_group: rank ", options.rank, " and world size ",
+                              options.world_size, " are inconsistent"));
+  }
+  auto state = std::make_shared<ProcessGroup::State>();
+  state->rank = options.rank;
+  state->size = options.world_size;
+  state->local_rank = options.local_rank;
+  state->local_world_size = options.local_world_size;
+  state->timeout = options.timeout;
+  state->backend_name = options.backend;
+  return state;
+}
+
+void form_group(ProcessGroup::State& state, StorePtr store, const InitOptions& options) {
+  state.store = prefix_store("dtrain/pg", std::move(store));
+  try {
+    state.backend = make_backend(options, state.store);
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw TimeoutError(cat("rank ", options.rank, " of ", options.world_size,
+                           ": the process group did not form within ",
+                           options.store_timeout.count() / 1000.0, " s over ",
+                           options.init_method, " (", first_line(e.what()),
+                           "); check that every rank started and can reach the others"));
+  }
+}
+
+}  // namespace
+
+ProcessGroup init_process_group(StorePtr store, const InitOptions& options) {
+  auto state = new_state(options);
+  if (!store) throw InvalidArgument("init_process_group: store is null");
+  form_group(*state, std::move(store), options);
+  return make_process_group(std::move(state));
+}
+
+ProcessGroup init_process_group(const InitOptions& options) {
+  if (options.init_method == "env://") {
+    throw InvalidArgument(
+        "init_process_group: resolve env:// first (resolve_init_options), or call "
+        "init_process_group() without arguments");
+  }
+  auto state = new_state(options);
+  StorePtr store = open_store(options, &state->store_server);
+  form_group(*state, std::move(store), options);
+  return make_process_group(std::move(state));
+}
+
+ProcessGroup init_process_group() {
+  InitOptions options = resolve_init_options({}, process_env());
+  if (options.init_method == "env://") return ProcessGroup();  // no launcher: one process
+  return init_process_group(options);
+}
+
+}  // namespace dtrain

@@ -1,0 +1,61 @@
+#include "data/tensor_loader.h"
+
+#include <ATen/ATen.h>
+
+#include "common/strings.h"
+#include "dtrain/errors.h"
+
+namespace dtrain::data {
+namespace {
+
+SamplerOptions sampler_options(const LoaderOptions& o) {
+  SamplerOptions s;
+  s.rank = o.rank;
+  s.world_size = o.world_size;
+  s.shuffle = o.shuffle;
+  s.seed = o.seed;
+  // drop_last of the loader drops incomplete batches; the sampler always pads
+  // so that every rank runs the same number of steps (as with PyTorch).
+  s.drop_last = false;
+  s.pad = o.pad;
+  return s;
+}
+
+}  // namespace
+
+TensorLoader::TensorLoader(at::Tensor inputs, at::Tensor targets, const LoaderOptions& options)
+    : inputs_(std::move(inputs)),
+      targets_(std::move(targets)),
+      options_(options),
+      sampler_(inputs_.size(0), sampler_options(options)) {
+  if (options_.batch_size < 1) {
+    throw InvalidArgument(cat("batch size must be positive, got ", options_.batch_size));
+  }
+  start_epoch(0);
+}
+
+void TensorLoader::start_epoch(int64_t epoch) {
+  sampler_.set_epoch(epoch);
+  std::vector<int64_t> idx = sampler_.indices();
+  order_ = at::tensor(idx, at::kLong);
+  cursor_ = 0;
+}
+
+int64_t TensorLoader::batches_per_epoch() const {
+  const int64_t n = sampler_.num_samples();
+  return options_.drop_last ? n / options_.batch_size
+                            : (n + options_.batch_size - 1) / options_.batch_size;
+}
+
+bool TensorLoader::next(Batch& batch) {
+  const int64_t n = order_.numel();
+  int64_t take = std::min<int64_t>(options_.batch_size, n - cursor_);
+  if (take <= 0 || (options_.drop_last && take < options_.batch_size)) return false;
+  at::Tensor idx = order_.narrow(0, cursor_, take);
+  cursor_ += take;
+  batch.inputs = inputs_.index_select(0, idx);
+  batch.targets = targets_.index_select(0, idx);
+  return true;
+}
+
+}  // namespace dtrain::data

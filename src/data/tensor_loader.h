@@ -1,0 +1,28 @@
+#pragma once
+// A Loader over a dataset held in memory as one tensor (MNIST-sized data):
+// each batch gathers this rank's sampled rows.
+
+#include "dtrain/data.h"
+
+namespace dtrain::data {
+
+class TensorLoader : public Loader {
+ public:
+  /// `inputs` [N, ...] float32, `targets` [N] int64; both kept by reference.
+  TensorLoader(at::Tensor inputs, at::Tensor targets, const LoaderOptions& options);
+
+  void start_epoch(int64_t epoch) override;
+  bool next(Batch& batch) override;
+  int64_t batches_per_epoch() const override;
+  int64_t samples_per_epoch() const override { return sampler_.num_samples(); }
+
+ private:
+  at::Tensor inputs_;
+  at::Tensor targets_;
+  LoaderOptions options_;
+  DistributedSampler sampler_;
+  at::Tensor order_;  // this epoch's indices, int64
+  int64_t cursor_ = 0;
+};
+
+}  // namespace dtrain::data
