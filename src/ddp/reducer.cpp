@@ -41,6 +41,20 @@ std::string short_list(const std::vector<std::string>& names, size_t most = 8) {
   return cat(join(head, ", "), ", ... (", names.size() - most, " more)");
 }
 
+// A tensor over buffer[offset, offset + numel) that autograd does not treat
+// as a view: with gradient_as_bucket_view it becomes param.grad(), and
+// LibTorch 1.13's Optimizer::zero_grad() calls detach_(), which views refuse.
+// The deleter holds the buffer so the memory outlives every alias.
+at::Tensor alias(const at::Tensor& buffer, int64_t offset, at::IntArrayRef sizes) {
+  auto* base = static_cast<char*>(buffer.data_ptr()) + offset * buffer.element_size();
+  return at::from_blob(
+      base, sizes, [keep = buffer](void*) {}, buffer.options());
+}
+
+bool aliases(const at::Tensor& grad, const at::Tensor& view) {
+  return grad.defined() && grad.data_ptr() == view.data_ptr() && grad.sizes() == view.sizes();
+}
+
 }  // namespace
 
 Reducer::Reducer(std::vector<std::string> names, std::vector<at::Tensor> params, ProcessGroup pg,
@@ -85,8 +99,7 @@ Reducer::Reducer(std::vector<std::string> names, std::vector<at::Tensor> params,
       slot_of_[p] = bucket.params.size();
       bucket.params.push_back(p);
       bucket.grad_bucket.parameter_names.push_back(names_[p]);
-      bucket.views.push_back(
-          bucket.grad_bucket.buffer.narrow(0, offset, params_[p].numel()).view(params_[p].sizes()));
+      bucket.views.push_back(alias(bucket.grad_bucket.buffer, offset, params_[p].sizes()));
       offset += params_[p].numel();
     }
   }
@@ -189,7 +202,7 @@ void Reducer::mark_ready_locked(size_t param, bool used) {
   if (!used || !grad.defined()) {
     view.zero_();
   } else if (options_.gradient_as_bucket_view) {
-    if (!grad.is_alias_of(view)) {
+    if (!aliases(grad, view)) {
       view.copy_(grad);
       grad = view;
     }
@@ -263,7 +276,7 @@ void Reducer::write_back(const std::vector<bool>& globally_used) {
     const at::Tensor& view = buckets_[bucket_of_[i]].views[slot_of_[i]];
     at::Tensor& grad = params_[i].mutable_grad();
     if (options_.gradient_as_bucket_view) {
-      if (!grad.defined() || !grad.is_alias_of(view)) grad = view;
+      if (!aliases(grad, view)) grad = view;
     } else if (grad.defined()) {
       grad.copy_(view);
     } else {
