@@ -1,0 +1,174 @@
+#include <gtest/gtest.h>
+
+#include <ATen/ATen.h>
+
+#include <filesystem>
+#include <map>
+#include <thread>
+
+#include "dtrain/comm.h"
+#include "dtrain/errors.h"
+#include "dtrain/store.h"
+#include "support/ranks.h"
+
+namespace dtrain {
+namespace {
+
+using testing::error_of;
+using testing::run_ranks;
+
+EnvLookup env_of(std::map<std::string, std::string> vars) {
+  return [vars](const std::string& name) -> std::optional<std::string> {
+    auto it = vars.find(name);
+    if (it == vars.end()) return std::nullopt;
+    return it->second;
+  };
+}
+
+TEST(ResolveInitOptions, NoDistributedVariablesMeansOneProcess) {
+  InitOptions o = resolve_init_options({}, env_of({}));
+  EXPECT_EQ(o.rank, 0);
+  EXPECT_EQ(o.world_size, 1);
+  EXPECT_EQ(o.init_method, "env://");
+}
+
+TEST(ResolveInitOptions, TorchrunVariablesBecomeATcpAddress) {
+  InitOptions o = resolve_init_options(
+      {}, env_of({{"RANK", "3"}, {"WORLD_SIZE", "4"}, {"MASTER_ADDR", "node0"},
+                  {"MASTER_PORT", "29500"}, {"LOCAL_RANK", "1"}, {"LOCAL_WORLD_SIZE", "2"},
+                  {"TORCHELASTIC_USE_AGENT_STORE", "True"}}));
+  EXPECT_EQ(o.rank, 3);
+  EXPECT_EQ(o.world_size, 4);
+  EXPECT_EQ(o.local_rank, 1);
+  EXPECT_EQ(o.local_world_size, 2);
+  EXPECT_EQ(o.init_method, "tcp://node0:29500");
+  EXPECT_TRUE(o.launcher_hosts_store);
+}
+
+TEST(ResolveInitOptions, PartialEnvironmentNamesTheMissingVariables) {
+  std::string e = error_of([] {
+    resolve_init_options({}, env_of({{"RANK", "0"}, {"WORLD_SIZE", "2"}}));
+  });
+  EXPECT_EQ(e,
+            "RANK, WORLD_SIZE are set but MASTER_ADDR, MASTER_PORT are not; set all of RANK, "
+            "WORLD_SIZE, MASTER_ADDR, MASTER_PORT (or start the program with 'dtrain run')");
+}
+
+TEST(ResolveInitOptions, MalformedValuesNameTheVariable) {
+  std::map<std::string, std::string> base = {
+      {"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "29500"}};
+  auto with = [&](const std::string& k, const std::string& v) {
+    auto m = base;
+    m[k] = v;
+    return error_of([&] { resolve_init_options({}, env_of(m)); });
+  };
+  EXPECT_EQ(with("RANK", "zero"), "environment variable RANK='zero' is not an integer");
+  EXPECT_EQ(with("MASTER_PORT", "70000"),
+            "environment variable MASTER_PORT=70000 is outside [1, 65535]");
+  EXPECT_EQ(with("RANK", "2"), "environment variable RANK=2 is not below WORLD_SIZE=2");
+  EXPECT_EQ(with("LOCAL_RANK", "-1"), "environment variable LOCAL_RANK=-1 is outside [0, 1048576]");
+}
+
+TEST(ResolveInitOptions, ExplicitMethodsNeedRankAndWorldSize) {
+  InitOptions o;
+  o.init_method = "file:///tmp/x";
+  EXPECT_EQ(error_of([&] { resolve_init_options(o, env_of({})); }),
+            "init method 'file:///tmp/x' needs an explicit rank and world size (or RANK and "
+            "WORLD_SIZE)");
+}
+
+TEST(ProcessGroup, SingleProcessCollectivesAreNoOps) {
+  ProcessGroup pg;
+  EXPECT_EQ(pg.size(), 1);
+  std::vector<at::Tensor> t{at::ones({3})};
+  pg.all_reduce_sum(t);
+  EXPECT_TRUE(t[0].equal(at::ones({3})));
+  EXPECT_DOUBLE_EQ(all_reduce_mean(pg, 2.5), 2.5);
+}
+
+TEST(ProcessGroup, MetricReductionsSumAndAverageAcrossThreeRanks) {
+  run_ranks(3, [](const ProcessGroup& pg) {
+    std::vector<double> s = all_reduce_sum(pg, std::vector<double>{1.0, pg.rank() * 1.0});
+    EXPECT_DOUBLE_EQ(s[0], 3.0);
+    EXPECT_DOUBLE_EQ(s[1], 3.0);
+    EXPECT_DOUBLE_EQ(all_reduce_mean(pg, pg.rank() * 2.0), 2.0);
+    auto g = pg.all_gather(at::full({2}, pg.rank(), at::kFloat));
+    ASSERT_EQ(g.size(), 3u);
+    EXPECT_EQ(g[2][1].item<float>(), 2.0f);
+    std::vector<at::Tensor> b{at::full({1}, pg.rank() + 10.0, at::kFloat)};
+    pg.broadcast(b, 1);
+    EXPECT_EQ(b[0].item<float>(), 11.0f);
+    pg.barrier();
+  });
+}
+
+// Forms a 2-rank group through `method` from two threads.
+void form_pair(const std::string& method) {
+  std::vector<std::string> errors(2);
+  std::vector<std::thread> t;
+  for (int r = 0; r < 2; ++r) {
+    t.emplace_back([&, r] {
+      errors[r] = error_of([&] {
+        InitOptions o;
+        o.init_method = method;
+        o.rank = r;
+        o.world_size = 2;
+        o.store_timeout = std::chrono::seconds(20);
+        ProcessGroup pg = init_process_group(o);
+        EXPECT_DOUBLE_EQ(all_reduce_sum(pg, 1.5), 3.0);
+      });
+    });
+  }
+  for (auto& th : t) th.join();
+  EXPECT_EQ(errors[0], "");
+  EXPECT_EQ(errors[1], "");
+}
+
+int free_port() {
+  auto server = TcpStoreServer::start({});
+  return server->port();  // released when the server is destroyed
+}
+
+TEST(InitProcessGroup, TcpMethodWithRankZeroHostingTheStore) {
+  form_pair("tcp://127.0.0.1:" + std::to_string(free_port()));
+}
+
+TEST(InitProcessGroup, FileMethodOnASharedPath) {
+  auto path = std::filesystem::temp_directory_path() /
+              ("dtrain_filestore_" + std::to_string(::getpid()));
+  std::filesystem::remove(path);
+  form_pair("file://" + path.string());
+  std::filesystem::remove(path);
+}
+
+TEST(InitProcessGroup, UnreachableStoreTimesOutNamingTheAddress) {
+  InitOptions o;
+  o.init_method = "tcp://127.0.0.1:" + std::to_string(free_port());
+  o.rank = 1;
+  o.world_size = 2;
+  o.store_timeout = std::chrono::milliseconds(1500);
+  auto start = std::chrono::steady_clock::now();
+  std::string e = error_of([&] { init_process_group(o); });
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(15));
+  EXPECT_NE(e.find("could not connect to the store at 127.0.0.1:"), std::string::npos) << e;
+}
+
+TEST(TcpStoreServer, BusyPortIsAnErrorNamingHostAndPort) {
+  auto first = TcpStoreServer::start({});
+  TcpStoreServerOptions o;
+  o.port = first->port();
+  std::string e = error_of([&] { TcpStoreServer::start(o); });
+  EXPECT_NE(e.find("127.0.0.1:" + std::to_string(o.port) + ": address already in use"),
+            std::string::npos)
+      << e;
+}
+
+TEST(TcpStoreServer, ClientsSeeTheServersKeys) {
+  auto server = TcpStoreServer::start({});
+  server->store()->set("k", std::vector<uint8_t>{1, 2});
+  StorePtr client = connect_tcp_store("127.0.0.1", server->port(), std::chrono::seconds(5));
+  EXPECT_EQ(client->get("k"), (std::vector<uint8_t>{1, 2}));
+}
+
+}  // namespace
+}  // namespace dtrain
