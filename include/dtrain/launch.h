@@ -16,7 +16,8 @@
 //
 // No worker outlives the launcher: each runs in its own process group, is
 // killed (SIGKILL) if the thread that called launch() dies, and is stopped and
-// reaped before launch() returns or throws.
+// reaped before launch() returns or throws. When a worker exits, whatever is
+// left of its process group (stray background children) is killed too.
 
 #include <chrono>
 #include <optional>

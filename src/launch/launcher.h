@@ -1,0 +1,66 @@
+#pragma once
+// Internals of dtrain::launch() shared with the tests and, later, the elastic
+// agent: option resolution, the torchrun worker environment, and launch() over
+// a chosen ProcessControl.
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "dtrain/launch.h"
+#include "launch/process.h"
+
+namespace dtrain::detail {
+
+/// execvp's search path when PATH is unset.
+constexpr const char* kDefaultPath = "/usr/local/bin:/usr/bin:/bin";
+
+/// Validates `options` and resolves the dependent defaults in one place:
+/// standalone → 127.0.0.1 on a free port; empty run_id → generated
+/// (standalone) or "none". Throws InvalidArgument naming the option.
+LaunchOptions resolve_launch_options(const LaunchOptions& options);
+
+/// Where one worker stands in the job (torchrun's names).
+struct WorkerIdentity {
+  int rank = 0;
+  int local_rank = 0;
+  int world_size = 1;
+  int local_world_size = 1;
+  int group_rank = 0;
+  int group_world_size = 1;
+  int restart_count = 0;
+  int max_restarts = 0;
+  std::string role = "default";
+};
+
+/// The store and run the workers join.
+struct JobInfo {
+  std::string master_addr;
+  int master_port = 0;
+  std::string run_id;
+};
+
+/// The value of `key` in "KEY=VALUE" entries, if present.
+std::optional<std::string> env_value(const std::vector<std::string>& env, const std::string& key);
+
+/// True when workers get OMP_NUM_THREADS=1: more than one local worker and the
+/// user's environment does not set it.
+bool sets_omp_num_threads(const std::vector<std::string>& base, int local_world_size);
+
+/// `base` with the torchrun variables for `worker` set (replacing entries with
+/// the same names): RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE,
+/// GROUP_RANK, GROUP_WORLD_SIZE, ROLE_RANK, ROLE_WORLD_SIZE, ROLE_NAME,
+/// MASTER_ADDR, MASTER_PORT, TORCHELASTIC_RESTART_COUNT,
+/// TORCHELASTIC_MAX_RESTARTS, TORCHELASTIC_RUN_ID,
+/// TORCHELASTIC_USE_AGENT_STORE=True, and OMP_NUM_THREADS per
+/// sets_omp_num_threads.
+std::vector<std::string> worker_environment(const std::vector<std::string>& base,
+                                            const WorkerIdentity& worker, const JobInfo& job);
+
+/// This process's environment as "KEY=VALUE" entries.
+std::vector<std::string> current_environment();
+
+/// dtrain::launch() starting workers through `control`.
+LaunchResult launch(const LaunchOptions& options, ProcessControl& control);
+
+}  // namespace dtrain::detail

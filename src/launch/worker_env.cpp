@@ -1,0 +1,108 @@
+// The torchrun worker environment (shared/CONTRACTS.md) and the resolution of
+// the launcher's options.
+
+#include <unistd.h>
+
+#include <map>
+#include <random>
+
+#include "common/strings.h"
+#include "dtrain/errors.h"
+#include "launch/launcher.h"
+
+extern char** environ;
+
+namespace dtrain::detail {
+namespace {
+
+/// A random id shaped like torchrun's uuid4 run ids.
+std::string generate_run_id() {
+  std::random_device rd;
+  std::string hex = "0123456789abcdef", id;
+  for (int i = 0; i < 32; ++i) {
+    if (i == 8 || i == 12 || i == 16 || i == 20) id += '-';
+    id += hex[rd() % 16];
+  }
+  return id;
+}
+
+}  // namespace
+
+LaunchOptions resolve_launch_options(const LaunchOptions& options) {
+  LaunchOptions o = options;
+  if (o.nproc_per_node < 1) {
+    throw InvalidArgument(cat("nproc_per_node must be at least 1, got ", o.nproc_per_node));
+  }
+  if (o.command.empty() || o.command[0].empty()) {
+    throw InvalidArgument("no program to run: give the worker command after '--'");
+  }
+  if (o.stop_grace_period.count() < 0 || o.monitor_interval.count() < 0) {
+    throw InvalidArgument("stop_grace_period and monitor_interval must not be negative");
+  }
+  if (o.standalone) {
+    o.master_addr = "127.0.0.1";
+    o.master_port = 0;
+    if (o.run_id.empty()) o.run_id = generate_run_id();
+  }
+  if (o.run_id.empty()) o.run_id = "none";
+  if (o.master_addr.empty()) throw InvalidArgument("master_addr must not be empty");
+  if (o.master_port < 0 || o.master_port > 65535) {
+    throw InvalidArgument(cat("master_port ", o.master_port, " is out of range 0-65535"));
+  }
+  return o;
+}
+
+std::optional<std::string> env_value(const std::vector<std::string>& env, const std::string& key) {
+  for (const auto& entry : env) {
+    if (entry.size() > key.size() && entry[key.size()] == '=' &&
+        entry.compare(0, key.size(), key) == 0) {
+      return entry.substr(key.size() + 1);
+    }
+  }
+  return std::nullopt;
+}
+
+bool sets_omp_num_threads(const std::vector<std::string>& base, int local_world_size) {
+  return local_world_size > 1 && !env_value(base, "OMP_NUM_THREADS");
+}
+
+std::vector<std::string> worker_environment(const std::vector<std::string>& base,
+                                            const WorkerIdentity& worker, const JobInfo& job) {
+  std::map<std::string, std::string> vars = {
+      {"RANK", std::to_string(worker.rank)},
+      {"LOCAL_RANK", std::to_string(worker.local_rank)},
+      {"WORLD_SIZE", std::to_string(worker.world_size)},
+      {"LOCAL_WORLD_SIZE", std::to_string(worker.local_world_size)},
+      {"GROUP_RANK", std::to_string(worker.group_rank)},
+      {"GROUP_WORLD_SIZE", std::to_string(worker.group_world_size)},
+      {"ROLE_RANK", std::to_string(worker.rank)},
+      {"ROLE_WORLD_SIZE", std::to_string(worker.world_size)},
+      {"ROLE_NAME", worker.role},
+      {"MASTER_ADDR", job.master_addr},
+      {"MASTER_PORT", std::to_string(job.master_port)},
+      {"TORCHELASTIC_RESTART_COUNT", std::to_string(worker.restart_count)},
+      {"TORCHELASTIC_MAX_RESTARTS", std::to_string(worker.max_restarts)},
+      {"TORCHELASTIC_RUN_ID", job.run_id},
+      // Workers join the launcher's store as clients instead of rank 0 hosting one.
+      {"TORCHELASTIC_USE_AGENT_STORE", "True"},
+  };
+  if (sets_omp_num_threads(base, worker.local_world_size)) vars["OMP_NUM_THREADS"] = "1";
+
+  std::vector<std::string> env;
+  env.reserve(base.size() + vars.size());
+  for (const auto& entry : base) {
+    auto eq = entry.find('=');
+    if (eq != std::string::npos && vars.count(entry.substr(0, eq))) continue;
+    env.push_back(entry);
+  }
+  for (const auto& [key, value] : vars) env.push_back(cat(key, "=", value));
+  return env;
+}
+
+std::vector<std::string> current_environment() {
+  std::vector<std::string> env;
+  for (char** e = environ; e && *e; ++e) env.emplace_back(*e);
+  return env;
+}
+
+}  // namespace dtrain::detail

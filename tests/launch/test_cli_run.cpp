@@ -1,0 +1,100 @@
+// The `dtrain run` subcommand: flag spellings, pass-through of the worker
+// command, usage errors and exit codes.
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "cli/commands.h"
+
+namespace dtrain::cli {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+/// Parses `args` as `dtrain run ...` and returns the exit code the callback stored.
+int parse(std::vector<std::string> args) {
+  CLI::App app("dtrain", "dtrain");
+  app.require_subcommand(1);
+  int exit_code = -1;
+  add_run_command(app, &exit_code);
+  args.insert(args.begin(), "run");
+  std::reverse(args.begin(), args.end());  // CLI11 takes them last-first
+  app.parse(args);
+  return exit_code;
+}
+
+TEST(RunCommand, AcceptsTorchrunSpellingsAndTheProgramAfterDoubleDash) {
+  ::testing::internal::CaptureStdout();
+  int rc = parse({"--nproc_per_node", "2", "--master_addr", "127.0.0.1", "--master_port", "0",
+                  "--standalone", "--", LAUNCH_TEST_WORKER, "env", "WORLD_SIZE"});
+  std::string out = ::testing::internal::GetCapturedStdout();
+  EXPECT_EQ(rc, 0);
+  EXPECT_THAT(out, HasSubstr("[rank1]: WORLD_SIZE=2\n"));
+}
+
+TEST(RunCommand, PassesEverythingFromTheProgramOnThroughUntouched) {
+  ::testing::internal::CaptureStdout();
+  int rc = parse({"--nproc-per-node", "1", LAUNCH_TEST_WORKER, "print", "--nproc-per-node", "print",
+                  "--", "env", "WORLD_SIZE"});
+  std::string out = ::testing::internal::GetCapturedStdout();
+  EXPECT_EQ(rc, 0);
+  EXPECT_THAT(out, HasSubstr("[rank0]: --nproc-per-node\n[rank0]: --\n[rank0]: WORLD_SIZE=1\n"));
+}
+
+TEST(RunCommand, ZeroWorkersIsAUsageError) {
+  EXPECT_THAT(
+      [] {
+        parse({"--nproc-per-node", "0", "--", "true"});
+      },
+      ::testing::ThrowsMessage<CLI::ValidationError>(
+          HasSubstr("must be a whole number >= 1, got '0'")));
+}
+
+TEST(RunCommand, UnknownFlagOrMissingProgramIsAUsageError) {
+  EXPECT_THROW(parse({"--no-such-flag", "--", "true"}), CLI::ParseError);
+  EXPECT_THROW(parse({"--nproc-per-node", "2"}), CLI::RequiredError);
+  EXPECT_THROW(parse({"--nproc-per-node", "2", "--"}), CLI::RequiredError);
+  EXPECT_THROW(parse({"--nnodes", "2", "--", "true"}), CLI::ValidationError);
+}
+
+TEST(RunCommand, FailedWorkerExitsOneWithASummaryOnStderr) {
+  ::testing::internal::CaptureStderr();
+  int rc = parse({"--nproc-per-node", "2", "--", LAUNCH_TEST_WORKER, "rank", "1", "exit", "3",
+                  "sleep", "30000"});
+  std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(rc, 1);
+  EXPECT_THAT(err, HasSubstr("dtrain run: worker rank 1 (pid "));
+  EXPECT_THAT(err, HasSubstr(") failed: exit code 3\n"));
+  EXPECT_THAT(err, HasSubstr("dtrain run: root cause: worker rank 1 (pid "));
+}
+
+TEST(RunCommand, BusyPortIsOneErrorLineAndExitCodeOne) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  ASSERT_EQ(::listen(fd, 1), 0);
+  socklen_t len = sizeof(a);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  std::string port = std::to_string(ntohs(a.sin_port));
+
+  ::testing::internal::CaptureStderr();
+  int rc = parse({"--master-port", port, "--", "true"});
+  std::string err = ::testing::internal::GetCapturedStderr();
+  ::close(fd);
+  EXPECT_EQ(rc, 1);
+  EXPECT_THAT(err, HasSubstr("dtrain run: error: cannot host the store on 127.0.0.1:" + port));
+  EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
+}
+
+}  // namespace
+}  // namespace dtrain::cli
