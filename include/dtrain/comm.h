@@ -26,11 +26,8 @@
 
 #include <ATen/core/Tensor.h>
 
+#include "dtrain/compat.h"
 #include "dtrain/store.h"
-
-namespace c10d {
-class ProcessGroup;
-}
 
 namespace dtrain {
 
@@ -61,8 +58,11 @@ struct InitOptions {
   /// (TORCHELASTIC_USE_AGENT_STORE=True), so rank 0 connects as a client
   /// instead of hosting it.
   bool launcher_hosts_store = false;
-  /// Network interface / address Gloo binds to; empty: this host's name,
-  /// falling back to loopback when the world is on one host.
+  /// Network interface Gloo uses (GLOO_SOCKET_IFNAME, e.g. "eth0"); wins
+  /// over gloo_host.
+  std::string gloo_interface;
+  /// Address Gloo binds to; empty: loopback when the store is on loopback,
+  /// else the local address of the route to the store's host.
   std::string gloo_host;
 };
 
@@ -92,9 +92,10 @@ class ProcessGroup {
   std::chrono::milliseconds timeout() const;
   const std::string& backend_name() const;
 
-  /// The c10d process group, or null for the single-process group. For
-  /// dtrain's internals and for users who need c10d directly.
-  c10::intrusive_ptr<c10d::ProcessGroup> backend() const;
+  /// The c10d backend (ProcessGroupGloo, ProcessGroupNCCL), or null for the
+  /// single-process group. For dtrain's internals and for users who need
+  /// c10d directly.
+  c10::intrusive_ptr<compat::CollectiveBackend> backend() const;
   /// The store the group was formed over (null for single-process).
   StorePtr store() const;
 

@@ -1,19 +1,21 @@
 #pragma once
-// The image pipeline: decoding (TurboJPEG, libpng), transforms on 8-bit RGB
+// The image pipeline: decoding (libjpeg-turbo, libpng), transforms on 8-bit RGB
 // buffers, image sources (ImageFolder, packed shards, STL-10, CIFAR-10), the
 // threaded ImageLoader and the data-preparation tools behind `dtrain data`.
 //
 // A sample goes: ImageSource::read (encoded bytes or raw pixels)
 //   -> probe_image (size from the header)
 //   -> plan_sample (crop box and flip from a per-sample seed)
-//   -> decode_image (JPEG: DCT-domain downscaling when the crop allows it)
+//   -> decode_image (JPEG: only the crop's rows and columns, DCT-domain
+//      downscaled when the crop is at least twice the output size)
 //   -> render_sample (bilinear crop+resize, flip, normalise into CHW).
 // Every step is a pure function of the bytes and the seed, so the loader's
 // output does not depend on its thread count.
 //
 // Usage:
-//   auto source = dtrain::open_image_folder("/data/imagenet/train");
-//   dtrain::ImageLoader loader(source, {.batch_size = 256, .threads = 8},
+//   dtrain::LoaderOptions lo;
+//   lo.batch_size = 256, lo.threads = 8, lo.rank = rank, lo.world_size = world;
+//   dtrain::ImageLoader loader(dtrain::open_image_folder("/data/imagenet/train"), lo,
 //                              dtrain::TransformOptions::imagenet_train(224), {});
 //   loader.start_epoch(0);
 //   for (dtrain::Batch b; loader.next(b);) { ... }
@@ -60,19 +62,6 @@ struct ImageInfo {
 /// or a corrupt header. Thread-safe.
 ImageInfo probe_image(const uint8_t* data, size_t size);
 
-/// Decodes a JPEG or PNG into RGB `out` (reusing its buffer). Grayscale,
-/// palette, 16-bit and alpha inputs are converted to 8-bit RGB (alpha is
-/// dropped, as PIL's convert("RGB") does).
-///
-/// For JPEG, `min_scale` in (0, 1] allows TurboJPEG's DCT-domain scaling: the
-/// image is decoded at the smallest scaling factor (n/8) that is >= min_scale,
-/// which is several times faster when the target is much smaller than the
-/// image. The scale actually used is out.width / info.width. PNG ignores it.
-/// Throws DataError for corrupt data (a truncated JPEG included). Thread-safe.
-void decode_image(const uint8_t* data, size_t size, Image& out, double min_scale = 1.0);
-
-// ---- Transforms ---------------------------------------------------------------
-
 /// A region in source pixel coordinates (left, top, width, height).
 /// RandomResizedCrop yields integers, as torchvision computes them.
 struct CropBox {
@@ -81,6 +70,33 @@ struct CropBox {
   double width = 0;
   double height = 0;
 };
+
+/// Where a decode lies in the original image: pixel (u, v) of the decoded
+/// buffer is pixel (u + x, v + y) of the original scaled by (scale_x, scale_y).
+struct DecodedRegion {
+  double scale_x = 1.0;
+  double scale_y = 1.0;
+  int x = 0;
+  int y = 0;
+};
+
+/// Decodes a JPEG or PNG into RGB `out` (reusing its buffer). Grayscale,
+/// palette, 16-bit and alpha inputs are converted to 8-bit RGB (alpha is
+/// dropped, as PIL's convert("RGB") does); CMYK JPEGs are converted too.
+///
+/// JPEG only, both optional:
+///  - `min_scale` in (0, 1] allows DCT-domain downscaling: the image is decoded
+///    at the smallest TurboJPEG scaling factor n/8 that is >= min_scale, which
+///    is several times faster when the target is much smaller than the image;
+///  - `roi` (original pixels) limits the decode to that region plus a pixel of
+///    margin, widened to whole iMCU columns: rows above it are skipped, rows
+///    below it never decoded.
+/// Returns where `out` lies in the original. Throws DataError for corrupt data
+/// (a JPEG truncated inside the decoded rows included). Thread-safe.
+DecodedRegion decode_image(const uint8_t* data, size_t size, Image& out, double min_scale = 1.0,
+                           const CropBox* roi = nullptr);
+
+// ---- Transforms ---------------------------------------------------------------
 
 struct TransformOptions {
   enum class Mode {
@@ -111,6 +127,8 @@ struct TransformOptions {
   bool uint8_output = false;
   /// Use TurboJPEG's DCT-domain scaling when the crop is >= 2x the output.
   bool dct_scaling = true;
+  /// Decode only the rows and iMCU columns of a JPEG that the crop needs.
+  bool region_decode = true;
 
   /// RandomResizedCrop(size) + RandomHorizontalFlip, ImageNet statistics.
   static TransformOptions imagenet_train(int size);
@@ -133,7 +151,8 @@ struct SamplePlan {
 /// that fits is placed uniformly; otherwise a centre crop clamped to the ratio
 /// bounds. `uniform` returns uniform doubles in [0, 1).
 template <typename Uniform>
-CropBox random_resized_crop_box(int width, int height, const TransformOptions& o, Uniform&& uniform);
+CropBox random_resized_crop_box(int width, int height, const TransformOptions& o,
+                                Uniform&& uniform);
 
 /// torchvision's Resize(resize) + CenterCrop(size) as one region of the
 /// source: the part of the original image that ends up in the output.
@@ -146,12 +165,16 @@ SamplePlan plan_sample(int width, int height, uint64_t seed, const TransformOpti
 /// o.size pixels wide and high; 1 unless that is <= 1/2 (or !o.dct_scaling).
 double min_decode_scale(const SamplePlan& plan, const TransformOptions& o);
 
-/// Renders `plan` (in the coordinates of the original `orig_width` x
-/// `orig_height` image) from `src`, which may be a DCT-downscaled decode of it:
-/// bilinear crop+resize (half-pixel centres, samples clamped to the crop like
+/// The part of the original image render_sample() reads for `plan` (the
+/// region of interest to decode).
+CropBox sample_footprint(const SamplePlan& plan);
+
+/// Renders `plan` (in original image coordinates) from `src`, a decode of the
+/// original or of part of it (DCT-downscaled, cropped) located by `where`:
+/// bilinear crop+resize (half-pixel centres, taps clamped to plan.bounds like
 /// torchvision's crop-then-resize), mirror if plan.flip, then into `dst` as
 /// [3, size, size] CHW, uint8 or normalised float per o.uint8_output.
-void render_sample(const Image& src, int orig_width, int orig_height, const SamplePlan& plan,
+void render_sample(const Image& src, const DecodedRegion& where, const SamplePlan& plan,
                    const TransformOptions& o, void* dst);
 
 /// Normalises a uint8 [B, 3, H, W] batch (from uint8_output) on its device:

@@ -41,6 +41,9 @@ struct TrainOptions {
   /// Intra-op threads per process; 0 keeps LibTorch's default (which
   /// follows OMP_NUM_THREADS).
   int threads = 0;
+  /// "auto" (cuda:<local rank> when LibTorch has a usable GPU, else cpu),
+  /// "cpu", "cuda" (cuda:<local rank>) or an explicit "cuda:N".
+  std::string device = "auto";
   /// Loader worker threads (0: load on the training thread).
   int loader_threads = 0;
   /// Gradients of this many consecutive batches are accumulated (no_sync)

@@ -86,6 +86,8 @@ void add_train_command(CLI::App& root, int* exit_code) {
                 "Tolerate parameters that get no gradient");
   cmd->add_flag("--gradient-as-bucket-view", o.ddp.gradient_as_bucket_view,
                 "Let gradients alias DDP's buckets");
+  cmd->add_option("--device", o.device, "auto, cpu, cuda (cuda:<local rank>) or cuda:N")
+      ->capture_default_str();
   cmd->add_option("--backend", flags->backend, "Collective backend: gloo, nccl")
       ->capture_default_str()
       ->check(CLI::IsMember({"gloo", "nccl"}));

@@ -38,6 +38,10 @@ EnvLookup process_env() {
 }
 
 InitOptions resolve_init_options(InitOptions o, const EnvLookup& env) {
+  // PyTorch's variable; a comma-separated list there, Gloo here takes the first.
+  if (auto ifname = env("GLOO_SOCKET_IFNAME"); ifname && o.gloo_interface.empty()) {
+    o.gloo_interface = split(*ifname, ',').front();
+  }
   if (auto lr = int_var(env, "LOCAL_RANK", 0, 1 << 20)) o.local_rank = static_cast<int>(*lr);
   if (auto lw = int_var(env, "LOCAL_WORLD_SIZE", 1, 1 << 20)) {
     o.local_world_size = static_cast<int>(*lw);

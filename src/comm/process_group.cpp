@@ -1,7 +1,17 @@
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <ATen/ATen.h>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+
+#include "dtrain/config.h"
+#if DTRAIN_HAVE_NCCL
+#include <c10/cuda/CUDAFunctions.h>
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
 
 #include "comm/state.h"
 #include "common/strings.h"
@@ -58,34 +68,85 @@ StorePtr open_store(const InitOptions& o, std::unique_ptr<TcpStoreServer>* serve
                             "'; use env://, tcp://host:port or file:///path"));
 }
 
+// The local address the kernel would use to reach `host` (a UDP "connect"
+// sends nothing), or "" when it cannot tell.
+std::string route_source_address(const std::string& host, int port) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* res = nullptr;
+  if (::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res) != 0) return "";
+  std::string out;
+  for (addrinfo* a = res; a && out.empty(); a = a->ai_next) {
+    int fd = ::socket(a->ai_family, SOCK_DGRAM, 0);
+    if (fd < 0) continue;
+    sockaddr_storage local{};
+    socklen_t len = sizeof(local);
+    if (::connect(fd, a->ai_addr, a->ai_addrlen) == 0 &&
+        ::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0) {
+      char buf[INET6_ADDRSTRLEN] = {0};
+      const void* addr = local.ss_family == AF_INET
+                             ? static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(&local)->sin_addr)
+                             : static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(&local)->sin6_addr);
+      if (::inet_ntop(local.ss_family, addr, buf, sizeof(buf))) out = buf;
+    }
+    ::close(fd);
+  }
+  ::freeaddrinfo(res);
+  return out;
+}
+
 std::string gloo_host(const InitOptions& o) {
   if (!o.gloo_host.empty()) return o.gloo_host;
-  // When the store is on loopback, every rank is on this host: bind loopback,
-  // which always resolves (a container's hostname may not).
-  if (o.init_method.rfind("tcp://", 0) == 0 && is_loopback(parse_tcp(o.init_method).host)) {
-    return "127.0.0.1";
+  if (o.init_method.rfind("tcp://", 0) == 0) {
+    Endpoint ep = parse_tcp(o.init_method);
+    // Store on loopback: every rank is on this host; loopback always works
+    // (a container's hostname may not resolve).
+    if (is_loopback(ep.host)) return "127.0.0.1";
+    // Otherwise bind where the route to the store leaves this host: the
+    // hostname may resolve to loopback (network namespaces, some clusters).
+    std::string local = route_source_address(ep.host, ep.port);
+    if (!local.empty()) return local;
   }
   char name[256] = {0};
   if (::gethostname(name, sizeof(name) - 1) == 0 && name[0]) return name;
   return "127.0.0.1";
 }
 
-c10::intrusive_ptr<c10d::ProcessGroup> make_backend(const InitOptions& o, const StorePtr& store) {
+c10::intrusive_ptr<compat::CollectiveBackend> make_backend(const InitOptions& o, const StorePtr& store) {
   if (o.backend == "gloo") {
     auto go = c10d::ProcessGroupGloo::Options::create();
     go->timeout = o.timeout;
-    std::string host = gloo_host(o);
     try {
-      go->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(host));
+      if (!o.gloo_interface.empty()) {
+        go->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(o.gloo_interface));
+      } else {
+        go->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(gloo_host(o)));
+      }
     } catch (const std::exception& e) {
-      throw DistError(cat("rank ", o.rank, ": Gloo cannot use address '", host,
-                          "' (", first_line(e.what()), "); set GLOO_SOCKET_IFNAME or gloo_host"));
+      throw DistError(cat("rank ", o.rank, ": Gloo cannot use ",
+                          o.gloo_interface.empty() ? "address '" + gloo_host(o) + "'"
+                                                   : "interface '" + o.gloo_interface + "'",
+                          " (", first_line(e.what()),
+                          "); set GLOO_SOCKET_IFNAME to the interface that reaches the other "
+                          "ranks"));
     }
     return c10::make_intrusive<c10d::ProcessGroupGloo>(store, o.rank, o.world_size, go);
   }
   if (o.backend == "nccl") {
+#if DTRAIN_HAVE_NCCL
+    if (c10::cuda::device_count() == 0) {
+      throw InvalidArgument(cat("rank ", o.rank, ": backend 'nccl' needs a GPU and none is "
+                                "visible; use --backend gloo"));
+    }
+    // One GPU per local rank, as torchrun users expect.
+    c10::cuda::set_device(static_cast<c10::DeviceIndex>(o.local_rank % c10::cuda::device_count()));
+    auto no = c10d::ProcessGroupNCCL::Options::create();
+    no->timeout = o.timeout;
+    return c10::make_intrusive<c10d::ProcessGroupNCCL>(store, o.rank, o.world_size, no);
+#else
     throw InvalidArgument("backend 'nccl' needs a LibTorch built with CUDA; this build is CPU-only, "
                           "use --backend gloo");
+#endif
   }
   throw InvalidArgument(cat("unknown backend '", o.backend, "'; use gloo or nccl"));
 }
@@ -104,7 +165,7 @@ int ProcessGroup::local_rank() const { return state_->local_rank; }
 int ProcessGroup::local_world_size() const { return state_->local_world_size; }
 std::chrono::milliseconds ProcessGroup::timeout() const { return state_->timeout; }
 const std::string& ProcessGroup::backend_name() const { return state_->backend_name; }
-c10::intrusive_ptr<c10d::ProcessGroup> ProcessGroup::backend() const { return state_->backend; }
+c10::intrusive_ptr<compat::CollectiveBackend> ProcessGroup::backend() const { return state_->backend; }
 StorePtr ProcessGroup::store() const { return state_->store; }
 
 ProcessGroup make_process_group(std::shared_ptr<const ProcessGroup::State> state) {

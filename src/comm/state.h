@@ -4,6 +4,7 @@
 #include <memory>
 #include <string>
 
+#include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 
 #include "dtrain/comm.h"
@@ -20,7 +21,7 @@ struct ProcessGroup::State {
   // Declared before `backend` so that the store outlives the group using it.
   std::unique_ptr<TcpStoreServer> store_server;
   StorePtr store;
-  c10::intrusive_ptr<c10d::ProcessGroup> backend;
+  c10::intrusive_ptr<compat::CollectiveBackend> backend;
 };
 
 ProcessGroup make_process_group(std::shared_ptr<const ProcessGroup::State> state);

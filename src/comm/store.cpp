@@ -9,7 +9,7 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
-#include "common/compat.h"
+#include "dtrain/compat.h"
 #include "common/strings.h"
 #include "dtrain/errors.h"
 

@@ -7,6 +7,7 @@
 
 #include <ATen/Parallel.h>
 #include <torch/nn/functional/loss.h>
+#include <torch/cuda.h>
 #include <torch/optim/sgd.h>
 #include <torch/utils.h>
 #include <nlohmann/json.hpp>
@@ -36,16 +37,38 @@ LoaderOptions loader_options(const TrainOptions& o, const ProcessGroup& pg, bool
   return l;
 }
 
+at::Device pick_device(const std::string& name, const ProcessGroup& pg) {
+  const bool has_gpu = torch::cuda::is_available();
+  if (name == "auto") {
+    return has_gpu ? at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(
+                                               pg.local_rank() % torch::cuda::device_count()))
+                   : at::Device(at::kCPU);
+  }
+  if (name == "cpu") return at::Device(at::kCPU);
+  if (name.rfind("cuda", 0) == 0) {
+    if (!has_gpu) {
+      throw InvalidArgument(cat("--device ", name, ": no GPU is visible to this LibTorch; use "
+                                "--device cpu"));
+    }
+    if (name == "cuda") {
+      return at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(pg.local_rank() %
+                                                                  torch::cuda::device_count()));
+    }
+    return at::Device(name);
+  }
+  throw InvalidArgument(cat("--device '", name, "' is not one of auto, cpu, cuda, cuda:N"));
+}
+
 // Fraction of the rank's test share classified correctly, as (correct, total).
-std::pair<double, double> evaluate(ImageClassifier& model, Loader& test) {
+std::pair<double, double> evaluate(ImageClassifier& model, Loader& test, at::Device device) {
   torch::NoGradGuard no_grad;
   model.eval();
   double correct = 0, total = 0;
   test.start_epoch(0);
   Batch batch;
   while (test.next(batch)) {
-    at::Tensor pred = model.forward(batch.inputs).argmax(1);
-    correct += pred.eq(batch.targets).sum().item<double>();
+    at::Tensor pred = model.forward(batch.inputs.to(device, /*non_blocking=*/true)).argmax(1);
+    correct += pred.eq(batch.targets.to(device)).sum().item<double>();
     total += static_cast<double>(batch.targets.size(0));
   }
   model.train();
@@ -133,6 +156,8 @@ std::vector<EpochMetrics> train(const TrainOptions& options, const ProcessGroup&
   mo.image_size = splits.sample_shape.at(1);
   mo.num_classes = splits.num_classes;
   auto model = make_model(options.model, mo);
+  const at::Device device = pick_device(options.device, pg);
+  model->to(device);
   DistributedDataParallel<ImageClassifier> ddp(model, pg, options.ddp);
   torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(options.lr)
                                                        .momentum(options.momentum)
@@ -141,7 +166,7 @@ std::vector<EpochMetrics> train(const TrainOptions& options, const ProcessGroup&
     *log << "dtrain train: model " << options.model << ", dataset " << options.dataset.name
          << ", " << pg.size() << " rank(s) x batch " << options.batch_size << ", "
          << splits.train->batches_per_epoch() << " steps per epoch, " << at::get_num_threads()
-         << " thread(s) per rank" << std::endl;
+         << " thread(s) per rank on " << device.str() << std::endl;
   }
 
   std::vector<EpochMetrics> history;
@@ -159,8 +184,8 @@ std::vector<EpochMetrics> train(const TrainOptions& options, const ProcessGroup&
       {
         auto no_sync = sync_step ? std::optional<DataParallel::NoSync>()
                                  : std::optional<DataParallel::NoSync>(ddp.no_sync());
-        at::Tensor logits = ddp.forward(batch.inputs);
-        loss = torch::nn::functional::cross_entropy(logits, batch.targets);
+        at::Tensor logits = ddp.forward(batch.inputs.to(device, /*non_blocking=*/true));
+        loss = torch::nn::functional::cross_entropy(logits, batch.targets.to(device));
         (options.accumulation_steps > 1 ? loss / options.accumulation_steps : loss).backward();
       }
       if (sync_step) {
@@ -173,7 +198,7 @@ std::vector<EpochMetrics> train(const TrainOptions& options, const ProcessGroup&
       ++step;
     }
     const double train_seconds = since(start);
-    auto [correct, total] = evaluate(*model, *splits.test);
+    auto [correct, total] = evaluate(*model, *splits.test, device);
     // Ranks step in lockstep (DDP), so the sum of the ranks' rates is the
     // group's throughput.
     std::vector<double> sums = all_reduce_sum(

@@ -45,6 +45,21 @@ TEST(ResolveInitOptions, TorchrunVariablesBecomeATcpAddress) {
   EXPECT_TRUE(o.launcher_hosts_store);
 }
 
+TEST(ResolveInitOptions, GlooSocketIfnameSelectsTheFirstListedInterface) {
+  InitOptions o = resolve_init_options({}, env_of({{"GLOO_SOCKET_IFNAME", "eth1,eth2"}}));
+  EXPECT_EQ(o.gloo_interface, "eth1");
+}
+
+TEST(InitProcessGroup, UnknownGlooInterfaceIsAnErrorNamingIt) {
+  InitOptions o;
+  o.rank = 0;
+  o.world_size = 1;
+  o.gloo_interface = "nosuchif0";
+  o.init_method = "memory://";
+  std::string e = error_of([&] { init_process_group(make_memory_store(), o); });
+  EXPECT_NE(e.find("Gloo cannot use interface 'nosuchif0'"), std::string::npos) << e;
+}
+
 TEST(ResolveInitOptions, PartialEnvironmentNamesTheMissingVariables) {
   std::string e = error_of([] {
     resolve_init_options({}, env_of({{"RANK", "0"}, {"WORLD_SIZE", "2"}}));

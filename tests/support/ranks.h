@@ -17,7 +17,8 @@ namespace dtrain::testing {
 /// Calls fn(pg) on `world` threads, each with its own ProcessGroup of rank r,
 /// and rethrows the first exception (lowest rank first) after all joined.
 inline void run_ranks(int world, const std::function<void(const ProcessGroup&)>& fn,
-                      std::chrono::milliseconds timeout = std::chrono::seconds(30)) {
+                      std::chrono::milliseconds timeout = std::chrono::seconds(30),
+                      const std::string& backend = "gloo") {
   StorePtr store = make_memory_store();
   std::vector<std::exception_ptr> errors(world);
   std::vector<std::thread> threads;
@@ -31,6 +32,8 @@ inline void run_ranks(int world, const std::function<void(const ProcessGroup&)>&
         o.store_timeout = timeout;
         o.gloo_host = "127.0.0.1";
         o.init_method = "memory://";
+        o.backend = backend;
+        o.local_rank = r;
         ProcessGroup pg = init_process_group(store, o);
         fn(pg);
       } catch (...) {

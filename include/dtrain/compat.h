@@ -7,7 +7,21 @@
 
 #define DTRAIN_TORCH_VERSION (TORCH_VERSION_MAJOR * 100 + TORCH_VERSION_MINOR)
 
+namespace c10d {
+class ProcessGroup;
+class Backend;
+}  // namespace c10d
+
 namespace dtrain::compat {
+
+/// The object that runs collectives for one backend (Gloo, NCCL): in 1.13
+/// ProcessGroupGloo derives from c10d::ProcessGroup, in 2.x from
+/// c10d::Backend. Both expose allreduce/broadcast/allgather/barrier -> Work.
+#if DTRAIN_TORCH_VERSION >= 200
+using CollectiveBackend = c10d::Backend;
+#else
+using CollectiveBackend = c10d::ProcessGroup;
+#endif
 
 /// 2.4+ TCPStore defaults to the libuv backend, which Debian's 2.6 build
 /// lacks; dtrain always asks for the classic backend.

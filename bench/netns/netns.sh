@@ -1,0 +1,182 @@
+#!/usr/bin/env bash
+# Two network namespaces joined by a veth pair shaped to a fixed rate, for
+# benchmarking distributed training where communication is real work.
+#
+#   bench/netns/netns.sh up        create (idempotent: tears down first)
+#   bench/netns/netns.sh down      remove everything created here (always safe)
+#   bench/netns/netns.sh status    show namespaces, addresses and qdiscs
+#   bench/netns/netns.sh verify    measure the bandwidth ns0 -> ns1 (bounded time)
+#   bench/netns/netns.sh exec 0|1 CMD ARGS...   run CMD inside namespace 0 or 1
+#   bench/netns/netns.sh check     exit 0 if namespaces can be created here, else 3
+#
+# Environment (optional):
+#   DTRAINBENCH_RATE    tc rate (default 1gbit)
+#   DTRAINBENCH_DELAY   extra one-way delay via netem, e.g. 100us (default none)
+#
+# Layout (only these addresses are used, only inside these namespaces):
+#   namespace dtrainbench0: veth dtb0  10.213.0.1/24  (rank 0)
+#   namespace dtrainbench1: veth dtb1  10.213.0.2/24  (rank 1)
+# Both ends egress-shaped with `tc qdisc ... tbf rate $RATE`, loopback up in each.
+set -euo pipefail
+
+NS0=dtrainbench0
+NS1=dtrainbench1
+DEV0=dtb0
+DEV1=dtb1
+ADDR0=10.213.0.1
+ADDR1=10.213.0.2
+PREFIX=24
+RATE=${DTRAINBENCH_RATE:-1gbit}
+DELAY=${DTRAINBENCH_DELAY:-}
+PY=/usr/bin/python3
+
+die() { echo "netns.sh: $*" >&2; exit 1; }
+
+can_netns() {
+    # Probe with a throw-away namespace; no side effects left behind.
+    local probe="dtrainbench-probe-$$"
+    if ip netns add "$probe" 2>/dev/null; then
+        ip netns del "$probe" 2>/dev/null || true
+        return 0
+    fi
+    return 1
+}
+
+ns_exists() { ip netns list 2>/dev/null | awk '{print $1}' | grep -qx "$1"; }
+
+down() {
+    # Deleting a namespace destroys the veth end inside it (and its peer).
+    local ns
+    for ns in "$NS0" "$NS1"; do
+        if ns_exists "$ns"; then
+            # kill anything still running inside (only processes in our namespaces)
+            local pids
+            pids=$(ip netns pids "$ns" 2>/dev/null || true)
+            if [[ -n "$pids" ]]; then
+                # shellcheck disable=SC2086
+                kill $pids 2>/dev/null || true
+                sleep 0.5
+                pids=$(ip netns pids "$ns" 2>/dev/null || true)
+                # shellcheck disable=SC2086
+                [[ -n "$pids" ]] && kill -9 $pids 2>/dev/null || true
+            fi
+            ip netns del "$ns" 2>/dev/null || true
+        fi
+    done
+    # In case a half-built setup left the veth in the root namespace.
+    ip link del "$DEV0" 2>/dev/null || true
+    ip link del "$DEV1" 2>/dev/null || true
+}
+
+shape() {
+    local ns=$1 dev=$2
+    # tbf: burst must cover at least rate/HZ; 256 KiB is plenty at 1 Gbit/s and
+    # keeps the long-run average at the configured rate.
+    if [[ -n "$DELAY" ]]; then
+        ip netns exec "$ns" tc qdisc replace dev "$dev" root netem delay "$DELAY" rate "$RATE" limit 10000
+    else
+        ip netns exec "$ns" tc qdisc replace dev "$dev" root tbf rate "$RATE" burst 256kb latency 20ms
+    fi
+}
+
+up() {
+    if ! can_netns; then
+        echo "netns.sh: SKIP: 'ip netns add' is not permitted here (need root / CAP_SYS_ADMIN); shaped-link benchmarks skipped" >&2
+        exit 3
+    fi
+    down
+    trap 'echo "netns.sh: setup failed, cleaning up" >&2; down' ERR
+    ip netns add "$NS0"
+    ip netns add "$NS1"
+    ip link add "$DEV0" type veth peer name "$DEV1"
+    ip link set "$DEV0" netns "$NS0"
+    ip link set "$DEV1" netns "$NS1"
+    ip netns exec "$NS0" ip addr add "$ADDR0/$PREFIX" dev "$DEV0"
+    ip netns exec "$NS1" ip addr add "$ADDR1/$PREFIX" dev "$DEV1"
+    ip netns exec "$NS0" ip link set lo up
+    ip netns exec "$NS1" ip link set lo up
+    ip netns exec "$NS0" ip link set "$DEV0" up
+    ip netns exec "$NS1" ip link set "$DEV1" up
+    shape "$NS0" "$DEV0"
+    shape "$NS1" "$DEV1"
+    # wait until the link answers (bounded)
+    local _
+    for _ in $(seq 1 20); do
+        if ip netns exec "$NS0" ping -c1 -W1 "$ADDR1" >/dev/null 2>&1; then break; fi
+        sleep 0.2
+    done
+    trap - ERR
+    echo "netns.sh: up: $NS0($DEV0 $ADDR0) <-> $NS1($DEV1 $ADDR1), rate $RATE${DELAY:+, delay $DELAY}"
+}
+
+status() {
+    local ns dev
+    for ns in "$NS0" "$NS1"; do
+        if ns_exists "$ns"; then
+            echo "== $ns"
+            ip netns exec "$ns" ip -br addr
+            [[ $ns == "$NS0" ]] && dev=$DEV0 || dev=$DEV1
+            ip netns exec "$ns" tc qdisc show dev "$dev"
+        else
+            echo "== $ns: absent"
+        fi
+    done
+}
+
+verify() {
+    ns_exists "$NS0" && ns_exists "$NS1" || die "namespaces absent; run '$0 up' first"
+    local secs=${1:-3} port=29431
+    local out
+    out=$(mktemp)
+    # receiver in ns1, sender in ns0; each bounded by timeout
+    timeout $((secs + 10)) ip netns exec "$NS1" "$PY" - "$ADDR1" "$port" >"$out" <<'EOF' &
+import socket, sys, time
+addr, port = sys.argv[1], int(sys.argv[2])
+s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind((addr, port)); s.listen(1)
+c, _ = s.accept()
+buf = bytearray(1 << 20); n = 0; t0 = None
+while True:
+    k = c.recv_into(buf)
+    if not k: break
+    if t0 is None: t0 = time.perf_counter()
+    n += k
+t = time.perf_counter() - t0
+print(f"{n} {t:.6f}")
+EOF
+    local rpid=$!
+    sleep 0.5
+    timeout $((secs + 10)) ip netns exec "$NS0" "$PY" - "$ADDR1" "$port" "$secs" <<'EOF'
+import socket, sys, time
+addr, port, secs = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+s = socket.create_connection((addr, port), timeout=5)
+data = b"\0" * (1 << 20); end = time.perf_counter() + secs
+while time.perf_counter() < end:
+    s.sendall(data)
+s.close()
+EOF
+    wait "$rpid" || die "receiver failed"
+    local bytes t shaped
+    read -r bytes t <"$out"
+    shaped=$(ip netns exec "$NS0" tc qdisc show dev "$DEV0" | grep -o 'rate [^ ]*' | head -n1 || true)
+    rm -f "$out"
+    "$PY" -c "import sys; b,t=int(sys.argv[1]),float(sys.argv[2]); print(f'netns.sh: verify: {b/1e6:.1f} MB in {t:.2f} s = {b*8/t/1e9:.3f} Gbit/s (ns0 -> ns1, qdisc ${shaped:-?})')" "$bytes" "$t"
+}
+
+cmd=${1:-}
+shift || true
+case "$cmd" in
+    up) up ;;
+    down) down; echo "netns.sh: down" ;;
+    status) status ;;
+    verify) verify "$@" ;;
+    check) can_netns || { echo "netns.sh: SKIP: 'ip netns add' is not permitted here" >&2; exit 3; } ;;
+    exec)
+        [[ $# -ge 2 ]] || die "usage: $0 exec 0|1 CMD ARGS..."
+        case "$1" in 0) ns=$NS0 ;; 1) ns=$NS1 ;; *) die "namespace index must be 0 or 1" ;; esac
+        shift
+        exec ip netns exec "$ns" "$@"
+        ;;
+    *) echo "usage: $0 up|down|status|verify [SECONDS]|check|exec 0|1 CMD..." >&2; exit 2 ;;
+esac

@@ -1,0 +1,220 @@
+#!/usr/bin/env bash
+# Issue 2's benchmark: the dtrain demo vs the PyTorch DDP peer, one after the
+# other on this machine, same CNN, Fashion-MNIST, 64 images per process,
+# 2 processes x 1 thread, Gloo. Each run is timed wall-clock including start-up.
+#
+#   bench/train_vs_pytorch.sh [--epochs E] [--build DIR] [--data-dir DIR]
+#                             [--out DIR] [--timeout SECS] [--only dtrain|peer]
+#
+# Prints a table: images/sec (mean of the epochs after the first), final test
+# accuracy, total wall time, and dtrain/peer ratios. Logs and the per-epoch
+# metrics (JSON lines) are kept in --out (default: a new directory in /tmp).
+set -euo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ROOT=$(cd "$HERE/.." && pwd)
+PY=/usr/bin/python3  # has torch 1.13; the pyenv python3 on PATH does not
+
+EPOCHS=3
+BUILD=$ROOT/build
+DATA_DIR=/usr/share/datasets/fashion-mnist
+OUT=
+TIMEOUT=
+ONLY=
+NPROC=2
+BATCH=64
+THREADS=1
+
+usage() { sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
+while [[ $# -gt 0 ]]; do
+    case "$1" in
+        --epochs) EPOCHS=$2; shift 2 ;;
+        --build) BUILD=$2; shift 2 ;;
+        --data-dir) DATA_DIR=$2; shift 2 ;;
+        --out) OUT=$2; shift 2 ;;
+        --timeout) TIMEOUT=$2; shift 2 ;;
+        --only) ONLY=$2; shift 2 ;;
+        -h|--help) usage 0 ;;
+        *) echo "unknown argument: $1" >&2; usage 2 ;;
+    esac
+done
+[[ $EPOCHS =~ ^[1-9][0-9]*$ ]] || { echo "--epochs must be a positive integer" >&2; exit 2; }
+[[ -z $ONLY || $ONLY == dtrain || $ONLY == peer ]] || { echo "--only dtrain|peer" >&2; exit 2; }
+TIMEOUT=${TIMEOUT:-$((300 + 400 * EPOCHS))}   # per run, seconds
+DTRAIN=$BUILD/dtrain
+[[ -x $PY ]] || { echo "$PY not found (need python3-torch)" >&2; exit 1; }
+[[ -d $DATA_DIR ]] || { echo "data directory $DATA_DIR missing (apt package fashion-mnist)" >&2; exit 1; }
+OUT=${OUT:-$(mktemp -d /tmp/dtrain-train-bench.XXXXXX)}
+mkdir -p "$OUT"
+
+# --- process bookkeeping: every run is a `timeout` process-group leader -----
+PGIDS=()
+cleanup() {
+    local pg
+    for pg in "${PGIDS[@]:-}"; do
+        [[ -n $pg ]] && kill -TERM -- "-$pg" 2>/dev/null || true
+    done
+    sleep 0.3
+    for pg in "${PGIDS[@]:-}"; do
+        [[ -n $pg ]] && kill -KILL -- "-$pg" 2>/dev/null || true
+    done
+}
+trap cleanup EXIT
+trap 'echo "interrupted" >&2; exit 130' INT TERM
+
+free_port() {
+    "$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
+}
+now() { date +%s.%N; }
+# run_bg LOG CMD...: start CMD under timeout in its own process group
+run_bg() {
+    local log=$1; shift
+    timeout --kill-after=10 "$TIMEOUT" "$@" </dev/null >"$log" 2>&1 &
+    PGIDS+=("$!")
+    LAST_PID=$!
+}
+
+DTRAIN_RC=skip
+DTRAIN_WALL=
+run_dtrain() {
+    if [[ ! -x $DTRAIN ]]; then
+        echo "== dtrain: $DTRAIN not built; skipped" >&2
+        return 0
+    fi
+    local port extra=()
+    port=$(free_port)
+    # pass a free port if `dtrain run` takes one (torchrun spells it both ways)
+    if "$DTRAIN" run --help 2>&1 | grep -q -- '--master-port'; then
+        extra=(--master-port "$port")
+    elif "$DTRAIN" run --help 2>&1 | grep -q -- '--master_port'; then
+        extra=(--master_port "$port")
+    fi
+    local cmd=("$DTRAIN" run --nproc-per-node "$NPROC" "${extra[@]}" --
+        "$DTRAIN" train --model cnn --dataset fashion-mnist --data-dir "$DATA_DIR"
+        --epochs "$EPOCHS" --batch-size "$BATCH" --lr 0.01 --momentum 0.9
+        --weight-decay 0 --seed 0 --threads "$THREADS"
+        --metrics-file "$OUT/dtrain.jsonl")
+    echo "== dtrain: ${cmd[*]}" >&2
+    rm -f "$OUT/dtrain.jsonl"
+    local t0 t1
+    t0=$(now)
+    run_bg "$OUT/dtrain.log" env OMP_NUM_THREADS="$THREADS" "${cmd[@]}"
+    set +e; wait "$LAST_PID"; DTRAIN_RC=$?; set -e
+    t1=$(now)
+    PGIDS=()
+    DTRAIN_WALL=$("$PY" -c "print(f'{$t1 - $t0:.3f}')")
+    echo "   rc=$DTRAIN_RC wall=${DTRAIN_WALL}s log=$OUT/dtrain.log" >&2
+    [[ $DTRAIN_RC == 0 ]] || tail -n 20 "$OUT/dtrain.log" >&2
+}
+
+PEER_RC=skip
+PEER_WALL=
+run_peer() {
+    local port r pids=() rc=0
+    port=$(free_port)
+    echo "== peer: $NPROC x $PY bench/peer/pytorch_ddp_train.py --epochs $EPOCHS --threads $THREADS (Gloo, MASTER_PORT=$port)" >&2
+    rm -f "$OUT/peer.jsonl"
+    local t0 t1
+    t0=$(now)
+    for ((r = NPROC - 1; r >= 0; r--)); do
+        local margs=()
+        [[ $r == 0 ]] && margs=(--metrics-file "$OUT/peer.jsonl")
+        run_bg "$OUT/peer.rank$r.log" env MASTER_ADDR=127.0.0.1 MASTER_PORT="$port" \
+            WORLD_SIZE="$NPROC" RANK="$r" LOCAL_RANK="$r" LOCAL_WORLD_SIZE="$NPROC" \
+            OMP_NUM_THREADS="$THREADS" \
+            "$PY" "$HERE/peer/pytorch_ddp_train.py" --data-dir "$DATA_DIR" \
+            --epochs "$EPOCHS" --batch-size "$BATCH" --lr 0.01 --momentum 0.9 \
+            --weight-decay 0 --seed 0 --threads "$THREADS" "${margs[@]}"
+        pids+=("$LAST_PID")
+    done
+    # wait for both ranks; if one fails, stop the other instead of letting it
+    # wait for its peer until the timeout
+    local p c done_pid rest
+    while ((${#pids[@]})); do
+        set +e; wait -n -p done_pid "${pids[@]}"; c=$?; set -e
+        [[ -n ${done_pid:-} ]] || break
+        rest=()
+        for p in "${pids[@]}"; do [[ $p == "$done_pid" ]] || rest+=("$p"); done
+        pids=("${rest[@]}")
+        if [[ $c != 0 && $rc == 0 ]]; then
+            rc=$c
+            for p in "${pids[@]}"; do kill -TERM -- "-$p" 2>/dev/null || true; done
+        fi
+    done
+    t1=$(now)
+    PGIDS=()
+    PEER_RC=$rc
+    PEER_WALL=$("$PY" -c "print(f'{$t1 - $t0:.3f}')")
+    echo "   rc=$PEER_RC wall=${PEER_WALL}s logs=$OUT/peer.rank*.log" >&2
+    [[ $PEER_RC == 0 ]] || tail -n 20 "$OUT/peer.rank0.log" >&2
+}
+
+echo "load before: $(uptime)" >&2
+[[ $ONLY == peer ]] || run_dtrain
+[[ $ONLY == dtrain ]] || run_peer
+echo "load after:  $(uptime)" >&2
+
+"$PY" - "$OUT" "$EPOCHS" "$DTRAIN_RC" "${DTRAIN_WALL:-nan}" "$PEER_RC" "${PEER_WALL:-nan}" <<'EOF'
+import json, math, os, sys
+out, epochs = sys.argv[1], int(sys.argv[2])
+runs = {"dtrain": (sys.argv[3], float(sys.argv[4])), "pytorch": (sys.argv[5], float(sys.argv[6]))}
+files = {"dtrain": "dtrain.jsonl", "pytorch": "peer.jsonl"}
+
+def load(path):
+    recs = []
+    if os.path.exists(path):
+        for line in open(path):
+            line = line.strip()
+            if line.startswith("{"):
+                try:
+                    recs.append(json.loads(line))
+                except ValueError:
+                    pass
+    return recs
+
+rows = {}
+for impl, (rc, wall) in runs.items():
+    recs = load(os.path.join(out, files[impl]))
+    if rc == "skip":
+        rows[impl] = None
+        continue
+    later = recs[1:] if len(recs) > 1 else recs
+    ips = sum(r["images_per_sec"] for r in later) / len(later) if later else math.nan
+    acc = recs[-1]["test_acc"] if recs else math.nan
+    loss = recs[-1]["train_loss"] if recs else math.nan
+    eps = sum(r["epoch_seconds"] for r in recs) / len(recs) if recs else math.nan
+    rows[impl] = dict(rc=rc, epochs=len(recs), ips=ips, acc=acc, loss=loss, eps=eps, wall=wall)
+
+def fmt(v, spec):
+    return "n/a" if v is None or (isinstance(v, float) and math.isnan(v)) else format(v, spec)
+
+def ratio(key):
+    d, p = rows.get("dtrain"), rows.get("pytorch")
+    if not d or not p:
+        return "n/a"
+    a, b = d[key], p[key]
+    if any(isinstance(v, float) and math.isnan(v) for v in (a, b)) or b == 0:
+        return "n/a"
+    return f"{a / b:.3f}"
+
+ep_label = f"epochs 2..{epochs}" if epochs > 1 else "epoch 1"
+lines = [
+    ("images/sec (" + ep_label + ", all ranks)", "ips", ".1f"),
+    ("final test_acc", "acc", ".4f"),
+    ("final train_loss", "loss", ".4f"),
+    ("mean epoch_seconds", "eps", ".2f"),
+    ("total wall time incl. start-up (s)", "wall", ".2f"),
+]
+print()
+print(f"Fashion-MNIST CNN, 2 processes x 1 thread, batch 64/process, Gloo, {epochs} epoch(s)")
+print(f"{'':40s} {'dtrain':>12s} {'pytorch':>12s} {'dtrain/peer':>12s}")
+for label, key, spec in lines:
+    d, p = rows.get("dtrain"), rows.get("pytorch")
+    print(f"{label:40s} {fmt(d[key] if d else None, spec):>12s} "
+          f"{fmt(p[key] if p else None, spec):>12s} {ratio(key):>12s}")
+for impl in ("dtrain", "pytorch"):
+    r = rows.get(impl)
+    if r and (r["rc"] != "0" or r["epochs"] != epochs):
+        print(f"WARNING: {impl}: exit status {r['rc']}, {r['epochs']}/{epochs} epochs in metrics")
+print(f"(metrics and logs: {out})")
+EOF
