@@ -13,18 +13,10 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_version_flag("--version", "dtrain 0.1.0");
   int exit_code = 0;
-#ifdef DTRAIN_CLI_HAS_RUN
   dtrain::cli::add_run_command(app, &exit_code);
-#endif
-#ifdef DTRAIN_CLI_HAS_TRAIN
   dtrain::cli::add_train_command(app, &exit_code);
-#endif
-#ifdef DTRAIN_CLI_HAS_DATA
   dtrain::cli::add_data_command(app, &exit_code);
-#endif
-#ifdef DTRAIN_CLI_HAS_BENCH
   dtrain::cli::add_bench_command(app, &exit_code);
-#endif
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
