@@ -57,6 +57,10 @@ function(dtrain_test name)
   target_compile_options(${name} PRIVATE ${DTRAIN_WARNINGS})
   target_compile_definitions(${name} PRIVATE
     DTRAIN_BINARY_DIR="${CMAKE_BINARY_DIR}" DTRAIN_SOURCE_DIR="${DTRAIN_ROOT}")
+  # GoogleTest's discovery drops the escaping of a list inside PROPERTIES, so
+  # the labels travel as one: "unit;data" -> "unit_data". ctest -L takes a
+  # regular expression, so both `-L unit` and `-L data` still select it.
+  string(REPLACE ";" "_" labels "${A_LABELS}")
   gtest_discover_tests(${name} DISCOVERY_MODE PRE_TEST
-    PROPERTIES LABELS "${A_LABELS}" TIMEOUT ${A_TIMEOUT})
+    PROPERTIES LABELS "${labels}" TIMEOUT ${A_TIMEOUT})
 endfunction()

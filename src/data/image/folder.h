@@ -1,0 +1,29 @@
+#pragma once
+// ImageFolder scanning, shared by the folder source and the packer so both
+// see the same samples in the same order.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace dtrain::image {
+
+/// The samples of one ImageFolder split, in torchvision's order.
+struct FolderIndex {
+  std::string root;
+  std::vector<std::string> classes;
+  /// Paths relative to root, e.g. "n01440764/n01440764_10026.JPEG".
+  std::vector<std::string> files;
+  std::vector<int32_t> labels;
+};
+
+/// True for .jpg, .jpeg and .png in any case.
+bool has_image_extension(const std::string& name);
+
+/// Label of `name` in `classes`, or -1.
+int32_t class_index(const std::vector<std::string>& classes, const std::string& name);
+
+/// Scans `root` (see open_image_folder in dtrain/image.h for the rules).
+FolderIndex scan_image_folder(const std::string& root, const std::vector<std::string>& class_names);
+
+}  // namespace dtrain::image

@@ -1,0 +1,228 @@
+// Writing and reading the packed format described in packed.h.
+
+#include "data/image/packed.h"
+
+#include <cstdio>
+#include <cstring>
+#include <utility>
+#include <vector>
+
+#include "common/strings.h"
+#include "data/image/folder.h"
+#include "data/image/io.h"
+#include "dtrain/errors.h"
+#include "dtrain/image.h"
+
+namespace dtrain {
+namespace image {
+namespace {
+
+// Little-endian serialisation into a byte buffer.
+class Writer {
+ public:
+  template <typename T>
+  void put(T v) {
+    for (size_t i = 0; i < sizeof(T); ++i) bytes_.push_back(static_cast<uint8_t>(v >> (8 * i)));
+  }
+  void put_raw(const char* s, size_t n) { bytes_.insert(bytes_.end(), s, s + n); }
+  void put_string(const std::string& s) {
+    put(static_cast<uint16_t>(s.size()));
+    put_raw(s.data(), s.size());
+  }
+  const std::vector<uint8_t>& bytes() const { return bytes_; }
+
+ private:
+  std::vector<uint8_t> bytes_;
+};
+
+class Reader {
+ public:
+  Reader(const std::vector<uint8_t>& bytes, std::string path) : b_(bytes), path_(std::move(path)) {}
+  template <typename T>
+  T get() {
+    need(sizeof(T));
+    T v = 0;
+    for (size_t i = 0; i < sizeof(T); ++i) v |= static_cast<T>(T{b_[at_ + i]} << (8 * i));
+    at_ += sizeof(T);
+    return v;
+  }
+  std::string get_raw(size_t n) {
+    need(n);
+    std::string s(reinterpret_cast<const char*>(b_.data() + at_), n);
+    at_ += n;
+    return s;
+  }
+  std::string get_string() { return get_raw(get<uint16_t>()); }
+
+ private:
+  void need(size_t n) const {
+    if (at_ + n > b_.size()) {
+      throw DataError(cat("packed index '", path_, "' is truncated at byte ", at_,
+                          "; re-run 'dtrain data pack'"));
+    }
+  }
+  const std::vector<uint8_t>& b_;
+  std::string path_;
+  size_t at_ = 0;
+};
+
+struct Entry {
+  uint32_t shard;
+  uint64_t offset;
+  uint32_t size;
+  uint32_t label;
+};
+
+class PackedSource : public ImageSource {
+ public:
+  PackedSource(const std::string& dir, const std::vector<std::string>& class_names) : dir_(dir) {
+    const std::string index_path = dir + "/index.bin";
+    if (!is_directory(dir)) {
+      throw DataError(cat("packed dataset '", dir,
+                          "' does not exist; create it with "
+                          "'dtrain data pack IMAGEFOLDER ",
+                          dir, "'"));
+    }
+    std::vector<uint8_t> bytes;
+    read_file(index_path, bytes);
+    parse(Reader(bytes, index_path), index_path, class_names);
+  }
+
+  int64_t size() const override { return static_cast<int64_t>(entries_.size()); }
+  int64_t label(int64_t i) const override { return entries_[i].label; }
+  std::string name(int64_t i) const override {
+    return cat(shard_path(dir_, entries_[i].shard), "@", entries_[i].offset, " (",
+               names_.substr(name_offsets_[i], name_offsets_[i + 1] - name_offsets_[i]), ")");
+  }
+  void read(int64_t i, SampleData& out) const override {
+    const Entry& e = entries_[i];
+    out.encoded = true;
+    out.bytes.resize(e.size);
+    shards_[e.shard].pread_exact(out.bytes.data(), e.size, static_cast<int64_t>(e.offset));
+  }
+  const std::vector<std::string>& classes() const override { return classes_; }
+
+ private:
+  void parse(Reader r, const std::string& path, const std::vector<std::string>& class_names) {
+    if (r.get_raw(8) != kPackMagic) {
+      throw DataError(cat("'", path, "' is not a dtrain packed index (bad magic)"));
+    }
+    const uint32_t version = r.get<uint32_t>();
+    if (version != kPackVersion) {
+      throw DataError(cat("packed index '", path, "' has version ", version, "; this dtrain reads ",
+                          kPackVersion, ". Re-run 'dtrain data pack'"));
+    }
+    const uint32_t num_shards = r.get<uint32_t>();
+    const uint32_t num_classes = r.get<uint32_t>();
+    const uint64_t num_samples = r.get<uint64_t>();
+    std::vector<std::string> own_classes(num_classes);
+    for (auto& c : own_classes) c = r.get_string();
+    classes_ = class_names.empty() ? own_classes : class_names;
+    std::vector<int64_t> shard_sizes;
+    for (uint32_t s = 0; s < num_shards; ++s) {
+      shards_.push_back(File::open_read(shard_path(dir_, s)));
+      shard_sizes.push_back(shards_.back().size());
+    }
+    entries_.reserve(num_samples);
+    name_offsets_.reserve(num_samples + 1);
+    name_offsets_.push_back(0);
+    for (uint64_t i = 0; i < num_samples; ++i) {
+      Entry e{r.get<uint32_t>(), r.get<uint64_t>(), r.get<uint32_t>(), r.get<uint32_t>()};
+      const std::string rel = r.get_string();
+      if (e.shard >= num_shards || e.label >= num_classes ||
+          e.offset + e.size > static_cast<uint64_t>(shard_sizes[e.shard])) {
+        throw DataError(cat("packed index '", path, "': entry ", i, " (", rel,
+                            ") points outside its shard or classes; re-run 'dtrain data pack'"));
+      }
+      const int32_t label = class_index(classes_, own_classes[e.label]);
+      if (label < 0) {
+        throw DataError(cat("packed dataset '", dir_, "': class '", own_classes[e.label],
+                            "' is not one of the training split's classes"));
+      }
+      e.label = static_cast<uint32_t>(label);
+      entries_.push_back(e);
+      names_ += rel;
+      name_offsets_.push_back(names_.size());
+    }
+    if (r.get_raw(8) != kPackEnd) {
+      throw DataError(
+          cat("packed index '", path, "' has no end marker; re-run 'dtrain data pack'"));
+    }
+    if (entries_.empty()) throw DataError(cat("packed dataset '", dir_, "' has no samples"));
+  }
+
+  std::string dir_;
+  std::vector<std::string> classes_;
+  std::vector<File> shards_;
+  std::vector<Entry> entries_;
+  std::string names_;  // relative paths back to back
+  std::vector<size_t> name_offsets_;
+};
+
+}  // namespace
+
+std::string shard_path(const std::string& dir, uint32_t shard) {
+  char name[32];
+  std::snprintf(name, sizeof(name), "/shard-%05u.bin", shard);
+  return dir + name;
+}
+
+}  // namespace image
+
+std::shared_ptr<ImageSource> open_packed(const std::string& dir,
+                                         const std::vector<std::string>& class_names) {
+  return std::make_shared<image::PackedSource>(dir, class_names);
+}
+
+PrepareStats pack_image_folder(const std::string& folder, const std::string& out_dir,
+                               const PackOptions& options) {
+  using namespace image;
+  if (options.shard_size_bytes < 1) {
+    throw InvalidArgument(cat("shard size must be positive, got ", options.shard_size_bytes));
+  }
+  const FolderIndex index = scan_image_folder(folder, {});
+  make_dirs(out_dir);
+  Writer w;
+  w.put_raw(kPackMagic, 8);
+  w.put(kPackVersion);
+  Writer entries;
+  uint32_t shard = 0;
+  int64_t shard_bytes = 0;
+  File out = File::create(shard_path(out_dir, shard));
+  std::vector<uint8_t> bytes;
+  PrepareStats stats;
+  for (size_t i = 0; i < index.files.size(); ++i) {
+    if (shard_bytes >= options.shard_size_bytes) {
+      out = File::create(shard_path(out_dir, ++shard));
+      shard_bytes = 0;
+    }
+    read_file(index.root + "/" + index.files[i], bytes);
+    out.write_all(bytes.data(), bytes.size());
+    entries.put(shard);
+    entries.put(static_cast<uint64_t>(shard_bytes));
+    entries.put(static_cast<uint32_t>(bytes.size()));
+    entries.put(static_cast<uint32_t>(index.labels[i]));
+    entries.put_string(index.files[i]);
+    shard_bytes += static_cast<int64_t>(bytes.size());
+    stats.bytes += static_cast<int64_t>(bytes.size());
+  }
+  w.put(shard + 1);
+  w.put(static_cast<uint32_t>(index.classes.size()));
+  w.put(static_cast<uint64_t>(index.files.size()));
+  for (const auto& c : index.classes) w.put_string(c);
+  const std::string tmp = out_dir + "/index.bin.tmp";
+  {
+    File f = File::create(tmp);
+    f.write_all(w.bytes().data(), w.bytes().size());
+    f.write_all(entries.bytes().data(), entries.bytes().size());
+    f.write_all(kPackEnd, 8);
+  }
+  if (std::rename(tmp.c_str(), (out_dir + "/index.bin").c_str()) != 0) {
+    throw DataError(cat("cannot rename '", tmp, "' to index.bin in '", out_dir, "'"));
+  }
+  stats.classes = static_cast<int64_t>(index.classes.size());
+  stats.images = static_cast<int64_t>(index.files.size());
+  return stats;
+}
+
+}  // namespace dtrain

@@ -1,0 +1,141 @@
+// The image datasets' rows in the dataset registry (data/registry.h).
+
+#include <utility>
+
+#include "common/strings.h"
+#include "data/image/io.h"
+#include "data/registry.h"
+#include "dtrain/errors.h"
+#include "dtrain/image.h"
+
+namespace dtrain::data {
+namespace {
+
+constexpr int kImageNetSize = 224;
+
+std::string require_dir(const DatasetOptions& o, const char* what) {
+  if (o.data_dir.empty()) {
+    throw InvalidArgument(cat("dataset '", o.name, "' needs --data-dir: ", what));
+  }
+  if (!image::is_directory(o.data_dir)) {
+    throw DataError(cat("dataset '", o.name, "': directory '", o.data_dir, "' does not exist"));
+  }
+  return o.data_dir;
+}
+
+// DATA_DIR/train and DATA_DIR/val (or DATA_DIR/test).
+std::pair<std::string, std::string> split_dirs(const DatasetOptions& o, const char* layout) {
+  const std::string root = require_dir(o, layout);
+  const std::string train = root + "/train";
+  if (!image::is_directory(train)) {
+    throw DataError(cat("dataset '", o.name, "': '", train, "' does not exist; expected ", layout));
+  }
+  for (const char* name : {"/val", "/test"}) {
+    if (image::is_directory(root + name)) return {train, root + name};
+  }
+  throw DataError(cat("dataset '", o.name, "': neither '", root, "/val' nor '", root,
+                      "/test' exists; expected ", layout));
+}
+
+DatasetSplits make_splits(std::shared_ptr<ImageSource> train, std::shared_ptr<ImageSource> test,
+                          const DatasetOptions& o, TransformOptions train_t,
+                          TransformOptions test_t) {
+  DatasetSplits s;
+  s.num_classes = static_cast<int64_t>(train->classes().size());
+  s.sample_shape = {3, train_t.size, train_t.size};
+  s.train = std::make_unique<ImageLoader>(std::move(train), o.train, train_t, ImageLoaderOptions{});
+  s.test = std::make_unique<ImageLoader>(std::move(test), o.test, test_t, ImageLoaderOptions{});
+  return s;
+}
+
+constexpr const char* kFolderLayout = "DATA_DIR/{train,val}/<class>/<image>.{jpg,png}";
+constexpr const char* kPackedLayout =
+    "DATA_DIR/{train,val}/ made by 'dtrain data pack IMAGEFOLDER DATA_DIR/train' (and val)";
+
+DatasetSplits open_folder(const DatasetOptions& o) {
+  const auto [train_dir, test_dir] = split_dirs(o, kFolderLayout);
+  auto train = open_image_folder(train_dir);
+  auto test = open_image_folder(test_dir, train->classes());
+  return make_splits(std::move(train), std::move(test), o,
+                     TransformOptions::imagenet_train(kImageNetSize),
+                     TransformOptions::imagenet_eval(kImageNetSize));
+}
+
+DatasetSplits open_packed_dataset(const DatasetOptions& o) {
+  const auto [train_dir, test_dir] = split_dirs(o, kPackedLayout);
+  auto train = open_packed(train_dir);
+  auto test = open_packed(test_dir, train->classes());
+  return make_splits(std::move(train), std::move(test), o,
+                     TransformOptions::imagenet_train(kImageNetSize),
+                     TransformOptions::imagenet_eval(kImageNetSize));
+}
+
+// Fixed-size sets: random flip for training, pixels as they are otherwise.
+DatasetSplits open_fixed(std::shared_ptr<ImageSource> train, std::shared_ptr<ImageSource> test,
+                         const DatasetOptions& o, int size, std::array<float, 3> mean,
+                         std::array<float, 3> std) {
+  TransformOptions t;
+  t.size = size;
+  t.mean = mean;
+  t.std = std;
+  TransformOptions train_t = t;
+  train_t.random_flip = true;
+  return make_splits(std::move(train), std::move(test), o, train_t, t);
+}
+
+DatasetSplits open_stl(const DatasetOptions& o) {
+  const std::string dir = require_dir(o, "the directory of train_X.bin (stl10_binary)");
+  return open_fixed(open_stl10(dir, true), open_stl10(dir, false), o, 96,
+                    {0.4467f, 0.4398f, 0.4066f}, {0.2603f, 0.2566f, 0.2713f});
+}
+
+DatasetSplits open_cifar(const DatasetOptions& o) {
+  const std::string dir = require_dir(o, "the directory of data_batch_1.bin");
+  return open_fixed(open_cifar10(dir, true), open_cifar10(dir, false), o, 32,
+                    {0.4914f, 0.4822f, 0.4465f}, {0.2470f, 0.2435f, 0.2616f});
+}
+
+// --data-dir for synthetic data is an optional spec "CxHxW[:CLASSES[:SAMPLES]]".
+DatasetSplits open_synthetic(const DatasetOptions& o) {
+  std::vector<int64_t> shape{3, kImageNetSize, kImageNetSize};
+  long long classes = 1000, samples = 12800;
+  if (!o.data_dir.empty()) {
+    const std::vector<std::string> parts = split(o.data_dir, ':');
+    const std::vector<std::string> dims = split(parts[0], 'x');
+    long long v = 0;
+    bool ok = dims.size() == 3 && parts.size() <= 3;
+    for (size_t i = 0; ok && i < dims.size(); ++i) {
+      ok = parse_int(dims[i], &v) && v > 0;
+      shape[i] = v;
+    }
+    if (ok && parts.size() > 1) ok = parse_int(parts[1], &classes) && classes > 0;
+    if (ok && parts.size() > 2) ok = parse_int(parts[2], &samples) && samples > 0;
+    if (!ok) {
+      throw InvalidArgument(cat("synthetic: --data-dir '", o.data_dir,
+                                "' is not CxHxW[:CLASSES[:SAMPLES]], e.g. 3x224x224:1000:12800"));
+    }
+  }
+  DatasetSplits s;
+  s.num_classes = classes;
+  s.sample_shape = shape;
+  s.train = make_synthetic_loader(shape, classes, samples, o.train);
+  s.test = make_synthetic_loader(shape, classes, std::max(1LL, samples / 10), o.test);
+  return s;
+}
+
+}  // namespace
+
+std::vector<DatasetEntry> image_dataset_entries() {
+  return {
+      {"imagefolder", "JPEG/PNG class folders: DATA_DIR/{train,val}/<class>/<image>", &open_folder},
+      {"packed", "an ImageFolder packed by 'dtrain data pack': DATA_DIR/{train,val}",
+       &open_packed_dataset},
+      {"stl10", "STL-10 binary files (stl10_binary/) in DATA_DIR", &open_stl},
+      {"cifar10", "CIFAR-10 binary batches (cifar-10-batches-bin/) in DATA_DIR", &open_cifar},
+      {"synthetic",
+       "random inputs made once; --data-dir CxHxW[:CLASSES[:SAMPLES]] (3x224x224:1000:12800)",
+       &open_synthetic},
+  };
+}
+
+}  // namespace dtrain::data

@@ -1,0 +1,263 @@
+// ImageLoader: determinism across thread counts, coverage per rank, bad data,
+// resuming, stopping and timeouts.
+
+#include <gtest/gtest.h>
+
+#include <ATen/ATen.h>
+
+#include <atomic>
+#include <chrono>
+#include <set>
+#include <thread>
+
+#include "dtrain/errors.h"
+#include "dtrain/image.h"
+#include "image_fixtures.h"
+
+namespace dtrain {
+namespace {
+
+using testing::TempDir;
+
+// Raw 4x4 images whose pixels spell their index; listed indices fail to read,
+// and every read can be slowed down.
+class CountingSource : public ImageSource {
+ public:
+  explicit CountingSource(int64_t n, std::set<int64_t> bad = {}) : n_(n), bad_(std::move(bad)) {}
+  int64_t size() const override { return n_; }
+  int64_t label(int64_t i) const override { return i % 10; }
+  std::string name(int64_t i) const override { return "sample-" + std::to_string(i); }
+  void read(int64_t i, SampleData& out) const override {
+    if (delay_.count() > 0) std::this_thread::sleep_for(delay_);
+    if (bad_.count(i)) throw DataError("not an image");
+    out.encoded = false;
+    out.image.reset(4, 4, 3);
+    for (size_t p = 0; p < out.image.pixels.size(); ++p) {
+      out.image.pixels[p] = static_cast<uint8_t>(p % 3 == 0 ? i % 256 : p % 3 == 1 ? i / 256 : p);
+    }
+  }
+  const std::vector<std::string>& classes() const override { return classes_; }
+  std::chrono::milliseconds delay_{0};
+
+ private:
+  int64_t n_;
+  std::set<int64_t> bad_;
+  std::vector<std::string> classes_ = std::vector<std::string>(10, "c");
+};
+
+TransformOptions raw_transform() {
+  TransformOptions t;
+  t.size = 4;
+  t.uint8_output = true;
+  return t;
+}
+
+int64_t index_of_row(const at::Tensor& inputs, int64_t row) {
+  const at::Tensor r = inputs[row];
+  return r[0][0][0].item<int64_t>() + 256 * r[1][0][0].item<int64_t>();
+}
+
+LoaderOptions loader_options(int threads, int rank = 0, int world = 1) {
+  LoaderOptions o;
+  o.batch_size = 8;
+  o.seed = 42;
+  o.threads = threads;
+  o.rank = rank;
+  o.world_size = world;
+  return o;
+}
+
+std::vector<at::Tensor> epoch_inputs(ImageLoader& loader, int64_t epoch) {
+  std::vector<at::Tensor> out;
+  loader.start_epoch(epoch);
+  for (Batch b; loader.next(b);) {
+    out.push_back(b.inputs.clone());
+    out.push_back(b.targets.clone());
+  }
+  return out;
+}
+
+TEST(ImageLoader, OutputIsIdenticalForOneAndFourThreadsWithAugmentation) {
+  TempDir dir;
+  testing::make_image_folder(dir.path(), {"a", "b", "c"}, 7);
+  auto source = open_image_folder(dir.path());
+  const TransformOptions t = TransformOptions::imagenet_train(24);
+  ImageLoader inline_loader(source, loader_options(0), t, {});
+  ImageLoader one(source, loader_options(1), t, {});
+  ImageLoader four(source, loader_options(4), t, {});
+  for (int64_t epoch : {0, 1}) {
+    const auto a = epoch_inputs(inline_loader, epoch);
+    const auto b = epoch_inputs(one, epoch);
+    const auto c = epoch_inputs(four, epoch);
+    ASSERT_EQ(a.size(), 2u * 3);  // 21 samples in batches of 8
+    ASSERT_EQ(b.size(), a.size());
+    ASSERT_EQ(c.size(), a.size());
+    for (size_t i = 0; i < a.size(); ++i) {
+      EXPECT_TRUE(at::equal(a[i], b[i])) << "epoch " << epoch << " tensor " << i;
+      EXPECT_TRUE(at::equal(a[i], c[i])) << "epoch " << epoch << " tensor " << i;
+    }
+  }
+  // Different epochs draw different crops and orders.
+  EXPECT_FALSE(at::equal(epoch_inputs(four, 0)[0], epoch_inputs(four, 1)[0]));
+}
+
+TEST(ImageLoader, EverySampleIsSeenOncePerEpochAcrossTheRankPartition) {
+  auto source = std::make_shared<CountingSource>(100);
+  for (int world : {1, 3, 4}) {
+    std::multiset<int64_t> seen;
+    for (int rank = 0; rank < world; ++rank) {
+      ImageLoader loader(source, loader_options(2, rank, world), raw_transform(), {});
+      loader.start_epoch(3);
+      int64_t batches = 0;
+      for (Batch b; loader.next(b); ++batches) {
+        for (int64_t r = 0; r < b.inputs.size(0); ++r) {
+          const int64_t index = index_of_row(b.inputs, r);
+          EXPECT_EQ(b.targets[r].item<int64_t>(), index % 10);
+          seen.insert(index);
+        }
+      }
+      EXPECT_EQ(batches, loader.batches_per_epoch());
+    }
+    // Padding repeats at most world - 1 samples (PyTorch's wrap-around).
+    const int64_t total = (100 + world - 1) / world * world;
+    EXPECT_EQ(static_cast<int64_t>(seen.size()), total) << world;
+    for (int64_t i = 0; i < 100; ++i) EXPECT_GE(seen.count(i), 1u) << i;
+  }
+}
+
+TEST(ImageLoader, CorruptSamplesAreReplacedCountedAndNamed) {
+  auto source = std::make_shared<CountingSource>(20, std::set<int64_t>{3, 11});
+  LoaderOptions o = loader_options(2);
+  o.shuffle = false;
+  ImageLoader loader(source, o, raw_transform(), {});
+  loader.start_epoch(0);
+  ::testing::internal::CaptureStderr();
+  std::vector<int64_t> rows;
+  for (Batch b; loader.next(b);) {
+    for (int64_t r = 0; r < b.inputs.size(0); ++r) rows.push_back(index_of_row(b.inputs, r));
+  }
+  const std::string warnings = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(loader.skipped_samples(), 2);
+  EXPECT_NE(warnings.find("sample-3: not an image"), std::string::npos) << warnings;
+  EXPECT_NE(warnings.find("sample-11"), std::string::npos) << warnings;
+  ASSERT_EQ(rows.size(), 20u);  // batches stay full: the next good sample stands in
+  EXPECT_EQ(rows[3], 4);
+  EXPECT_EQ(rows[11], 12);
+}
+
+TEST(ImageLoader, StrictModeFailsOnTheFirstCorruptSample) {
+  TempDir dir;
+  testing::make_image_folder(dir.path(), {"a"}, 4);
+  testing::write_file(dir / "a/broken.jpg", {0xFF, 0xD8, 0xFF, 0xE0, 1, 2, 3});
+  ImageLoaderOptions strict;
+  strict.strict = true;
+  LoaderOptions o = loader_options(2);
+  ImageLoader loader(open_image_folder(dir.path()), o, TransformOptions::imagenet_eval(16), strict);
+  loader.start_epoch(0);
+  Batch b;
+  try {
+    loader.next(b);
+    FAIL() << "strict mode accepted a corrupt JPEG";
+  } catch (const DataError& e) {
+    EXPECT_NE(std::string(e.what()).find(dir / "a/broken.jpg"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("--strict"), std::string::npos) << e.what();
+  }
+}
+
+TEST(ImageLoader, SkipToResumesTheEpochExactlyWhereACheckpointLeftIt) {
+  auto source = std::make_shared<CountingSource>(50);
+  ImageLoader full(source, loader_options(3), raw_transform(), {});
+  const auto expected = epoch_inputs(full, 2);
+  ImageLoader resumed(source, loader_options(2), raw_transform(), {});
+  resumed.start_epoch(2);
+  Batch b;
+  ASSERT_TRUE(resumed.next(b));
+  resumed.skip_to(4);
+  EXPECT_EQ(resumed.position(), 4);
+  size_t at = 8;  // tensors of batch 4: inputs at 2 * 4
+  for (; resumed.next(b); at += 2) {
+    ASSERT_LT(at, expected.size());
+    EXPECT_TRUE(at::equal(b.inputs, expected[at]));
+    EXPECT_TRUE(at::equal(b.targets, expected[at + 1]));
+  }
+  EXPECT_EQ(at, expected.size());
+}
+
+TEST(ImageLoader, DestroyingMidEpochStopsTheWorkersPromptly) {
+  auto source = std::make_shared<CountingSource>(10000);
+  source->delay_ = std::chrono::milliseconds(1);
+  const auto start = std::chrono::steady_clock::now();
+  {
+    ImageLoader loader(source, loader_options(4), raw_transform(), {});
+    loader.start_epoch(0);
+    Batch b;
+    ASSERT_TRUE(loader.next(b));
+    loader.start_epoch(1);  // restarting mid-epoch is a stop too
+    ASSERT_TRUE(loader.next(b));
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+}
+
+TEST(ImageLoader, AStalledSourceTimesOutInsteadOfBlockingForever) {
+  auto source = std::make_shared<CountingSource>(16);
+  source->delay_ = std::chrono::milliseconds(300);
+  ImageLoaderOptions o;
+  o.timeout = std::chrono::milliseconds(50);
+  ImageLoader loader(source, loader_options(1), raw_transform(), o);
+  loader.start_epoch(0);
+  Batch b;
+  try {
+    loader.next(b);
+    FAIL() << "no timeout";
+  } catch (const TimeoutError& e) {
+    EXPECT_NE(std::string(e.what()).find("not ready after 50 ms"), std::string::npos) << e.what();
+  }
+}
+
+TEST(ImageLoader, HeldBatchesAreNeverOverwritten) {
+  auto source = std::make_shared<CountingSource>(64);
+  ImageLoaderOptions o;
+  o.prefetch_batches = 2;
+  ImageLoader loader(source, loader_options(2), raw_transform(), o);
+  loader.start_epoch(0);
+  std::vector<Batch> held(8);
+  std::vector<at::Tensor> copies;
+  for (Batch& b : held) {
+    ASSERT_TRUE(loader.next(b));
+    copies.push_back(b.inputs.clone());
+  }
+  for (size_t i = 0; i < held.size(); ++i) EXPECT_TRUE(at::equal(held[i].inputs, copies[i])) << i;
+}
+
+TEST(ImageLoader, Uint8BatchesNormaliseToTheFloatBatches) {
+  TempDir dir;
+  testing::make_image_folder(dir.path(), {"a", "b"}, 3);
+  auto source = open_image_folder(dir.path());
+  TransformOptions t = TransformOptions::imagenet_train(16);
+  ImageLoader floats(source, loader_options(2), t, {});
+  t.uint8_output = true;
+  ImageLoader bytes(source, loader_options(2), t, {});
+  const auto f = epoch_inputs(floats, 0);
+  const auto u = epoch_inputs(bytes, 0);
+  EXPECT_EQ(u[0].scalar_type(), at::kByte);
+  EXPECT_TRUE(at::allclose(normalize_batch(u[0], t), f[0], 1e-5, 1e-5));
+}
+
+TEST(SyntheticLoader, GivesEachRankItsShareOfFullBatches) {
+  LoaderOptions o;
+  o.batch_size = 10;
+  o.world_size = 3;
+  o.drop_last = true;
+  auto loader = make_synthetic_loader({3, 8, 8}, 7, 100, o);
+  EXPECT_EQ(loader->samples_per_epoch(), 34);
+  EXPECT_EQ(loader->batches_per_epoch(), 3);
+  Batch b;
+  loader->start_epoch(0);
+  int n = 0;
+  while (loader->next(b)) ++n;
+  EXPECT_EQ(n, 3);
+  EXPECT_LT(b.targets.max().item<int64_t>(), 7);
+}
+
+}  // namespace
+}  // namespace dtrain
