@@ -71,6 +71,12 @@ struct DatasetOptions {
   std::string data_dir;
   LoaderOptions train;
   LoaderOptions test;
+  /// A corrupt or unreadable sample is an error instead of being skipped,
+  /// counted and named in a warning (image datasets).
+  bool strict = false;
+  /// Training crop and evaluation size of the folder datasets (imagefolder,
+  /// packed); 0: 224, as for ImageNet.
+  int64_t image_size = 0;
 };
 
 /// Opens a dataset by name. Throws InvalidArgument for an unknown name (the

@@ -52,6 +52,12 @@ void add_train_command(CLI::App& root, int* exit_code) {
   cmd->add_option("--dataset", o.dataset.name, "Dataset: " + join(dataset_names(), ", "))
       ->capture_default_str();
   cmd->add_option("--data-dir", o.dataset.data_dir, "Dataset directory (default per dataset)");
+  cmd->add_option("--image-size", o.dataset.image_size,
+                  "Crop size for imagefolder/packed (0: 224)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_flag("--strict", o.dataset.strict,
+                "Fail on a corrupt or unreadable image instead of skipping it");
   cmd->add_option("--epochs", o.epochs, "Epochs")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("--batch-size", o.batch_size, "Samples per step on each process")
       ->capture_default_str()

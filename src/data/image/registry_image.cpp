@@ -37,14 +37,21 @@ std::pair<std::string, std::string> split_dirs(const DatasetOptions& o, const ch
                       "/test' exists; expected ", layout));
 }
 
+// The training crop / evaluation size of the folder datasets.
+int crop_size(const DatasetOptions& o) {
+  return o.image_size > 0 ? static_cast<int>(o.image_size) : kImageNetSize;
+}
+
 DatasetSplits make_splits(std::shared_ptr<ImageSource> train, std::shared_ptr<ImageSource> test,
                           const DatasetOptions& o, TransformOptions train_t,
                           TransformOptions test_t) {
   DatasetSplits s;
   s.num_classes = static_cast<int64_t>(train->classes().size());
   s.sample_shape = {3, train_t.size, train_t.size};
-  s.train = std::make_unique<ImageLoader>(std::move(train), o.train, train_t, ImageLoaderOptions{});
-  s.test = std::make_unique<ImageLoader>(std::move(test), o.test, test_t, ImageLoaderOptions{});
+  ImageLoaderOptions lo;
+  lo.strict = o.strict;
+  s.train = std::make_unique<ImageLoader>(std::move(train), o.train, train_t, lo);
+  s.test = std::make_unique<ImageLoader>(std::move(test), o.test, test_t, lo);
   return s;
 }
 
@@ -57,8 +64,8 @@ DatasetSplits open_folder(const DatasetOptions& o) {
   auto train = open_image_folder(train_dir);
   auto test = open_image_folder(test_dir, train->classes());
   return make_splits(std::move(train), std::move(test), o,
-                     TransformOptions::imagenet_train(kImageNetSize),
-                     TransformOptions::imagenet_eval(kImageNetSize));
+                     TransformOptions::imagenet_train(crop_size(o)),
+                     TransformOptions::imagenet_eval(crop_size(o)));
 }
 
 DatasetSplits open_packed_dataset(const DatasetOptions& o) {
@@ -66,8 +73,8 @@ DatasetSplits open_packed_dataset(const DatasetOptions& o) {
   auto train = open_packed(train_dir);
   auto test = open_packed(test_dir, train->classes());
   return make_splits(std::move(train), std::move(test), o,
-                     TransformOptions::imagenet_train(kImageNetSize),
-                     TransformOptions::imagenet_eval(kImageNetSize));
+                     TransformOptions::imagenet_train(crop_size(o)),
+                     TransformOptions::imagenet_eval(crop_size(o)));
 }
 
 // Fixed-size sets: random flip for training, pixels as they are otherwise.
