@@ -34,4 +34,8 @@ void disable_libuv(TcpStoreOptions& options) {
 #endif
 }
 
+/// Gloo allreduces bfloat16 tensors from 2.0 on; 1.13 rejects them
+/// ("Invalid scalar type"), so the bf16 comm hook gathers instead there.
+constexpr bool kGlooAllreducesBFloat16 = DTRAIN_TORCH_VERSION >= 200;
+
 }  // namespace dtrain::compat

@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 
 #include "cli/commands.h"
+#include "cli/validators.h"
 #include "common/strings.h"
 #include "dtrain/bench.h"
 #include "dtrain/errors.h"
@@ -58,20 +59,20 @@ void add_ddp(CLI::App& bench, int* exit_code) {
       ->capture_default_str();
   cmd->add_option("--batch-size", f->o.batch_size, "Samples per step per process")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(positive());
   cmd->add_option("--image-size", f->o.image_size, "Input size (0: 28 for cnn, else 32)")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative());
   cmd->add_option("--steps", f->o.steps, "Measured steps of each kind")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  cmd->add_option("--warmup", f->o.warmup, "Warm-up steps")->capture_default_str()->check(CLI::NonNegativeNumber);
+      ->check(positive());
+  cmd->add_option("--warmup", f->o.warmup, "Warm-up steps")->capture_default_str()->check(non_negative());
   cmd->add_option("--threads", f->o.threads, "Intra-op threads per process (0: default)")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative());
   cmd->add_option("--bucket-cap-mb", f->o.bucket_cap_mb, "DDP bucket size in MiB")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(positive());
   cmd->add_option("--comm-hook", f->o.comm_hook, "none, fp16, bf16")
       ->capture_default_str()
       ->check(CLI::IsMember({"none", "fp16", "bf16"}));

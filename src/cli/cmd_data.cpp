@@ -10,6 +10,7 @@
 #include <CLI/CLI.hpp>
 
 #include "cli/commands.h"
+#include "cli/validators.h"
 #include "common/strings.h"
 #include "dtrain/errors.h"
 #include "dtrain/image.h"
@@ -85,7 +86,7 @@ void add_data_command(CLI::App& root, int* exit_code) {
   pack->add_option("OUT_DIR", f->out_dir, "Where shard-NNNNN.bin and index.bin go")->required();
   pack->add_option("--shard-size-mb", f->shard_size_mb, "Shard size in MiB")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(positive());
   pack->callback([f, exit_code] {
     *exit_code = run_step("pack", [&] {
       PackOptions o;

@@ -13,6 +13,7 @@
 #include <memory>
 
 #include "cli/commands.h"
+#include "cli/validators.h"
 #include "common/strings.h"
 #include "dtrain/errors.h"
 #include "dtrain/launch.h"
@@ -104,7 +105,7 @@ void add_run_command(CLI::App& root, int* exit_code) {
       ->envname("PET_RDZV_ID");
   cmd->add_option("--monitor-interval,--monitor_interval", flags->monitor_interval_s,
                   "Seconds between checks of the workers")
-      ->check(CLI::NonNegativeNumber)
+      ->check(non_negative())
       ->envname("PET_MONITOR_INTERVAL")
       ->capture_default_str();
   cmd->add_option("--log-dir,--log_dir", flags->log_dir,

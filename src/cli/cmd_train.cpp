@@ -4,6 +4,7 @@
 #include <CLI/CLI.hpp>
 
 #include "cli/commands.h"
+#include "cli/validators.h"
 #include "common/strings.h"
 #include "dtrain/errors.h"
 #include "dtrain/models.h"
@@ -55,39 +56,39 @@ void add_train_command(CLI::App& root, int* exit_code) {
   cmd->add_option("--image-size", o.dataset.image_size,
                   "Crop size for imagefolder/packed (0: 224)")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative());
   cmd->add_flag("--strict", o.dataset.strict,
                 "Fail on a corrupt or unreadable image instead of skipping it");
-  cmd->add_option("--epochs", o.epochs, "Epochs")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--epochs", o.epochs, "Epochs")->capture_default_str()->check(positive());
   cmd->add_option("--batch-size", o.batch_size, "Samples per step on each process")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(positive());
   cmd->add_option("--eval-batch-size", o.eval_batch_size, "Samples per evaluation batch")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  cmd->add_option("--lr", o.lr, "SGD learning rate")->capture_default_str()->check(CLI::PositiveNumber);
-  cmd->add_option("--momentum", o.momentum, "SGD momentum")->capture_default_str()->check(CLI::NonNegativeNumber);
+      ->check(positive());
+  cmd->add_option("--lr", o.lr, "SGD learning rate")->capture_default_str()->check(positive());
+  cmd->add_option("--momentum", o.momentum, "SGD momentum")->capture_default_str()->check(non_negative());
   cmd->add_option("--weight-decay", o.weight_decay, "SGD weight decay")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative());
   cmd->add_option("--seed", o.seed, "Seed for initialisation and shuffling")->capture_default_str();
   cmd->add_option("--threads", o.threads, "Intra-op threads per process (0: LibTorch default)")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative());
   cmd->add_option("--loader-threads", o.loader_threads, "Data loader threads per process")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative());
   cmd->add_option("--metrics-file", o.metrics_file, "Write one JSON object per epoch here");
   cmd->add_option("--bucket-cap-mb", o.ddp.bucket_cap_mb, "DDP bucket size in MiB")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(positive());
   cmd->add_option("--comm-hook", flags->comm_hook, "Gradient communication: none, fp16, bf16")
       ->capture_default_str()
       ->check(CLI::IsMember({"none", "fp16", "bf16"}));
   cmd->add_option("--accumulation-steps", o.accumulation_steps,
                   "Batches accumulated (no_sync) per optimizer step")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(positive());
   cmd->add_flag("--find-unused-parameters", o.ddp.find_unused_parameters,
                 "Tolerate parameters that get no gradient");
   cmd->add_flag("--gradient-as-bucket-view", o.ddp.gradient_as_bucket_view,
@@ -99,7 +100,7 @@ void add_train_command(CLI::App& root, int* exit_code) {
       ->check(CLI::IsMember({"gloo", "nccl"}));
   cmd->add_option("--timeout", flags->timeout_s, "Seconds a collective may take before failing")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(positive());
   cmd->add_flag("-v,--verbose", o.verbose, "Print DDP's runtime statistics each epoch");
   cmd->callback([flags, exit_code] { *exit_code = run_train(*flags); });
 }

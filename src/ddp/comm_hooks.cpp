@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include "comm/state.h"
+#include "dtrain/compat.h"
 #include "common/strings.h"
 #include "dtrain/ddp.h"
 #include "dtrain/errors.h"
@@ -64,6 +65,40 @@ class WorkReduction : public PendingReduction {
   std::shared_ptr<std::atomic<int64_t>> done_ = std::make_shared<std::atomic<int64_t>>(0);
 };
 
+// bf16 where Gloo cannot sum it (LibTorch 1.13): gather every rank's bf16
+// bits and sum them locally in fp32. For two ranks this moves as many
+// bytes as an allreduce would; beyond that it trades bandwidth for the format.
+class GatherSumReduction : public PendingReduction {
+ public:
+  GatherSumReduction(const ProcessGroup& pg, GradBucket& bucket, at::Tensor wire)
+      : pg_(pg), bucket_(bucket) {
+    // Gloo copies half tensors bit for bit (it has no int16); same width.
+    std::vector<at::Tensor> in{wire.view(at::kHalf)};
+    for (int r = 0; r < pg.size(); ++r) out_[0].push_back(at::empty_like(in[0]));
+    try {
+      work_ = pg_.backend()->allgather(out_, in);
+    } catch (const std::exception& e) {
+      rethrow_dist_error(e, pg_.rank(), bucket_what(bucket_), pg_.timeout());
+    }
+  }
+  void wait() override {
+    try {
+      work_->wait();
+    } catch (const std::exception& e) {
+      rethrow_dist_error(e, pg_.rank(), bucket_what(bucket_), pg_.timeout());
+    }
+    at::Tensor sum = at::zeros_like(bucket_.buffer, bucket_.buffer.options().dtype(at::kFloat));
+    for (const auto& part : out_[0]) sum.add_(part.view(at::kBFloat16).to(at::kFloat));
+    bucket_.buffer.copy_(sum);
+  }
+
+ private:
+  const ProcessGroup& pg_;
+  GradBucket& bucket_;
+  std::vector<std::vector<at::Tensor>> out_{1};
+  c10::intrusive_ptr<c10d::Work> work_;
+};
+
 class NoReduction : public PendingReduction {
  public:
   void wait() override {}
@@ -78,6 +113,10 @@ class CastHook : public CommHook {
     at::Tensor wire = wire_type_ && bucket.buffer.scalar_type() != *wire_type_
                           ? bucket.buffer.to(*wire_type_)
                           : bucket.buffer;
+    if (wire.scalar_type() == at::kBFloat16 && !compat::kGlooAllreducesBFloat16 &&
+        pg.backend_name() == "gloo") {
+      return std::make_unique<GatherSumReduction>(pg, bucket, std::move(wire));
+    }
     return std::make_unique<WorkReduction>(pg, bucket, std::move(wire));
   }
   std::string name() const override { return name_; }

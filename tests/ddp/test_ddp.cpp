@@ -247,6 +247,32 @@ TEST_P(DdpWorldSize, Fp16HookGradientsAgreeWithinHalfPrecision) {
   for (int r = 0; r < world; ++r) expect_close(got[r], expected, 2e-3, "fp16 grad rank " + std::to_string(r));
 }
 
+TEST_P(DdpWorldSize, Bf16HookGradientsAgreeWithinBfloat16Precision) {
+  const int world = GetParam();
+  Data d = make_data(world, 1);
+  Net ref = make_net(0);
+  torch::mse_loss(ref->forward(d.x[0]), d.y[0]).backward();
+  auto expected = grads(ref);
+  std::vector<Net> nets;
+  for (int r = 0; r < world; ++r) nets.push_back(make_net(r));
+  std::vector<std::vector<torch::Tensor>> got(world);
+  run_ranks(world, [&](const ProcessGroup& pg) {
+    DdpOptions o;
+    o.comm_hook = bf16_compress_hook();
+    DistributedDataParallel ddp(nets[pg.rank()].ptr(), pg, o);
+    torch::mse_loss(ddp.forward(shard(d.x[0], pg.rank())), shard(d.y[0], pg.rank())).backward();
+    got[pg.rank()] = grads(nets[pg.rank()]);
+  });
+  // bfloat16 keeps 8 significant bits: relative error below 2^-8 per element.
+  for (int r = 0; r < world; ++r) {
+    for (size_t i = 0; i < expected.size(); ++i) {
+      double scale = expected[i].abs().max().item<double>();
+      EXPECT_LE((got[r][i] - expected[i]).abs().max().item<double>(), 2e-2 * scale + 1e-6)
+          << "bf16 grad rank " << r << " #" << i;
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(WorldSizes, DdpWorldSize, ::testing::Values(1, 2, 3, 4));
 
 TEST(Ddp, BuffersAreBroadcastFromRankZeroBeforeEachForward) {

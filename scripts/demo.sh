@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# README command 1: set up, build, and train the CNN on Fashion-MNIST
+# data-parallel across 2 worker processes.
+#
+#   scripts/demo.sh [EXTRA dtrain train ARGS...]   e.g. --epochs 1 --threads 1
+set -euo pipefail
+
+REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+readonly REPO_ROOT
+
+log() { printf '==> demo: %s\n' "$*"; }
+
+main() {
+  cd "$REPO_ROOT"
+  log "stage: install dependencies"
+  bash scripts/install-deps.sh
+  log "stage: build"
+  bash scripts/build.sh
+  log "stage: train (2 processes)"
+  local dtrain="${DTRAIN_BUILD_DIR:-${REPO_ROOT}/build}/dtrain"
+  exec "$dtrain" run --nproc-per-node 2 -- \
+    "$dtrain" train --model cnn --dataset fashion-mnist --epochs 3 "$@"
+}
+
+main "$@"

@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# Installs everything dtrain needs on Debian 12 (bookworm) with apt-get,
+# through sudo when not root. Idempotent: when every package is already
+# installed it returns at once, without touching the network.
+#
+#   scripts/install-deps.sh          install what is missing
+#   scripts/install-deps.sh --list   print the package list
+set -euo pipefail
+
+# Build: compilers, CMake, Ninja, ccache and the libraries dtrain links.
+# libgloo-dev: LibTorch 1.13's c10d Gloo headers include Gloo's.
+# libtorch-dev pulls in, as Depends, the -dev packages its CMake config needs
+# (libprotobuf-dev, libgoogle-glog-dev, libgflags-dev, python3-dev).
+# libjpeg62-turbo-dev: libturbojpeg0-dev's CMake config (libjpeg-turbo::*)
+# refers to libjpeg.a/libjpeg.so from it, but does not depend on it.
+readonly BUILD_PACKAGES=(
+  build-essential cmake ninja-build ccache clang-format
+  libtorch-dev libgloo-dev libcli11-dev nlohmann-json3-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+  zlib1g-dev libturbojpeg0-dev libjpeg62-turbo-dev libpng-dev
+)
+# Run time, data and the tests: the dataset, the PyTorch peer for the
+# benchmark, process and network tools, MPI and etcd for the launcher's
+# later rendezvous back ends, debootstrap for the trixie (LibTorch 2.6) stage.
+readonly RUN_PACKAGES=(
+  dataset-fashion-mnist python3-torch python3-torchvision python3-numpy
+  hyperfine iproute2 procps etcd-server openmpi-bin libopenmpi-dev debootstrap
+)
+readonly PACKAGES=("${BUILD_PACKAGES[@]}" "${RUN_PACKAGES[@]}")
+
+log() { printf '==> install-deps: %s\n' "$*"; }
+die() { printf '==> install-deps: ERROR: %s\n' "$*" >&2; exit 1; }
+
+# Prints the packages that are not fully installed.
+missing_packages() {
+  local p status
+  for p in "${PACKAGES[@]}"; do
+    # shellcheck disable=SC2016 # dpkg-query format, not a shell expansion
+    status="$(dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null || true)"
+    [[ "$status" == installed ]] || printf '%s\n' "$p"
+  done
+}
+
+# as_root CMD...: runs CMD as root, through sudo when needed.
+as_root() {
+  if [[ "$(id -u)" == 0 ]]; then
+    "$@"
+  elif command -v sudo >/dev/null 2>&1; then
+    sudo DEBIAN_FRONTEND=noninteractive "$@"
+  else
+    die "not root and sudo is not installed; as root run: apt-get install $*"
+  fi
+}
+
+main() {
+  if [[ "${1:-}" == --list ]]; then
+    printf '%s\n' "${PACKAGES[@]}"
+    return 0
+  fi
+  if ! command -v dpkg-query >/dev/null 2>&1 || ! command -v apt-get >/dev/null 2>&1; then
+    die "apt-get and dpkg-query not found: dtrain's set-up expects Debian 12"
+  fi
+
+  local missing
+  mapfile -t missing < <(missing_packages)
+  if [[ ${#missing[@]} -eq 0 ]]; then
+    log "all ${#PACKAGES[@]} packages are installed"
+    return 0
+  fi
+  log "installing ${#missing[@]} missing package(s): ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  as_root apt-get update -q
+  as_root apt-get install -y -q --no-install-recommends "${missing[@]}"
+
+  mapfile -t missing < <(missing_packages)
+  [[ ${#missing[@]} -eq 0 ]] || die "still missing after apt-get install: ${missing[*]}"
+  log "done"
+}
+
+main "$@"
