@@ -108,23 +108,37 @@ std::vector<torch::Tensor> params(Net& net) {
 
 class DdpWorldSize : public ::testing::TestWithParam<int> {};
 
-TEST_P(DdpWorldSize, AveragedGradientsEqualOneProcessOnTheConcatenatedBatch) {
-  const int world = GetParam();
+// One backward pass through DDP on every rank, and the reference: one
+// process on the concatenated batch.
+struct GradRun {
+  std::vector<torch::Tensor> expected;
+  std::vector<std::vector<torch::Tensor>> got;  // per rank
+  std::vector<DdpStats> stats;                  // per rank
+};
+
+GradRun one_backward(int world, const DdpOptions& options) {
   Data d = make_data(world, 1);
   Net ref = make_net(0);
   torch::mse_loss(ref->forward(d.x[0]), d.y[0]).backward();
-  auto expected = grads(ref);
-
+  GradRun run{grads(ref), std::vector<std::vector<torch::Tensor>>(world),
+              std::vector<DdpStats>(world)};
   std::vector<Net> nets;
   for (int r = 0; r < world; ++r) nets.push_back(make_net(r));
-  std::vector<std::vector<torch::Tensor>> got(world);
   run_ranks(world, [&](const ProcessGroup& pg) {
     Net& net = nets[pg.rank()];
-    DistributedDataParallel ddp(net.ptr(), pg);
+    DistributedDataParallel ddp(net.ptr(), pg, options);
     torch::mse_loss(ddp.forward(shard(d.x[0], pg.rank())), shard(d.y[0], pg.rank())).backward();
-    got[pg.rank()] = grads(net);
+    run.got[pg.rank()] = grads(net);
+    run.stats[pg.rank()] = ddp.stats();
   });
-  for (int r = 0; r < world; ++r) expect_close(got[r], expected, 1e-5, "grad rank " + std::to_string(r));
+  return run;
+}
+
+TEST_P(DdpWorldSize, AveragedGradientsEqualOneProcessOnTheConcatenatedBatch) {
+  GradRun run = one_backward(GetParam(), DdpOptions{});
+  for (size_t r = 0; r < run.got.size(); ++r) {
+    expect_close(run.got[r], run.expected, 1e-5, "grad rank " + std::to_string(r));
+  }
 }
 
 TEST_P(DdpWorldSize, SgdWithMomentumStepsMatchOneProcess) {
@@ -226,50 +240,29 @@ TEST_P(DdpWorldSize, ParametersUnusedOnSomeRanksGetTheAverageAndUnusedEverywhere
 }
 
 TEST_P(DdpWorldSize, Fp16HookGradientsAgreeWithinHalfPrecision) {
-  const int world = GetParam();
-  Data d = make_data(world, 1);
-  Net ref = make_net(0);
-  torch::mse_loss(ref->forward(d.x[0]), d.y[0]).backward();
-  auto expected = grads(ref);
-  std::vector<Net> nets;
-  for (int r = 0; r < world; ++r) nets.push_back(make_net(r));
-  std::vector<std::vector<torch::Tensor>> got(world);
-  run_ranks(world, [&](const ProcessGroup& pg) {
-    DdpOptions o;
-    o.comm_hook = fp16_compress_hook();
-    DistributedDataParallel ddp(nets[pg.rank()].ptr(), pg, o);
-    torch::mse_loss(ddp.forward(shard(d.x[0], pg.rank())), shard(d.y[0], pg.rank())).backward();
-    got[pg.rank()] = grads(nets[pg.rank()]);
-    EXPECT_EQ(ddp.stats().comm_hook, "fp16");
-  });
+  DdpOptions o;
+  o.comm_hook = fp16_compress_hook();
+  GradRun run = one_backward(GetParam(), o);
   // fp16 keeps 11 significant bits: relative error below 2^-10 per element,
   // plus the rounding of the world-size sum.
-  for (int r = 0; r < world; ++r) expect_close(got[r], expected, 2e-3, "fp16 grad rank " + std::to_string(r));
+  for (size_t r = 0; r < run.got.size(); ++r) {
+    expect_close(run.got[r], run.expected, 2e-3, "fp16 grad rank " + std::to_string(r));
+    EXPECT_EQ(run.stats[r].comm_hook, "fp16");
+  }
 }
 
 TEST_P(DdpWorldSize, Bf16HookGradientsAgreeWithinBfloat16Precision) {
-  const int world = GetParam();
-  Data d = make_data(world, 1);
-  Net ref = make_net(0);
-  torch::mse_loss(ref->forward(d.x[0]), d.y[0]).backward();
-  auto expected = grads(ref);
-  std::vector<Net> nets;
-  for (int r = 0; r < world; ++r) nets.push_back(make_net(r));
-  std::vector<std::vector<torch::Tensor>> got(world);
-  run_ranks(world, [&](const ProcessGroup& pg) {
-    DdpOptions o;
-    o.comm_hook = bf16_compress_hook();
-    DistributedDataParallel ddp(nets[pg.rank()].ptr(), pg, o);
-    torch::mse_loss(ddp.forward(shard(d.x[0], pg.rank())), shard(d.y[0], pg.rank())).backward();
-    got[pg.rank()] = grads(nets[pg.rank()]);
-  });
+  DdpOptions o;
+  o.comm_hook = bf16_compress_hook();
+  GradRun run = one_backward(GetParam(), o);
   // bfloat16 keeps 8 significant bits: relative error below 2^-8 per element.
-  for (int r = 0; r < world; ++r) {
-    for (size_t i = 0; i < expected.size(); ++i) {
-      double scale = expected[i].abs().max().item<double>();
-      EXPECT_LE((got[r][i] - expected[i]).abs().max().item<double>(), 2e-2 * scale + 1e-6)
+  for (size_t r = 0; r < run.got.size(); ++r) {
+    for (size_t i = 0; i < run.expected.size(); ++i) {
+      double scale = run.expected[i].abs().max().item<double>();
+      EXPECT_LE((run.got[r][i] - run.expected[i]).abs().max().item<double>(), 2e-2 * scale + 1e-6)
           << "bf16 grad rank " << r << " #" << i;
     }
+    EXPECT_EQ(run.stats[r].comm_hook, "bf16");
   }
 }
 
