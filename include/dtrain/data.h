@@ -55,6 +55,11 @@ struct LoaderOptions {
   int threads = 0;
 };
 
+/// The DistributedSampler settings a loader with these options uses. The
+/// sampler always pads (pad = true) or covers exactly once (pad = false);
+/// the loader's drop_last drops the last short batch, as with PyTorch.
+SamplerOptions sampler_options(const LoaderOptions& options);
+
 /// A dataset's two splits as loaders, with what the model needs to know.
 struct DatasetSplits {
   std::unique_ptr<Loader> train;

@@ -1,5 +1,7 @@
 #include "dtrain/sampler.h"
 
+#include "dtrain/data.h"
+
 #include "common/random.h"
 #include "common/strings.h"
 #include "dtrain/errors.h"
@@ -53,6 +55,17 @@ std::vector<int64_t> DistributedSampler::indices() const {
   mine.reserve(num_samples_);
   for (int64_t i = options_.rank; i < total; i += options_.world_size) mine.push_back(order[i]);
   return mine;
+}
+
+SamplerOptions sampler_options(const LoaderOptions& o) {
+  SamplerOptions s;
+  s.rank = o.rank;
+  s.world_size = o.world_size;
+  s.shuffle = o.shuffle;
+  s.seed = o.seed;
+  s.drop_last = false;
+  s.pad = o.pad;
+  return s;
 }
 
 std::vector<int64_t> seeded_permutation(int64_t n, uint64_t seed, int64_t epoch) {

@@ -6,22 +6,6 @@
 #include "dtrain/errors.h"
 
 namespace dtrain::data {
-namespace {
-
-SamplerOptions sampler_options(const LoaderOptions& o) {
-  SamplerOptions s;
-  s.rank = o.rank;
-  s.world_size = o.world_size;
-  s.shuffle = o.shuffle;
-  s.seed = o.seed;
-  // drop_last of the loader drops incomplete batches; the sampler always pads
-  // so that every rank runs the same number of steps (as with PyTorch).
-  s.drop_last = false;
-  s.pad = o.pad;
-  return s;
-}
-
-}  // namespace
 
 TensorLoader::TensorLoader(at::Tensor inputs, at::Tensor targets, const LoaderOptions& options)
     : inputs_(std::move(inputs)),

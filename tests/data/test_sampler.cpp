@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <set>
 
+#include "dtrain/data.h"
 #include "dtrain/errors.h"
 #include "dtrain/sampler.h"
 
@@ -101,6 +102,23 @@ TEST(DistributedSampler, RankOutsideTheWorldIsRejectedWithBothNumbers) {
   } catch (const InvalidArgument& e) {
     EXPECT_STREQ(e.what(), "DistributedSampler: rank 2 is outside [0, world_size=2)");
   }
+}
+
+TEST(SamplerOptions, LoadersPadForTrainingAndCoverExactlyOnceForEvaluation) {
+  LoaderOptions train;
+  train.rank = 1;
+  train.world_size = 3;
+  train.seed = 9;
+  train.drop_last = true;
+  SamplerOptions s = sampler_options(train);
+  EXPECT_EQ(s.rank, 1);
+  EXPECT_EQ(s.world_size, 3);
+  EXPECT_EQ(s.seed, 9u);
+  EXPECT_TRUE(s.pad);
+  EXPECT_FALSE(s.drop_last) << "loaders drop short batches, not samples";
+  LoaderOptions eval = train;
+  eval.pad = false;
+  EXPECT_FALSE(sampler_options(eval).pad);
 }
 
 TEST(SeededPermutation, IsAPermutation) {

@@ -28,16 +28,6 @@
 namespace dtrain {
 namespace {
 
-SamplerOptions sampler_options(const LoaderOptions& o) {
-  SamplerOptions s;
-  s.rank = o.rank;
-  s.world_size = o.world_size;
-  s.shuffle = o.shuffle;
-  s.seed = o.seed;
-  s.drop_last = false;  // the sampler pads; drop_last drops the short batch (as TensorLoader)
-  return s;
-}
-
 struct Slot {
   at::Tensor inputs;   // [B, 3, S, S]
   at::Tensor targets;  // [B]
