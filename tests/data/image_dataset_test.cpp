@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "data/registry.h"
+#include "dtrain/data.h"
 #include "dtrain/errors.h"
 #include "dtrain/image.h"
 #include "image_fixtures.h"
@@ -93,6 +94,38 @@ TEST(Packed, PackThenReadYieldsTheFolderSamplesAndLabels) {
     EXPECT_EQ(folder->label(i), packed->label(i));
   }
   EXPECT_NE(packed->name(0).find("a/a_0.jpg"), std::string::npos) << packed->name(0);
+}
+
+TEST(Registry, ImagefolderAndPackedDatasetsYieldTheSameBatchesAtTheRequestedSize) {
+  TempDir dir;
+  testing::make_image_folder(dir / "folder/train", {"b", "a"}, 3);
+  testing::make_image_folder(dir / "folder/val", {"a", "b"}, 1);
+  pack_image_folder(dir / "folder/train", dir / "packed/train");
+  pack_image_folder(dir / "folder/val", dir / "packed/val");
+  auto open = [&](const std::string& name, const std::filesystem::path& data_dir) {
+    DatasetOptions o;
+    o.name = name;
+    o.data_dir = data_dir.string();
+    o.image_size = 32;
+    o.train.batch_size = 4;
+    o.test.batch_size = 4;
+    o.test.shuffle = false;
+    o.test.pad = false;
+    return open_dataset(o);
+  };
+  DatasetSplits folder = open("imagefolder", dir / "folder");
+  DatasetSplits packed = open("packed", dir / "packed");
+  EXPECT_EQ(folder.num_classes, 2);
+  EXPECT_EQ(folder.sample_shape, (std::vector<int64_t>{3, 32, 32}));
+  EXPECT_EQ(packed.sample_shape, folder.sample_shape);
+  for (auto split : {&DatasetSplits::train, &DatasetSplits::test}) {
+    Batch a, b;
+    ASSERT_TRUE((folder.*split)->next(a));
+    ASSERT_TRUE((packed.*split)->next(b));
+    EXPECT_EQ(a.inputs.sizes(), b.inputs.sizes());
+    EXPECT_TRUE(a.inputs.equal(b.inputs));
+    EXPECT_TRUE(a.targets.equal(b.targets));
+  }
 }
 
 TEST(Packed, TruncatedIndexOrShardIsADataErrorNamingIt) {

@@ -59,22 +59,27 @@ constexpr const char* kFolderLayout = "DATA_DIR/{train,val}/<class>/<image>.{jpg
 constexpr const char* kPackedLayout =
     "DATA_DIR/{train,val}/ made by 'dtrain data pack IMAGEFOLDER DATA_DIR/train' (and val)";
 
-DatasetSplits open_folder(const DatasetOptions& o) {
-  const auto [train_dir, test_dir] = split_dirs(o, kFolderLayout);
-  auto train = open_image_folder(train_dir);
-  auto test = open_image_folder(test_dir, train->classes());
+using OpenSplit = std::shared_ptr<ImageSource> (*)(const std::string& dir,
+                                                   const std::vector<std::string>& classes);
+
+// ImageNet-style splits (train plus val or test); the test split takes the
+// training split's class order (an empty list lets the opener find them).
+DatasetSplits open_imagenet_like(const DatasetOptions& o, const char* layout,
+                                 OpenSplit open_split) {
+  const auto [train_dir, test_dir] = split_dirs(o, layout);
+  auto train = open_split(train_dir, {});
+  auto test = open_split(test_dir, train->classes());
   return make_splits(std::move(train), std::move(test), o,
                      TransformOptions::imagenet_train(crop_size(o)),
                      TransformOptions::imagenet_eval(crop_size(o)));
 }
 
+DatasetSplits open_folder(const DatasetOptions& o) {
+  return open_imagenet_like(o, kFolderLayout, &open_image_folder);
+}
+
 DatasetSplits open_packed_dataset(const DatasetOptions& o) {
-  const auto [train_dir, test_dir] = split_dirs(o, kPackedLayout);
-  auto train = open_packed(train_dir);
-  auto test = open_packed(test_dir, train->classes());
-  return make_splits(std::move(train), std::move(test), o,
-                     TransformOptions::imagenet_train(crop_size(o)),
-                     TransformOptions::imagenet_eval(crop_size(o)));
+  return open_imagenet_like(o, kPackedLayout, &open_packed);
 }
 
 // Fixed-size sets: random flip for training, pixels as they are otherwise.
