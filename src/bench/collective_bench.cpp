@@ -45,10 +45,10 @@ std::vector<CollectiveBenchRow> run_collective_bench(const CollectiveBenchOption
     std::vector<at::Tensor> in{at::ones({numel})};
     std::vector<std::vector<at::Tensor>> out(1);
     for (int r = 0; r < pg.size(); ++r) out[0].push_back(at::empty({numel}));
-    for (int i = 0; i < o.warmup; ++i) wait_work(issue(o.op, pg, in, out), pg.rank(), o.op);
+    for (int i = 0; i < o.warmup; ++i) wait_work(issue(o.op, pg, in, out), pg, o.op);
     pg.barrier();
     auto start = std::chrono::steady_clock::now();
-    for (int i = 0; i < o.iterations; ++i) wait_work(issue(o.op, pg, in, out), pg.rank(), o.op);
+    for (int i = 0; i < o.iterations; ++i) wait_work(issue(o.op, pg, in, out), pg, o.op);
     double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
                     .count() /
                 o.iterations;

@@ -56,7 +56,7 @@ double time_bucket_allreduce(const ProcessGroup& pg, const std::vector<int64_t>&
       std::vector<at::Tensor> one{b};
       works.push_back(pg.backend()->allreduce(one));
     }
-    for (size_t i = 0; i < works.size(); ++i) wait_work(works[i], pg.rank(), "bench allreduce");
+    for (size_t i = 0; i < works.size(); ++i) wait_work(works[i], pg, "bench allreduce");
     if (r >= 2) times.push_back(ms_since(t));
   }
   return mean(times);

@@ -29,11 +29,12 @@ void rethrow_dist_error(const std::exception& e, int rank, const std::string& wh
   throw DistError(cat("rank ", rank, ": ", what, " failed: ", msg));
 }
 
-void wait_work(const c10::intrusive_ptr<c10d::Work>& work, int rank, const std::string& what) {
+void wait_work(const c10::intrusive_ptr<c10d::Work>& work, const ProcessGroup& pg,
+               const std::string& what) {
   try {
     work->wait();
   } catch (const std::exception& e) {
-    rethrow_dist_error(e, rank, what, std::chrono::milliseconds(0));
+    rethrow_dist_error(e, pg.rank(), what, pg.timeout());
   }
 }
 
