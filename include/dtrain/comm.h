@@ -5,7 +5,8 @@
 // torch.distributed.init_process_group:
 //   env://              RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT (torchrun,
 //                       dtrain run, PyTorchJob); LOCAL_RANK/LOCAL_WORLD_SIZE
-//                       when present
+//                       when present; or mpirun's, mpiexec's or srun's
+//                       variables (see resolve_init_options, docs/clusters.md)
 //   tcp://host:port     explicit rank and world size; rank 0 hosts the store
 //   file:///path        explicit rank and world size; a store file on a
 //                       shared filesystem
@@ -27,6 +28,7 @@
 #include <ATen/core/Tensor.h>
 
 #include "dtrain/compat.h"
+#include "dtrain/elastic.h"
 #include "dtrain/store.h"
 
 namespace dtrain {
@@ -67,11 +69,41 @@ struct InitOptions {
 };
 
 /// Resolves the env:// contract into options: fills rank, world_size,
-/// local_rank, local_world_size and turns MASTER_ADDR/MASTER_PORT into a
-/// tcp:// init_method. Throws InvalidArgument naming the variable that is
-/// missing or malformed (e.g. "RANK is set but WORLD_SIZE is not").
-/// Returns `base` with world_size 1 when no distributed variable is set.
+/// local_rank, local_world_size and the store's tcp://host:port init_method
+/// from the first launcher, in this order, whose rank (or size) variable is
+/// set (docs/clusters.md has the details and examples):
+///
+///   launcher          rank, world size      local rank, local size       store
+///   torchrun, dtrain  RANK, WORLD_SIZE      LOCAL_RANK, LOCAL_WORLD_SIZE MASTER_ADDR, MASTER_PORT
+///   run, PyTorchJob                         (absent: 0, 1)               (required)
+///   mpirun (Open MPI) OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_LOCAL_RANK,  MASTER_ADDR, MASTER_PORT
+///                     OMPI_COMM_WORLD_SIZE  OMPI_COMM_WORLD_LOCAL_SIZE   (required: mpirun -x)
+///   mpiexec (MPICH,   PMI_RANK, PMI_SIZE    MPI_LOCALRANKID,             MASTER_ADDR, MASTER_PORT
+///   Intel MPI)                              MPI_LOCALNRANKS              (required: -genv)
+///   srun (Slurm)      SLURM_PROCID,         SLURM_LOCALID,               MASTER_ADDR, MASTER_PORT;
+///                     SLURM_NTASKS          SLURM_NTASKS_PER_NODE, else  default: first host of
+///                                           this node's (SLURM_NODEID)   SLURM_JOB_NODELIST,
+///                                           SLURM_TASKS_PER_NODE         port 29500
+///
+/// The launcher hosts the store when TORCHELASTIC_USE_AGENT_STORE is true
+/// (torchrun, dtrain run); otherwise rank 0 does (launcher_hosts_store
+/// false). Once a launcher is recognised a partial set is an error naming
+/// the variables present and missing ("RANK, WORLD_SIZE are set but
+/// MASTER_ADDR, MASTER_PORT are not; ..."), and malformed values name the
+/// variable; both are InvalidArgument. A world of 1 from mpirun, mpiexec or
+/// srun is the single-process group (init_method stays env://, no store).
+/// Returns `base` as rank 0 of world_size 1 when no distributed variable is
+/// set. For tcp:// and file:// only RANK and WORLD_SIZE are read, to fill a
+/// rank or size the caller left at -1.
 InitOptions resolve_init_options(InitOptions base, const EnvLookup& env);
+
+/// Where a failing worker records its error (dtrain/elastic.h):
+/// TORCHELASTIC_ERROR_FILE (unset: empty path, nothing is recorded), the rank
+/// from RANK, else OMPI_COMM_WORLD_RANK, PMI_RANK, SLURM_PROCID, and the local
+/// rank from LOCAL_RANK, else OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID,
+/// SLURM_LOCALID (-1 when none is a valid number). Never throws: it runs
+/// while the process is already failing.
+ErrorFileOptions resolve_error_file(const EnvLookup& env);
 
 /// A group of ranks with a collective backend. Cheap to copy (shared state);
 /// collectives are blocking, bounded by the group's timeout, and throw

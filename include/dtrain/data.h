@@ -32,6 +32,13 @@ class Loader {
   virtual void start_epoch(int64_t epoch) = 0;
   /// Fills `batch` with the next batch; false when the epoch is exhausted.
   virtual bool next(Batch& batch) = 0;
+  /// Resumes the current epoch at batch `batch_index` in
+  /// [0, batches_per_epoch()] (a checkpoint's position): the next next()
+  /// returns the batch an uninterrupted epoch would have returned there.
+  /// Throws InvalidArgument outside that range.
+  virtual void skip_to(int64_t batch_index) = 0;
+  /// Batches handed out (or skipped) so far in the current epoch.
+  virtual int64_t position() const = 0;
   /// Batches this rank gets per epoch (the same on every rank).
   virtual int64_t batches_per_epoch() const = 0;
   /// Samples this rank gets per epoch (sampler share, before batching).

@@ -270,9 +270,9 @@ class ImageLoader : public Loader {
 
   /// Resumes the current epoch at `batch_index` (a checkpoint's position):
   /// the next next() returns that batch, identical to an uninterrupted run.
-  void skip_to(int64_t batch_index);
+  void skip_to(int64_t batch_index) override;
   /// Batches handed out so far in this epoch (the position to checkpoint).
-  int64_t position() const;
+  int64_t position() const override;
   /// Bad samples replaced since construction.
   int64_t skipped_samples() const;
 

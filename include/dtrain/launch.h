@@ -1,10 +1,17 @@
 #pragma once
-// The single-node launcher behind `dtrain run`, the C++ counterpart of
-// torchrun --standalone. It hosts the rendezvous store, starts N worker
-// processes with torchrun's environment (see shared/CONTRACTS.md), relays
-// their output line by line prefixed with the rank, and watches them: the
-// first worker to fail makes the launcher stop the others (SIGTERM, then
-// SIGKILL after a grace period), and that worker is reported as the root cause.
+// The elastic agent behind `dtrain run`, the C++ counterpart of torchrun. One
+// agent runs on each node. It joins the job's rendezvous (static, an embedded
+// c10d store, or etcd), starts this node's worker processes with torchrun's
+// environment (see shared/CONTRACTS.md), relays their output line by line
+// prefixed with the rank, and watches them:
+//  * a worker fails → the others on this node are stopped (SIGTERM, then
+//    SIGKILL after a grace period); while restarts remain, the agent joins the
+//    next round and the whole group restarts (the other nodes notice the new
+//    round and restart too); otherwise the run fails, naming the root cause;
+//  * a node arrives (or comes back) → the running group stops and a new round
+//    admits it, without spending a restart;
+//  * a node is lost → its peers' workers fail, and the survivors continue as a
+//    smaller group when at least min_nodes remain.
 //
 // Usage:
 //   dtrain::LaunchOptions options;
@@ -30,6 +37,30 @@ struct LaunchOptions {
   /// Worker processes to start on this node (torchrun --nproc-per-node).
   /// REQUIRES: >= 1.
   int nproc_per_node = 1;
+
+  /// Nodes in the job (torchrun --nnodes MIN:MAX). A round completes with
+  /// max_nodes at once, or with min_nodes after the last-call window.
+  /// REQUIRES: 1 <= min_nodes <= max_nodes; "static" needs min == max.
+  int min_nodes = 1;
+  int max_nodes = 1;
+
+  /// "static" (fixed node ranks; node 0 hosts the store at master_addr:
+  /// master_port), "c10d" (dynamic, over a TCP store hosted by the agent on
+  /// the endpoint's host) or "etcd" (dynamic, over etcd's v3 API).
+  std::string rdzv_backend = "static";
+  /// host:port of the rendezvous ("static": defaults to master_addr:
+  /// master_port; "c10d"/"etcd": required).
+  std::string rdzv_endpoint;
+  /// torchrun --rdzv-conf "k=v,...": join_timeout, last_call_timeout,
+  /// heartbeat_interval, missed_heartbeats, timeout, is_host, local_addr,
+  /// etcd_prefix (seconds may be fractional).
+  std::string rdzv_conf;
+  /// "static" only: this node's rank in [0, max_nodes).
+  int node_rank = 0;
+
+  /// Group restarts after a worker failure before the run fails
+  /// (TORCHELASTIC_MAX_RESTARTS). Membership changes do not count.
+  int max_restarts = 0;
 
   /// torchrun --standalone: host the store on 127.0.0.1 at a free port and,
   /// when run_id is empty, generate a run id. master_addr and master_port are
@@ -66,8 +97,11 @@ struct LaunchOptions {
   std::string run_id;
 
   /// When set, each worker's output is also written, unprefixed, to
-  /// <log_dir>/<run_id>/attempt_0/<local_rank>/{stdout,stderr}.log (torchrun's
-  /// layout). The directories are created; failing to create them throws.
+  /// <log_dir>/<run_id>/attempt_<n>/<local_rank>/{stdout,stderr}.log (torchrun's
+  /// layout; n counts the rounds this agent ran), and its error record to
+  /// error.json there (TORCHELASTIC_ERROR_FILE). Unset: error records go to a
+  /// temporary directory removed when launch() returns. The directories are
+  /// created; failing to create them throws.
   std::optional<std::string> log_dir;
 
   /// The environment workers inherit, as "KEY=VALUE" entries, before the
@@ -97,6 +131,12 @@ struct WorkerExit {
   /// True when the launcher had told the worker to stop before it ended (a
   /// consequence of another failure or of a signal to the launcher).
   bool stopped = false;
+  /// The node it ran on (GROUP_RANK) and that node's address.
+  int node_rank = 0;
+  std::string node_addr;
+  /// The message of the error record the worker wrote to
+  /// TORCHELASTIC_ERROR_FILE (its uncaught exception), else empty.
+  std::string error_message;
 
   bool succeeded() const { return signal == 0 && exit_code == 0; }
   /// "exit code 3", "killed by SIGSEGV", or "did not exit" when it could not
@@ -105,17 +145,28 @@ struct WorkerExit {
 };
 
 struct LaunchResult {
-  /// One entry per worker, indexed by rank.
+  /// This node's workers in the last round, by local rank.
   std::vector<WorkerExit> workers;
   /// The first worker that failed by itself (not stopped by the launcher).
   std::optional<WorkerExit> root_cause;
   /// SIGINT or SIGTERM received by the launcher, which then stopped the
   /// workers; 0 when none.
   int launcher_signal = 0;
-  /// The store the workers were given (MASTER_ADDR / MASTER_PORT) and the run.
+  /// The store the workers were given (MASTER_ADDR / MASTER_PORT) in the
+  /// last round, and the run.
   std::string master_addr;
   int master_port = 0;
   std::string run_id;
+  /// Rounds this agent took part in, and the restarts spent after failures.
+  int rounds = 0;
+  int restarts = 0;
+  /// Multi-node runs whose restarts ran out: the first failure recorded in
+  /// the last round by any node ("worker rank 3 on node 1 (10.0.0.2, pid
+  /// 77) failed: exit code 1: <message>"), which may be another node's.
+  std::string first_failure;
+  /// Failures of earlier rounds that were recovered by a restart, as
+  /// summary-style lines (oldest first).
+  std::vector<std::string> recovered_failures;
 
   /// Every worker exited 0 and the launcher was not signalled.
   bool succeeded() const;
@@ -129,14 +180,16 @@ struct LaunchResult {
   std::vector<std::string> summary() const;
 };
 
-/// Hosts the store, runs the workers until all have exited, and reports how
-/// they ended. Blocks; every internal wait is bounded, so it returns once the
-/// workers end or have been stopped (at most the grace period plus a few
-/// seconds after a failure or signal). Worker failures are results, not
-/// exceptions. Throws InvalidArgument for bad options or a program that cannot
-/// be found, StoreError when the store cannot be hosted (naming host:port), and
-/// Error when a worker cannot be started (workers already started are stopped
-/// first).
+/// Runs this node's agent until the job ends: joins the rendezvous, runs the
+/// workers, restarts them as described above, and reports how the last round
+/// ended. Blocks; every internal wait is bounded (rendezvous by its join
+/// timeout, workers by the grace period after a failure or signal). Worker
+/// failures are results, not exceptions. Throws InvalidArgument for bad
+/// options or a program that cannot be found, StoreError when the store
+/// cannot be hosted or reached (naming host:port), TimeoutError when a round
+/// cannot complete (naming the endpoint and the nodes that arrived), and
+/// Error when a worker cannot be started (workers already started are
+/// stopped first) or the rendezvous was closed by another node.
 LaunchResult launch(const LaunchOptions& options);
 
 }  // namespace dtrain

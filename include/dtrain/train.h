@@ -53,8 +53,24 @@ struct TrainOptions {
   DdpOptions ddp;
   /// When not empty, rank 0 writes one JSON object per epoch here (keys
   /// epoch, train_loss, test_acc, images_per_sec, epoch_seconds,
-  /// world_size); the file is created (truncated) before training starts.
+  /// world_size); the file is created (truncated) before training starts,
+  /// or appended to when the run resumes from a checkpoint (an epoch that
+  /// finished after the last checkpoint then appears twice).
   std::string metrics_file;
+  /// Checkpoint directory (dtrain/checkpoint.h); empty: no checkpoints and
+  /// no resume. When set, training starts from the newest valid checkpoint
+  /// in it, and rank 0 writes one at the configured cadence and after the
+  /// last epoch. Rank 0 alone reads and writes it (see train()).
+  std::string checkpoint_dir;
+  /// Write a checkpoint after every this many optimizer steps (0: not by
+  /// steps). One that falls on an epoch's last step is written after that
+  /// epoch's evaluation instead.
+  int64_t checkpoint_every_steps = 0;
+  /// Write a checkpoint after every this many epochs (0: not by epochs).
+  /// When checkpoint_dir is set and both cadences are 0, every epoch.
+  int64_t checkpoint_every_epochs = 0;
+  /// Checkpoints kept in checkpoint_dir (the newest by step), >= 1.
+  int keep_checkpoints = 3;
   /// Print DDP's runtime statistics every epoch.
   bool verbose = false;
 };
@@ -76,9 +92,30 @@ std::string to_json(const EpochMetrics& m);
 /// evaluating on the whole test set after every epoch. Rank 0 writes a line
 /// per epoch to `log` (when not null). Collective: every rank calls it.
 /// Throws InvalidArgument for bad options (before any collective),
-/// DataError for bad data, DistError for communication failures.
+/// DataError for bad data, DistError for communication failures, Error
+/// naming the path when a checkpoint cannot be written.
+///
+/// Resume (options.checkpoint_dir set): rank 0 picks the newest checkpoint
+/// that verifies, logs "skipped <path>: <reason>" for each newer one it
+/// passed over and "resumed from <path> (epoch E, step S)" (E 1-based, as in
+/// the "epoch E/N" lines; S optimizer steps so far), and broadcasts
+/// its bytes, so the other ranks need no access to the directory. Every rank
+/// restores the model, the SGD momentum buffers, the CPU generator and the
+/// step counter, and continues epoch E at batch
+///   floor(samples_in_epoch / (batch_size x world_size))
+/// of the current run: DistributedSampler's permutation does not depend on
+/// the world size and rank r takes every W-th position, so the saved run
+/// consumed exactly positions [0, samples_in_epoch); a different world size
+/// or batch size re-reads at most one global batch and skips nothing.
+/// Epoch E's metrics cover the batches trained after the restart.
 std::vector<EpochMetrics> train(const TrainOptions& options, const ProcessGroup& pg,
                                 std::ostream* log);
+
+/// The batch a resumed epoch continues at when `samples_in_epoch` samples of
+/// it were consumed by the saving run: floor(samples / (batch_size x
+/// world_size)), at most `batches_per_epoch` (see train()).
+int64_t resume_batch(int64_t samples_in_epoch, int64_t batch_size, int world_size,
+                     int64_t batches_per_epoch);
 
 /// Checks options that need no data or peers (sizes, counts, names, the
 /// metrics file's directory); throws InvalidArgument naming the field.

@@ -25,8 +25,7 @@ int with_group(const char* name, const std::function<void(const ProcessGroup&)>&
     std::cerr << "dtrain bench " << name << ": error: " << e.what() << std::endl;
     return 2;
   } catch (const std::exception& e) {
-    std::cerr << "dtrain bench " << name << ": error: " << first_line(e.what()) << std::endl;
-    return 1;
+    return report_runtime_error(cat("dtrain bench ", name), e);
   }
 }
 

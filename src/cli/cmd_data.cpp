@@ -34,8 +34,7 @@ int run_step(const char* what, const std::function<PrepareStats()>& step) {
     std::cerr << "dtrain data: error: " << first_line(e.what()) << std::endl;
     return 2;
   } catch (const std::exception& e) {
-    std::cerr << "dtrain data: error: " << first_line(e.what()) << std::endl;
-    return 1;
+    return report_runtime_error("dtrain data", e);
   }
 }
 

@@ -1,7 +1,10 @@
-// dtrain run: torchrun's single-node command line over dtrain::launch().
+// dtrain run: torchrun's command line over dtrain::launch().
 //
-//   dtrain run --nproc-per-node 2 [--standalone] [--master-addr A] [--master-port P]
-//              [--log-dir DIR] [--rdzv-id ID] [--monitor-interval S] -- PROGRAM [ARGS...]
+//   dtrain run --nproc-per-node 2 [--nnodes N|MIN:MAX] [--standalone]
+//              [--rdzv-backend static|c10d|etcd] [--rdzv-endpoint HOST:PORT]
+//              [--rdzv-id ID] [--rdzv-conf K=V,...] [--max-restarts K]
+//              [--node-rank R] [--master-addr A] [--master-port P]
+//              [--log-dir DIR] [--monitor-interval S] -- PROGRAM [ARGS...]
 //
 // torchrun's spellings are accepted (--nproc_per_node, --master_port, ...), as
 // are the PET_* environment variables Kubeflow sets. The program may also
@@ -55,11 +58,18 @@ std::vector<std::string> worker_command(std::vector<std::string> rest) {
   return rest;
 }
 
-void check_single_node(const std::string& nnodes) {
-  if (nnodes != "1" && nnodes != "1:1") {
-    throw CLI::ValidationError(
-        "--nnodes", cat("'", nnodes, "': only single-node runs are supported yet; use --nnodes 1"));
+/// --nnodes "N" or "MIN:MAX" into min and max.
+void parse_nnodes(const std::string& text, int* min_nodes, int* max_nodes) {
+  std::vector<std::string> parts = split(text, ':');
+  long long lo = 0, hi = 0;
+  bool ok = (parts.size() == 1 || parts.size() == 2) && parse_int(parts.front(), &lo) &&
+            parse_int(parts.back(), &hi) && lo >= 1 && hi >= lo && hi <= (1 << 20);
+  if (!ok) {
+    throw CLI::ValidationError("--nnodes",
+                               cat("'", text, "' is not N or MIN:MAX with 1 <= MIN <= MAX"));
   }
+  *min_nodes = static_cast<int>(lo);
+  *max_nodes = static_cast<int>(hi);
 }
 
 int run_launcher(const LaunchOptions& options) {
@@ -67,6 +77,9 @@ int run_launcher(const LaunchOptions& options) {
     LaunchResult result = launch(options);
     for (const auto& line : result.summary()) std::cerr << "dtrain run: " << line << "\n";
     return result.exit_code();
+  } catch (const InvalidArgument& e) {
+    std::cerr << "dtrain run: error: " << first_line(e.what()) << "\n";
+    return 2;  // a usage error, like a bad flag
   } catch (const std::exception& e) {
     std::cerr << "dtrain run: error: " << first_line(e.what()) << "\n";
     return 1;
@@ -85,8 +98,30 @@ void add_run_command(CLI::App& root, int* exit_code) {
       ->check(at_least(1))
       ->envname("PET_NPROC_PER_NODE")
       ->capture_default_str();
-  cmd->add_option("--nnodes", flags->nnodes, "Nodes (only 1 for now)")
+  cmd->add_option("--nnodes", flags->nnodes, "Nodes: N, or MIN:MAX for an elastic job")
       ->envname("PET_NNODES")
+      ->capture_default_str();
+  cmd->add_option("--rdzv-backend,--rdzv_backend", o.rdzv_backend,
+                  "Rendezvous: static (fixed --node-rank), c10d (store hosted by the agent on "
+                  "the endpoint's host) or etcd")
+      ->envname("PET_RDZV_BACKEND")
+      ->capture_default_str();
+  cmd->add_option("--rdzv-endpoint,--rdzv_endpoint", o.rdzv_endpoint,
+                  "HOST:PORT of the rendezvous (c10d store or etcd); the same on every node")
+      ->envname("PET_RDZV_ENDPOINT");
+  cmd->add_option("--rdzv-conf,--rdzv_conf", o.rdzv_conf,
+                  "K=V,... : join_timeout, last_call_timeout, heartbeat_interval, "
+                  "missed_heartbeats, timeout, is_host, local_addr, etcd_prefix")
+      ->envname("PET_RDZV_CONF");
+  cmd->add_option("--max-restarts,--max_restarts", o.max_restarts,
+                  "Group restarts after a worker failure before giving up")
+      ->check(at_least(0))
+      ->envname("PET_MAX_RESTARTS")
+      ->capture_default_str();
+  cmd->add_option("--node-rank,--node_rank", o.node_rank,
+                  "This node's rank (static rendezvous only)")
+      ->check(at_least(0))
+      ->envname("PET_NODE_RANK")
       ->capture_default_str();
   cmd->add_flag("--standalone", o.standalone,
                 "Host the store on 127.0.0.1 at a free port with a generated run id")
@@ -109,7 +144,8 @@ void add_run_command(CLI::App& root, int* exit_code) {
       ->envname("PET_MONITOR_INTERVAL")
       ->capture_default_str();
   cmd->add_option("--log-dir,--log_dir", flags->log_dir,
-                  "Also write each worker's output to DIR/<run id>/attempt_0/<local rank>/")
+                  "Also write each worker's output and error record to "
+                  "DIR/<run id>/attempt_<n>/<local rank>/")
       ->envname("PET_LOG_DIR");
   // CLI11 (2.1) hands "--" back to the parent app unless a positional is still
   // open; this one rejects every value, so it never consumes an argument and
@@ -121,8 +157,8 @@ void add_run_command(CLI::App& root, int* exit_code) {
   cmd->prefix_command();
 
   cmd->callback([cmd, flags, exit_code] {
-    check_single_node(flags->nnodes);
     LaunchOptions options = flags->options;
+    parse_nnodes(flags->nnodes, &options.min_nodes, &options.max_nodes);
     options.command = worker_command(cmd->remaining());
     options.monitor_interval =
         std::chrono::milliseconds(static_cast<long long>(flags->monitor_interval_s * 1000));

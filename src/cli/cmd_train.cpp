@@ -1,4 +1,5 @@
 // `dtrain train`: flags -> TrainOptions -> dtrain::train().
+#include <cctype>
 #include <iostream>
 
 #include <CLI/CLI.hpp>
@@ -18,12 +19,49 @@ struct TrainFlags {
   std::string comm_hook = "none";
   std::string backend = "gloo";
   double timeout_s = 1800;
+  std::string checkpoint_every;
 };
+
+// --checkpoint-every: "N" or "Nsteps" (optimizer steps), "Nepochs" (epochs);
+// the singular and a space before the unit are accepted too. False when
+// `text` is none of these or N is not a positive integer.
+bool parse_checkpoint_every(std::string text, int64_t* steps, int64_t* epochs) {
+  size_t digits = 0;
+  while (digits < text.size() && std::isdigit(static_cast<unsigned char>(text[digits]))) ++digits;
+  std::string unit = text.substr(digits);
+  unit.erase(0, unit.find_first_not_of(' '));
+  long long n = 0;
+  if (digits == 0 || !parse_int(text.substr(0, digits), &n) || n < 1) return false;
+  if (unit.empty() || unit == "step" || unit == "steps") {
+    *steps = n, *epochs = 0;
+  } else if (unit == "epoch" || unit == "epochs") {
+    *steps = 0, *epochs = n;
+  } else {
+    return false;
+  }
+  return true;
+}
+
+CLI::Validator checkpoint_every_syntax() {
+  return CLI::Validator(
+      [](std::string& v) -> std::string {
+        int64_t steps = 0, epochs = 0;
+        if (parse_checkpoint_every(v, &steps, &epochs)) return "";
+        return "must be N (steps), Nsteps or Nepochs with N a positive integer, got '" + v + "'";
+      },
+      "N|Nsteps|Nepochs");
+}
 
 int run_train(const TrainFlags& f) {
   try {
     TrainOptions o = f.options;
     o.ddp.comm_hook = comm_hook_by_name(f.comm_hook);
+    if (!f.checkpoint_every.empty() &&
+        !parse_checkpoint_every(f.checkpoint_every, &o.checkpoint_every_steps,
+                                &o.checkpoint_every_epochs)) {
+      throw InvalidArgument(cat("--checkpoint-every '", f.checkpoint_every,
+                                "' is not N (steps), Nsteps or Nepochs"));
+    }
     validate(o);  // before joining the group: bad flags never leave peers waiting
     InitOptions init = resolve_init_options({}, process_env());
     init.backend = f.backend;
@@ -36,8 +74,7 @@ int run_train(const TrainFlags& f) {
     std::cerr << "dtrain train: error: " << e.what() << std::endl;
     return 2;
   } catch (const std::exception& e) {
-    std::cerr << "dtrain train: error: " << first_line(e.what()) << std::endl;
-    return 1;
+    return report_runtime_error("dtrain train", e);
   }
 }
 
@@ -79,6 +116,16 @@ void add_train_command(CLI::App& root, int* exit_code) {
       ->capture_default_str()
       ->check(non_negative());
   cmd->add_option("--metrics-file", o.metrics_file, "Write one JSON object per epoch here");
+  cmd->add_option("--checkpoint-dir", o.checkpoint_dir,
+                  "Resume from the newest valid checkpoint here and write new ones (rank 0)");
+  cmd->add_option("--checkpoint-every", flags->checkpoint_every,
+                  "Checkpoint cadence: N or Nsteps (optimizer steps), Nepochs (epochs); "
+                  "default 1epochs when --checkpoint-dir is given. A checkpoint is also "
+                  "written after the last epoch")
+      ->check(checkpoint_every_syntax());
+  cmd->add_option("--keep-checkpoints", o.keep_checkpoints, "Newest checkpoints kept")
+      ->capture_default_str()
+      ->check(positive());
   cmd->add_option("--bucket-cap-mb", o.ddp.bucket_cap_mb, "DDP bucket size in MiB")
       ->capture_default_str()
       ->check(positive());

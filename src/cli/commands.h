@@ -5,6 +5,9 @@
 // 128+N terminated by signal N). The CLI is a thin layer: parse flags into
 // options, call the library, map exceptions to exit codes.
 
+#include <exception>
+#include <string>
+
 namespace CLI {
 class App;
 }
@@ -15,5 +18,11 @@ void add_run_command(CLI::App& root, int* exit_code);    // cmd_run.cpp
 void add_train_command(CLI::App& root, int* exit_code);  // cmd_train.cpp
 void add_data_command(CLI::App& root, int* exit_code);   // cmd_data.cpp
 void add_bench_command(CLI::App& root, int* exit_code);  // cmd_bench.cpp
+
+/// The runtime-failure path of a worker subcommand (main.cpp): prints
+/// "<who>: error: <first line of e.what()>" to stderr, records `e` in
+/// TORCHELASTIC_ERROR_FILE when the launcher set it (dtrain/elastic.h), and
+/// returns 1, the exit code for a runtime failure.
+int report_runtime_error(const std::string& who, const std::exception& e);
 
 }  // namespace dtrain::cli

@@ -4,9 +4,25 @@
 //   dtrain train --model cnn --dataset fashion-mnist     the batteries-included trainer
 //   dtrain data  ...                                     dataset preparation
 //   dtrain bench ...                                     benchmarks
+#include <iostream>
+
 #include <CLI/CLI.hpp>
 
 #include "cli/commands.h"
+#include "common/strings.h"
+#include "dtrain/elastic.h"
+
+namespace dtrain::cli {
+
+int report_runtime_error(const std::string& who, const std::exception& e) {
+  std::cerr << who << ": error: " << first_line(e.what()) << std::endl;
+  // Under a launcher this is how it learns why we failed (torchrun's @record);
+  // without TORCHELASTIC_ERROR_FILE it does nothing.
+  record_error(e);
+  return 1;
+}
+
+}  // namespace dtrain::cli
 
 int main(int argc, char** argv) {
   CLI::App app{"dtrain: distributed data-parallel training for LibTorch", "dtrain"};
@@ -24,6 +40,10 @@ int main(int argc, char** argv) {
     // --version exit 0.
     int rc = app.exit(e);
     return rc == 0 ? 0 : 2;
+  } catch (const std::exception& e) {
+    // A subcommand maps its own errors; whatever escapes one is a runtime
+    // failure too, reported and recorded rather than aborting the process.
+    return dtrain::cli::report_runtime_error("dtrain", e);
   }
   return exit_code;
 }

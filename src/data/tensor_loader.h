@@ -13,6 +13,8 @@ class TensorLoader : public Loader {
 
   void start_epoch(int64_t epoch) override;
   bool next(Batch& batch) override;
+  void skip_to(int64_t batch_index) override;
+  int64_t position() const override { return next_batch_; }
   int64_t batches_per_epoch() const override;
   int64_t samples_per_epoch() const override { return sampler_.num_samples(); }
 
@@ -22,7 +24,8 @@ class TensorLoader : public Loader {
   LoaderOptions options_;
   DistributedSampler sampler_;
   at::Tensor order_;  // this epoch's indices, int64
-  int64_t cursor_ = 0;
+  int64_t cursor_ = 0;      // next sample position in order_
+  int64_t next_batch_ = 0;  // the batch next() returns
 };
 
 }  // namespace dtrain::data

@@ -16,9 +16,15 @@ namespace dtrain::detail {
 constexpr const char* kDefaultPath = "/usr/local/bin:/usr/bin:/bin";
 
 /// Validates `options` and resolves the dependent defaults in one place:
-/// standalone → 127.0.0.1 on a free port; empty run_id → generated
-/// (standalone) or "none". Throws InvalidArgument naming the option.
+/// standalone → a single static node on 127.0.0.1 at a free port; empty
+/// run_id → generated (standalone) or "none"; backend names lowercased.
+/// Throws InvalidArgument naming the option (by its dtrain run flag).
 LaunchOptions resolve_launch_options(const LaunchOptions& options);
+
+struct RendezvousConfig;
+/// The rendezvous settings of resolved options (endpoint, MIN:MAX, node
+/// rank, --rdzv-conf). Throws InvalidArgument for a bad --rdzv-conf.
+RendezvousConfig rendezvous_config(const LaunchOptions& options);
 
 /// Where one worker stands in the job (torchrun's names).
 struct WorkerIdentity {

@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <cctype>
 #include <map>
 #include <random>
 
@@ -42,12 +43,48 @@ LaunchOptions resolve_launch_options(const LaunchOptions& options) {
   if (o.standalone) {
     o.master_addr = "127.0.0.1";
     o.master_port = 0;
+    o.rdzv_backend = "static";
+    o.rdzv_endpoint.clear();
+    o.min_nodes = o.max_nodes = 1;
+    o.node_rank = 0;
     if (o.run_id.empty()) o.run_id = generate_run_id();
   }
   if (o.run_id.empty()) o.run_id = "none";
   if (o.master_addr.empty()) throw InvalidArgument("master_addr must not be empty");
   if (o.master_port < 0 || o.master_port > 65535) {
     throw InvalidArgument(cat("master_port ", o.master_port, " is out of range 0-65535"));
+  }
+  if (o.max_restarts < 0) {
+    throw InvalidArgument(cat("--max-restarts must not be negative, got ", o.max_restarts));
+  }
+  if (o.min_nodes < 1 || o.max_nodes < o.min_nodes) {
+    throw InvalidArgument(cat("--nnodes ", o.min_nodes, ":", o.max_nodes,
+                              " is invalid: need 1 <= MIN <= MAX"));
+  }
+  for (auto& c : o.rdzv_backend) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (o.rdzv_backend == "etcd-v2") o.rdzv_backend = "etcd";
+  if (o.rdzv_backend != "static" && o.rdzv_backend != "c10d" && o.rdzv_backend != "etcd") {
+    throw InvalidArgument(cat("--rdzv-backend '", o.rdzv_backend,
+                              "' is not one of static, c10d, etcd"));
+  }
+  if (o.rdzv_backend == "static") {
+    if (o.min_nodes != o.max_nodes) {
+      throw InvalidArgument(cat("--nnodes ", o.min_nodes, ":", o.max_nodes,
+                                " needs an elastic rendezvous: add --rdzv-backend c10d (or etcd) "
+                                "and --rdzv-endpoint HOST:PORT"));
+    }
+    if (o.node_rank < 0 || o.node_rank >= o.max_nodes) {
+      throw InvalidArgument(cat("--node-rank ", o.node_rank, " is outside [0, ", o.max_nodes,
+                                ") for --nnodes ", o.max_nodes));
+    }
+    if (o.max_nodes > 1 && o.rdzv_endpoint.empty() && o.master_port == 0) {
+      throw InvalidArgument(cat("a static run on ", o.max_nodes,
+                                " nodes needs --master-addr and --master-port of node 0 "
+                                "(the same on every node)"));
+    }
+  } else if (o.rdzv_endpoint.empty()) {
+    throw InvalidArgument(cat("--rdzv-backend ", o.rdzv_backend,
+                              " needs --rdzv-endpoint HOST:PORT (the same on every node)"));
   }
   return o;
 }

@@ -88,7 +88,9 @@ void WorkerGroup::start(std::vector<WorkerSpec> specs) {
   }
 }
 
-WorkerGroupOutcome WorkerGroup::wait(SignalWatch* signals) {
+WorkerGroupOutcome WorkerGroup::wait(SignalWatch* signals,
+                                     const std::function<bool()>& should_stop) {
+  auto next_check = Clock::now() + options_.monitor_interval;
   std::vector<pollfd> fds;
   std::vector<int> owners;  // per entry of fds: 2*worker (+1 for stderr), -1 for signals
   while (true) {
@@ -114,6 +116,13 @@ WorkerGroupOutcome WorkerGroup::wait(SignalWatch* signals) {
     }
     reap();
     auto now = Clock::now();
+    if (should_stop && !stop_deadline_ && now >= next_check) {
+      next_check = now + options_.monitor_interval;
+      if (should_stop()) {
+        outcome_.interrupted = true;
+        stop(SIGTERM);
+      }
+    }
     if (stop_deadline_ && !kill_deadline_ && now >= *stop_deadline_) stop(SIGKILL);
     if (all_ended()) {
       if (all_streams_closed()) break;

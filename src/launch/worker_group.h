@@ -6,6 +6,7 @@
 #include <poll.h>
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -46,6 +47,9 @@ struct WorkerGroupOutcome {
   std::optional<size_t> root_cause;
   /// SIGINT/SIGTERM that made the group stop, else 0.
   int signal = 0;
+  /// The group was stopped because `should_stop` returned true (a membership
+  /// change), not because of a failure or a signal.
+  bool interrupted = false;
 };
 
 /// Not thread-safe. Destroying the group kills (SIGKILL) and reaps workers
@@ -67,7 +71,10 @@ class WorkerGroup {
   /// rest: SIGTERM to each worker's process group, SIGKILL after the grace
   /// period (at once on a second signal). Bounded: returns at most a few
   /// seconds after the SIGKILL even if a worker cannot be reaped.
-  WorkerGroupOutcome wait(SignalWatch* signals);
+  /// `should_stop` (may be empty) is asked at most once per monitor interval
+  /// while every worker is still running; true stops the group the same way
+  /// and marks the outcome `interrupted`. It must not block for long.
+  WorkerGroupOutcome wait(SignalWatch* signals, const std::function<bool()>& should_stop = {});
 
  private:
   struct Worker;

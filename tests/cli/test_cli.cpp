@@ -1,6 +1,9 @@
 // The dtrain executable as a user meets it: exit codes and one-line errors
 // for bad input, and a short end-to-end data-parallel run.
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include <cstdio>
@@ -20,10 +23,9 @@ struct Result {
   std::string output;  // stdout and stderr together
 };
 
-// Runs the dtrain binary with `args` (a shell-quoted string), bounded in time.
-Result dtrain(const std::string& args, int timeout_s = 120) {
-  std::string cmd = "timeout -k 5 " + std::to_string(timeout_s) + " " DTRAIN_BINARY_DIR "/dtrain " +
-                    args + " 2>&1";
+// Runs a command line (program and shell-quoted arguments), bounded in time.
+Result run_bounded(const std::string& command, int timeout_s) {
+  std::string cmd = "timeout -k 5 " + std::to_string(timeout_s) + " " + command + " 2>&1";
   Result r;
   FILE* p = ::popen(cmd.c_str(), "r");
   char buf[4096];
@@ -32,6 +34,11 @@ Result dtrain(const std::string& args, int timeout_s = 120) {
   int status = ::pclose(p);
   r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   return r;
+}
+
+// Runs the dtrain binary with `args` (a shell-quoted string), bounded in time.
+Result dtrain(const std::string& args, int timeout_s = 120) {
+  return run_bounded(DTRAIN_BINARY_DIR "/dtrain " + args, timeout_s);
 }
 
 void write_idx_gz(const fs::path& path, std::vector<uint32_t> dims, const std::vector<uint8_t>& data) {
@@ -162,6 +169,88 @@ TEST_F(Cli, AWorkerThatFailsMakesTheLauncherExitNonZeroNamingTheRank) {
   EXPECT_NE(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("rank 0"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("does not exist"), std::string::npos) << r.output;
+}
+
+// A TCP port nobody listens on right now (the kernel's pick for port 0).
+int free_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(a);
+  int port = -1;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0) {
+    port = ntohs(a.sin_port);
+  }
+  ::close(fd);
+  return port;
+}
+
+TEST_F(Cli, AWorkerThatFailsAtRuntimeWritesTheTorchelasticErrorFile) {
+  const fs::path error_file = dir_ / "errors" / "rank1.json";  // the folder does not exist yet
+  Result r = run_bounded("env TORCHELASTIC_ERROR_FILE=" + error_file.string() +
+                             " LOCAL_RANK=1 " DTRAIN_BINARY_DIR "/dtrain train --data-dir " +
+                             (dir_ / "absent").string(),
+                         120);
+  ASSERT_EQ(r.code, 1) << r.output;
+  std::ifstream in(error_file);
+  ASSERT_TRUE(in) << "no error file at " << error_file << "; output: " << r.output;
+  const auto j = nlohmann::json::parse(in);
+  // torchelastic's shape, which torchrun's agent reads.
+  const std::string torch_message = j["message"]["message"];
+  EXPECT_EQ(torch_message.rfind("dtrain::DataError: dataset ", 0), 0u) << torch_message;
+  EXPECT_TRUE(j["message"]["extraInfo"]["timestamp"].is_string()) << j.dump();
+  // dtrain's typed fields.
+  const auto& d = j["dtrain"];
+  EXPECT_EQ(d["error_type"], "dtrain::DataError");
+  EXPECT_NE(d["message"].get<std::string>().find("directory '" + (dir_ / "absent").string() +
+                                                 "' does not exist"),
+            std::string::npos)
+      << j.dump();
+  EXPECT_EQ(d["rank"], -1) << "no RANK in this environment";
+  EXPECT_EQ(d["local_rank"], 1);
+  EXPECT_GT(d["pid"].get<int>(), 0);
+  EXPECT_FALSE(d["host"].get<std::string>().empty());
+  EXPECT_GT(d["timestamp"].get<double>(), 1.6e9);
+}
+
+TEST_F(Cli, WithoutTheErrorFileVariableAFailingWorkerWritesNothing) {
+  Result r = dtrain("train --data-dir " + (dir_ / "absent").string());
+  EXPECT_EQ(r.code, 1) << r.output;
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir_), fs::directory_iterator()), 0);
+}
+
+TEST_F(Cli, MpirunStartsTwoWorkersThatTrainAsOneGroup) {
+  if (std::system("command -v mpirun > /dev/null 2>&1") != 0) GTEST_SKIP() << "no mpirun";
+  write_tiny_dataset(dir_ / "data", 256, 100);
+  const fs::path metrics = dir_ / "metrics.jsonl";
+  const int port = free_port();
+  ASSERT_GT(port, 0);
+  // Open MPI refuses root and more ranks than cores unless told; the store's
+  // address travels with -x, as docs/clusters.md tells users.
+  Result r = run_bounded(
+      "mpirun --allow-run-as-root --oversubscribe -np 2 -x MASTER_ADDR=127.0.0.1 -x MASTER_PORT=" +
+          std::to_string(port) + " " DTRAIN_BINARY_DIR "/dtrain train --epochs 1 --batch-size 16 "
+          "--threads 1 --timeout 60 --data-dir " + (dir_ / "data").string() + " --metrics-file " +
+          metrics.string(),
+      180);
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("epoch 1/1"), std::string::npos) << r.output;
+  std::ifstream in(metrics);
+  std::string line;
+  ASSERT_TRUE(std::getline(in, line)) << "rank 0 writes the metrics; output: " << r.output;
+  EXPECT_EQ(nlohmann::json::parse(line)["world_size"], 2) << line;
+}
+
+TEST_F(Cli, MpirunWithoutTheStoreAddressFailsNamingTheVariablesAndTheFix) {
+  if (std::system("command -v mpirun > /dev/null 2>&1") != 0) GTEST_SKIP() << "no mpirun";
+  Result r = run_bounded("env -u MASTER_ADDR -u MASTER_PORT mpirun --allow-run-as-root "
+                         "--oversubscribe -np 2 " DTRAIN_BINARY_DIR "/dtrain train --epochs 1",
+                         60);
+  EXPECT_NE(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("MASTER_ADDR, MASTER_PORT are not set"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("mpirun -x MASTER_ADDR="), std::string::npos) << r.output;
 }
 
 }  // namespace

@@ -6,6 +6,10 @@
 //   ignore-term                               ignores SIGTERM from now on
 //   sleep MS | exit CODE | raise SIGNUM       (raise disables core dumps first)
 //   rank R STEP...                            runs the next step only when RANK == R
+//   attempt N STEP...                         runs the next step only when
+//                                             TORCHELASTIC_RESTART_COUNT == N
+//   errorfile TEXT                            writes a torchelastic error record
+//                                             with message TEXT to TORCHELASTIC_ERROR_FILE
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -43,6 +47,7 @@ bool connect_to_master() {
 
 int main(int argc, char** argv) {
   int only_rank = -1;
+  int only_attempt = -1;
   for (int i = 1; i < argc; ++i) {
     std::string step = argv[i];
     std::string arg = (i + 1 < argc) ? argv[i + 1] : "";
@@ -52,8 +57,15 @@ int main(int argc, char** argv) {
       only_rank = std::stoi(arg);
       continue;
     }
-    bool skip = only_rank >= 0 && std::to_string(only_rank) != env("RANK");
+    if (step == "attempt") {
+      only_attempt = std::stoi(arg);
+      continue;
+    }
+    bool skip = (only_rank >= 0 && std::to_string(only_rank) != env("RANK")) ||
+                (only_attempt >= 0 &&
+                 std::to_string(only_attempt) != env("TORCHELASTIC_RESTART_COUNT"));
     only_rank = -1;
+    only_attempt = -1;
     if (skip) continue;
     if (step == "print") {
       std::printf("%s\n", arg.c_str());
@@ -71,6 +83,10 @@ int main(int argc, char** argv) {
       std::printf("%s\n", connect_to_master() ? "connected" : "connect failed");
     } else if (step == "pidfile") {
       std::ofstream(arg + "/rank" + env("RANK") + ".pid") << ::getpid() << "\n";
+    } else if (step == "errorfile") {
+      std::ofstream(env("TORCHELASTIC_ERROR_FILE"))
+          << "{\"message\": {\"message\": \"" << arg
+          << "\", \"extraInfo\": {\"py_callstack\": \"\", \"timestamp\": \"0\"}}}\n";
     } else if (step == "ignore-term") {
       std::signal(SIGTERM, SIG_IGN);
     } else if (step == "sleep") {

@@ -63,7 +63,36 @@ TEST(RunCommand, UnknownFlagOrMissingProgramIsAUsageError) {
   EXPECT_THROW(parse({"--no-such-flag", "--", "true"}), CLI::ParseError);
   EXPECT_THROW(parse({"--nproc-per-node", "2"}), CLI::RequiredError);
   EXPECT_THROW(parse({"--nproc-per-node", "2", "--"}), CLI::RequiredError);
-  EXPECT_THROW(parse({"--nnodes", "2", "--", "true"}), CLI::ValidationError);
+  EXPECT_THROW(parse({"--nnodes", "0", "--", "true"}), CLI::ValidationError);
+  EXPECT_THROW(parse({"--nnodes", "3:2", "--", "true"}), CLI::ValidationError);
+  EXPECT_THROW(parse({"--nnodes", "two", "--", "true"}), CLI::ValidationError);
+  EXPECT_THROW(parse({"--max-restarts", "-1", "--", "true"}), CLI::ValidationError);
+}
+
+TEST(RunCommand, InconsistentElasticFlagsExitTwoNamingTheFix) {
+  ::testing::internal::CaptureStderr();
+  int rc = parse({"--nnodes", "1:4", "--", "true"});
+  std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(rc, 2);
+  EXPECT_THAT(err, HasSubstr("dtrain run: error: --nnodes 1:4 needs an elastic rendezvous: add "
+                             "--rdzv-backend c10d (or etcd) and --rdzv-endpoint HOST:PORT\n"));
+  ::testing::internal::CaptureStderr();
+  rc = parse({"--nnodes", "2", "--node-rank", "1", "--", "true"});
+  err = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(rc, 2);
+  EXPECT_THAT(err, HasSubstr("needs --master-addr and --master-port of node 0"));
+}
+
+TEST(RunCommand, PetVariablesConfigureTheRunLikeKubeflowPassesThem) {
+  ::setenv("PET_NNODES", "1:3", 1);
+  ::setenv("PET_RDZV_BACKEND", "c10d", 1);
+  ::testing::internal::CaptureStderr();
+  int rc = parse({"--", "true"});
+  std::string err = ::testing::internal::GetCapturedStderr();
+  ::unsetenv("PET_NNODES");
+  ::unsetenv("PET_RDZV_BACKEND");
+  EXPECT_EQ(rc, 2);  // the endpoint is missing: proves both variables were read
+  EXPECT_THAT(err, HasSubstr("--rdzv-backend c10d needs --rdzv-endpoint HOST:PORT"));
 }
 
 TEST(RunCommand, FailedWorkerExitsOneWithASummaryOnStderr) {
@@ -92,7 +121,7 @@ TEST(RunCommand, BusyPortIsOneErrorLineAndExitCodeOne) {
   std::string err = ::testing::internal::GetCapturedStderr();
   ::close(fd);
   EXPECT_EQ(rc, 1);
-  EXPECT_THAT(err, HasSubstr("dtrain run: error: cannot host the store on 127.0.0.1:" + port));
+  EXPECT_THAT(err, HasSubstr("dtrain run: error: rendezvous 'none': cannot host the store on 127.0.0.1:" + port));
   EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
 }
 

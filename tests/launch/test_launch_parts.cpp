@@ -177,15 +177,25 @@ TEST_F(LineRelayTest, WritesUnprefixedLinesToTheLogFile) {
   EXPECT_EQ(read_file(dir_.file("log")), "one\ntwo\n");
 }
 
+WorkerExit exit_of(int rank, int pid, int code, int signal, bool stopped) {
+  WorkerExit w;
+  w.rank = w.local_rank = rank;
+  w.pid = pid;
+  w.exit_code = code;
+  w.signal = signal;
+  w.stopped = stopped;
+  return w;
+}
+
 TEST(LaunchResultSummary, IsEmptyOnSuccessAndNamesTheSignalWhenTheLauncherWasStopped) {
   LaunchResult ok;
-  ok.workers = {WorkerExit{0, 0, 100, 0, 0, false}};
+  ok.workers = {exit_of(0, 100, 0, 0, false)};
   EXPECT_TRUE(ok.summary().empty());
   EXPECT_EQ(ok.exit_code(), 0);
 
   LaunchResult signalled;
   signalled.launcher_signal = SIGINT;
-  signalled.workers = {WorkerExit{0, 0, 100, -1, SIGTERM, true}, WorkerExit{1, 1, 101, 0, 0, true}};
+  signalled.workers = {exit_of(0, 100, -1, SIGTERM, true), exit_of(1, 101, 0, 0, true)};
   EXPECT_EQ(signalled.exit_code(), 130);
   EXPECT_THAT(signalled.summary(),
               ElementsAre("worker rank 0 (pid 100) was stopped: killed by SIGTERM",

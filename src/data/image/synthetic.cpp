@@ -47,6 +47,14 @@ class SyntheticLoader : public Loader {
     batch.targets = rows == options_.batch_size ? targets_ : targets_.narrow(0, 0, rows);
     return true;
   }
+  void skip_to(int64_t batch_index) override {
+    if (batch_index < 0 || batch_index > batches_per_epoch()) {
+      throw InvalidArgument(cat("synthetic loader: batch ", batch_index, " is outside [0, ",
+                                batches_per_epoch(), "]"));
+    }
+    cursor_ = batch_index;
+  }
+  int64_t position() const override { return cursor_; }
   int64_t batches_per_epoch() const override {
     const int64_t b = options_.batch_size;
     return options_.drop_last ? samples_ / b : (samples_ + b - 1) / b;

@@ -1,0 +1,174 @@
+#pragma once
+// Checkpoints: everything training needs to continue where it stopped, in a
+// file that Python's torch.load opens (names -> tensors), so a run can move
+// between dtrain and PyTorch.
+//
+// A checkpoint directory holds
+//   checkpoint-<step, 8 digits>.pt         torch.save-compatible zip (below)
+//   checkpoint-<step, 8 digits>.pt.crc32   "dtrain-checkpoint-1 size=<bytes> crc32=<8 hex>"
+// The .pt file is written first (temporary file, fsync, rename), then its
+// checksum file the same way, then the directory is fsynced: a checkpoint
+// without a checksum file never finished and is ignored. "Newest" is the
+// highest step in the name, not the file time.
+//
+// The .pt file holds one dict (torch.load(path) returns it):
+//   "format":           "dtrain-checkpoint-1"
+//   "model":            {name: tensor}  parameters and buffers, as
+//                       model.state_dict() names them (CPU tensors)
+//   "optimizer":        torch.optim.SGD.state_dict() layout:
+//                       {"state": {index: {"momentum_buffer": tensor}},
+//                        "param_groups": [{"lr", "momentum", "dampening",
+//                          "weight_decay", "nesterov", "maximize",
+//                          "params": [0, ..., n-1]}]}
+//   "epoch":            0-based epoch in progress (or next to start)
+//   "step":             optimizer steps taken since the run began
+//   "samples_in_epoch": samples of `epoch` consumed by all ranks together
+//                       (the DistributedSampler position)
+//   "world_size", "batch_size", "seed": of the run that saved it
+//   "rng_state":        torch.get_rng_state() (uint8, the CPU generator)
+//
+// Usage:
+//   dtrain::Checkpoint c;
+//   c.model = dtrain::model_state(*model);
+//   c.optimizer = dtrain::sgd_state(optimizer);
+//   c.step = step;
+//   dtrain::save_checkpoint("/ckpt", c);
+//   ...
+//   std::vector<std::string> skipped;
+//   if (auto found = dtrain::load_latest_checkpoint("/ckpt", &skipped)) {
+//     dtrain::load_model_state(*model, found->checkpoint.model, found->path);
+//   }
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+namespace torch {
+namespace nn {
+class Module;
+}  // namespace nn
+namespace optim {
+class SGD;
+}  // namespace optim
+}  // namespace torch
+
+namespace dtrain {
+
+/// Tensors by name, in the module's registration order.
+using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
+
+/// SGD's hyperparameters (param_groups[0]) and per-parameter state. One
+/// parameter group only, which is what dtrain's trainer uses.
+struct SgdState {
+  double lr = 0.01;
+  double momentum = 0;
+  double dampening = 0;
+  double weight_decay = 0;
+  bool nesterov = false;
+  /// One entry per parameter, in the optimizer's parameter order; undefined
+  /// where SGD has no buffer yet (before the first step, or momentum 0).
+  std::vector<at::Tensor> momentum_buffers;
+};
+
+/// What a checkpoint holds (the file's layout is at the top of this header).
+struct Checkpoint {
+  NamedTensors model;
+  SgdState optimizer;
+  /// 0-based epoch in progress; after a finished epoch, the next one.
+  int64_t epoch = 0;
+  /// Optimizer steps since the run began (it names the file).
+  int64_t step = 0;
+  /// Samples of `epoch` consumed by all ranks together: steps taken in the
+  /// epoch x batch size x world size. With DistributedSampler's layout these
+  /// are exactly positions [0, samples_in_epoch) of the epoch's permutation,
+  /// whatever the world size.
+  int64_t samples_in_epoch = 0;
+  int world_size = 1;
+  int64_t batch_size = 0;
+  uint64_t seed = 0;
+  /// The CPU generator's state (cpu_rng_state()); may be undefined.
+  at::Tensor rng_state;
+};
+
+// ---- State of models, optimizers and generators -------------------------------
+
+/// CPU copies of the module's parameters and buffers (recursively), named as
+/// named_parameters()/named_buffers() name them (the state_dict() names).
+NamedTensors model_state(const torch::nn::Module& module);
+
+/// Copies `state` into the module's parameters and buffers (on their
+/// devices). Throws DataError naming `origin` and the entry when a name is
+/// missing or unexpected or a shape differs; the module is unchanged then.
+void load_model_state(torch::nn::Module& module, const NamedTensors& state,
+                      const std::string& origin);
+
+/// The optimizer's hyperparameters and momentum buffers (CPU copies).
+/// Requires exactly one parameter group.
+SgdState sgd_state(const torch::optim::SGD& optimizer);
+
+/// Restores the momentum buffers into `optimizer` (on the parameters'
+/// devices). Hyperparameters stay as configured: a resumed run may change
+/// the learning rate. Throws DataError naming `origin` when the parameter
+/// count or a buffer's shape differs.
+void load_sgd_state(torch::optim::SGD& optimizer, const SgdState& state, const std::string& origin);
+
+/// torch.get_rng_state() / torch.set_rng_state(): the default CPU generator.
+/// Thread-safe (the generator's own mutex).
+at::Tensor cpu_rng_state();
+void set_cpu_rng_state(const at::Tensor& state);
+
+// ---- The file format ------------------------------------------------------------
+
+/// The bytes of a checkpoint file (torch.save's zip layout).
+std::vector<char> encode_checkpoint(const Checkpoint& checkpoint);
+
+/// Parses bytes from encode_checkpoint(). Files Python's torch.save wrote
+/// are read as far as LibTorch's unpickler can: 1.13's knows neither
+/// OrderedDict (read as None) nor one-entry dicts (SETITEM), so a checkpoint
+/// edited and re-saved in Python is refused there. Throws DataError naming
+/// `origin` when the bytes are not a dtrain-checkpoint-1 (unreadable pickle,
+/// wrong format tag, missing key, wrong type).
+Checkpoint decode_checkpoint(const std::vector<char>& bytes, const std::string& origin);
+
+// ---- Checkpoint directories -------------------------------------------------------
+
+/// `<dir>/checkpoint-<step, 8 digits>.pt`.
+std::string checkpoint_path(const std::string& dir, int64_t step);
+
+/// Checkpoint files (by name, valid or not) in `dir`, newest (highest step)
+/// first; empty when `dir` does not exist.
+std::vector<std::string> list_checkpoints(const std::string& dir);
+
+/// Writes `checkpoint` as checkpoint_path(dir, checkpoint.step) atomically
+/// (layout at the top of this header), creating `dir` if needed, then
+/// removes all but the newest `keep_last` checkpoints (by name) and stray
+/// temporary files: one writer per directory. Overwrites a checkpoint of the
+/// same step. Returns the path. Throws InvalidArgument for keep_last < 1 and
+/// Error naming the path and the failed operation (create, write, fsync,
+/// rename) when the directory cannot be written; the previous checkpoints
+/// are intact then.
+std::string save_checkpoint(const std::string& dir, const Checkpoint& checkpoint,
+                            int keep_last = 3);
+
+/// Why the checkpoint file at `path` is unusable, or "" when its checksum
+/// file exists and matches its size and CRC-32 (the contents are not parsed).
+std::string verify_checkpoint_file(const std::string& path);
+
+struct LoadedCheckpoint {
+  std::string path;
+  Checkpoint checkpoint;
+};
+
+/// The newest checkpoint in `dir` that verifies and parses. Each newer one
+/// passed over is appended to `skipped` (when not null) as "<path>: <reason>"
+/// (no checksum file, truncated, checksum mismatch, not a dtrain checkpoint).
+/// nullopt when `dir` is missing or holds no valid checkpoint. Never throws
+/// for a bad file; throws Error only when `dir` cannot be listed.
+std::optional<LoadedCheckpoint> load_latest_checkpoint(const std::string& dir,
+                                                       std::vector<std::string>* skipped = nullptr);
+
+}  // namespace dtrain

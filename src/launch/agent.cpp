@@ -1,0 +1,322 @@
+// The elastic agent: the loop behind dtrain::launch() (contract in
+// include/dtrain/launch.h).
+//
+// Note [Agent loop]
+// One agent per node runs rounds. A round is: join the rendezvous (which
+// fixes this node's rank and the global ranks), start the local workers
+// against the round's fresh store, and watch them. A round ends in one of
+// four ways:
+//  * every local worker exited 0 → the node is done; it waits (bounded) at the
+//    exit barrier so the stores it hosts outlive the other nodes' last steps;
+//  * a worker failed → stop the others; with restarts left, join the next
+//    round (the other agents see a node waiting and restart too), else close
+//    the rendezvous so every node stops, and report the root cause;
+//  * another node is waiting to join, or a participant stopped heartbeating →
+//    stop the workers and join the next round; no restart is spent;
+//  * SIGINT/SIGTERM → stop the workers, leave the rendezvous, report it.
+// Workers are always stopped and reaped before the next round starts, so two
+// rounds never overlap on a node.
+
+#include <unistd.h>
+
+#include <csignal>
+#include <filesystem>
+#include <system_error>
+
+#include "common/error_file.h"
+#include "common/strings.h"
+#include "dtrain/errors.h"
+#include "dtrain/store.h"
+#include "launch/launcher.h"
+#include "launch/rendezvous.h"
+#include "launch/signals.h"
+#include "launch/worker_group.h"
+
+namespace dtrain::detail {
+namespace {
+
+namespace fs = std::filesystem;
+
+/// A fresh directory under $TMPDIR, removed with its contents on destruction.
+class TempDir {
+ public:
+  TempDir() {
+    std::string pattern = (fs::temp_directory_path() / "dtrain-run-XXXXXX").string();
+    if (!::mkdtemp(pattern.data())) {
+      throw Error(cat("cannot create a temporary directory for the workers' error files under ",
+                      fs::temp_directory_path().string()));
+    }
+    path_ = pattern;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+/// <root>/<run_id>/attempt_<n>/<local_rank>, created.
+std::string attempt_dir(const std::string& root, const std::string& run_id, int attempt,
+                        int local_rank) {
+  fs::path dir = fs::path(root) / run_id / cat("attempt_", attempt) / std::to_string(local_rank);
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) throw Error(cat("cannot create the log directory '", dir.string(), "': ", ec.message()));
+  return dir.string();
+}
+
+/// How long a finished node waits for the others before it stops hosting.
+constexpr std::chrono::milliseconds kExitBarrierTimeout = std::chrono::seconds(60);
+
+/// Runs `f`, ignoring errors: for bookkeeping on a store that may be gone
+/// (its host finished or died), where the caller has a better error to report.
+template <typename F>
+void best_effort(F&& f) {
+  try {
+    f();
+  } catch (const std::exception&) {
+  }
+}
+
+void note(int fd, const std::string& line) { write_all(fd, cat("dtrain run: ", line, "\n")); }
+
+/// SIGINT/SIGTERM seen while no worker group is watching the signals.
+class PendingSignal {
+ public:
+  explicit PendingSignal(SignalWatch* watch) : watch_(watch) {}
+  /// Drains the watch; returns the first SIGINT/SIGTERM seen so far, else 0.
+  int poll() {
+    if (!watch_) return 0;
+    for (int sig : watch_->take()) {
+      if ((sig == SIGINT || sig == SIGTERM) && signal_ == 0) signal_ = sig;
+    }
+    return signal_;
+  }
+
+ private:
+  SignalWatch* watch_;
+  int signal_ = 0;
+};
+
+struct RoundPlan {
+  std::vector<WorkerSpec> specs;
+  std::vector<std::string> error_files;  // by local rank
+};
+
+RoundPlan plan_round(const LaunchOptions& o, const std::string& program,
+                     const std::vector<std::string>& base, const RendezvousInfo& info,
+                     int attempt, int restarts, const std::string& error_root) {
+  RoundPlan plan;
+  JobInfo job{info.master_addr, info.master_port, o.run_id};
+  for (int local_rank = 0; local_rank < o.nproc_per_node; ++local_rank) {
+    WorkerIdentity who;
+    who.local_rank = local_rank;
+    who.rank = info.base_rank() + local_rank;
+    who.world_size = info.world_size();
+    who.local_world_size = o.nproc_per_node;
+    who.group_rank = info.node_rank;
+    who.group_world_size = info.num_nodes;
+    who.restart_count = restarts;
+    who.max_restarts = o.max_restarts;
+    WorkerSpec spec;
+    spec.rank = who.rank;
+    spec.local_rank = local_rank;
+    spec.process.path = program;
+    spec.process.argv = o.command;
+    const std::string dir = attempt_dir(o.log_dir.value_or(error_root),
+                                        o.log_dir ? o.run_id : "", attempt, local_rank);
+    const std::string error_file = dir + "/error.json";
+    std::error_code ec;
+    fs::remove(error_file, ec);  // a stale record must not be taken for this round's
+    spec.process.env = worker_environment(base, who, job);
+    spec.process.env.push_back(cat("TORCHELASTIC_ERROR_FILE=", error_file));
+    if (o.log_dir) {
+      spec.stdout_log = dir + "/stdout.log";
+      spec.stderr_log = dir + "/stderr.log";
+    }
+    plan.error_files.push_back(error_file);
+    plan.specs.push_back(std::move(spec));
+  }
+  return plan;
+}
+
+/// Fills in where each worker ran and the message of its error record.
+void annotate(std::vector<WorkerExit>& exits, const RoundPlan& plan, const RendezvousInfo& info) {
+  for (size_t i = 0; i < exits.size(); ++i) {
+    exits[i].node_rank = info.node_rank;
+    if (info.num_nodes > 1 && static_cast<size_t>(info.node_rank) < info.node_addrs.size()) {
+      exits[i].node_addr = info.node_addrs[static_cast<size_t>(info.node_rank)];
+    }
+    if (exits[i].succeeded() || exits[i].stopped) continue;
+    if (auto record = read_error_file(plan.error_files[i])) {
+      exits[i].error_message = record->message;
+    }
+  }
+}
+
+/// The rendezvous for `o`. A single-node static run on port 0 hosts its own
+/// store on a free port (`server` keeps it); everything else goes through
+/// make_rendezvous.
+std::unique_ptr<Rendezvous> open_rendezvous(const LaunchOptions& o, RendezvousConfig config,
+                                            std::unique_ptr<TcpStoreServer>* server) {
+  if (o.rdzv_backend == "static" && o.max_nodes == 1 && o.master_port == 0) {
+    *server = TcpStoreServer::start({o.master_addr, 0});
+    config.endpoint = cat(o.master_addr, ":", (*server)->port());
+    return make_dynamic_rendezvous(
+        make_store_backend((*server)->store(), cat("store at ", config.endpoint)), config);
+  }
+  return make_rendezvous(config);
+}
+
+}  // namespace
+
+RendezvousConfig rendezvous_config(const LaunchOptions& o) {
+  RendezvousConfig c;
+  c.backend = o.rdzv_backend;
+  c.endpoint = o.rdzv_endpoint.empty() ? cat(o.master_addr, ":", o.master_port) : o.rdzv_endpoint;
+  c.run_id = o.run_id;
+  c.min_nodes = o.min_nodes;
+  c.max_nodes = o.max_nodes;
+  c.node_rank = o.node_rank;
+  c.local_world_size = o.nproc_per_node;
+  if (o.rdzv_backend == "static") {
+    // Every node of a static job is expected: no last call to wait out.
+    c.last_call_timeout = std::chrono::milliseconds(0);
+  }
+  c.apply_conf(o.rdzv_conf);
+  return c;
+}
+
+LaunchResult launch(const LaunchOptions& raw_options, ProcessControl& control) {
+  const LaunchOptions o = resolve_launch_options(raw_options);
+  const std::vector<std::string> base = o.environment ? *o.environment : current_environment();
+  const std::string program =
+      find_program(o.command[0], env_value(base, "PATH").value_or(kDefaultPath));
+
+  std::optional<SignalWatch> signals;
+  if (o.handle_signals) signals.emplace();
+  PendingSignal pending(signals ? &*signals : nullptr);
+
+  RendezvousConfig config = rendezvous_config(o);
+  config.cancelled = [&pending] { return pending.poll() != 0; };
+  std::unique_ptr<TcpStoreServer> own_server;
+  std::unique_ptr<Rendezvous> rdzv = open_rendezvous(o, config, &own_server);
+
+  std::optional<TempDir> error_root;
+  if (!o.log_dir) error_root.emplace();
+  if (sets_omp_num_threads(base, o.nproc_per_node)) {
+    note(o.stderr_fd, cat("setting OMP_NUM_THREADS=1 for each of the ", o.nproc_per_node,
+                          " workers to avoid overloading the machine; set it yourself to tune"));
+  }
+
+  WorkerGroupOptions group_options;
+  group_options.stop_grace_period = o.stop_grace_period;
+  group_options.monitor_interval = o.monitor_interval;
+  group_options.tag_output = o.tag_output;
+  group_options.stdout_fd = o.stdout_fd;
+  group_options.stderr_fd = o.stderr_fd;
+
+  LaunchResult result;
+  result.run_id = o.run_id;
+  while (true) {
+    RendezvousInfo info;
+    try {
+      info = rdzv->next_rendezvous();
+    } catch (const CancelledRendezvous&) {
+      result.launcher_signal = pending.poll();
+      rdzv->shutdown();
+      return result;
+    } catch (const Error& e) {
+      if (!rdzv->is_closed()) throw;
+      std::optional<std::string> first;
+      try {
+        first = rdzv->first_failure();
+      } catch (const std::exception&) {
+      }
+      throw Error(cat("the run ", o.run_id, " was ended by another node (its restarts ran out",
+                      " or it stopped); ", first ? "first failure: " + *first
+                                                 : "see that node's output for the root cause"));
+    }
+    const int attempt = result.rounds++;
+    if (o.max_nodes > 1 || attempt > 0) {
+      note(o.stderr_fd, cat("round ", info.round, ": node ", info.node_rank, " of ",
+                            info.num_nodes, ", ranks ", info.base_rank(), "-",
+                            info.base_rank() + o.nproc_per_node - 1, " of ", info.world_size(),
+                            ", restarts ", result.restarts, "/", o.max_restarts));
+    }
+    RoundPlan plan = plan_round(o, program, base, info, attempt, result.restarts,
+                                error_root ? error_root->path() : "");
+    result.master_addr = info.master_addr;
+    result.master_port = info.master_port;
+
+    WorkerGroupOutcome outcome;
+    {
+      WorkerGroup group(control, group_options);
+      group.start(std::move(plan.specs));
+      outcome = group.wait(signals ? &*signals : nullptr, [&rdzv] {
+        return rdzv->num_nodes_waiting() > 0 || rdzv->lost_participants();
+      });
+    }
+    annotate(outcome.exits, plan, info);
+    result.workers = std::move(outcome.exits);
+    result.root_cause.reset();
+    if (outcome.root_cause) result.root_cause = result.workers[*outcome.root_cause];
+    result.launcher_signal = outcome.signal;
+
+    if (outcome.signal != 0) {
+      rdzv->shutdown();
+      return result;
+    }
+    if (result.root_cause) {
+      const WorkerExit& rc = *result.root_cause;
+      best_effort([&] {
+        rdzv->record_failure(cat("worker rank ", rc.rank, " on node ", info.node_rank, " (",
+                                 rc.node_addr.empty() ? "local" : rc.node_addr, ", pid ", rc.pid,
+                                 ") failed: ", rc.describe(),
+                                 rc.error_message.empty() ? "" : ": " + first_line(rc.error_message)));
+      });
+      if (result.restarts >= o.max_restarts) {
+        if (info.num_nodes > 1) {
+          best_effort([&] { result.first_failure = rdzv->first_failure().value_or(""); });
+        }
+        best_effort([&] { rdzv->set_closed(); });
+        rdzv->shutdown();
+        return result;
+      }
+      ++result.restarts;
+      for (const auto& line : result.summary()) result.recovered_failures.push_back(line);
+      note(o.stderr_fd, cat("worker rank ", result.root_cause->rank, " failed (",
+                            result.root_cause->describe(), "); restarting the group (restart ",
+                            result.restarts, " of ", o.max_restarts, ")"));
+      continue;
+    }
+    if (outcome.interrupted) {
+      note(o.stderr_fd, "the group's membership changed; stopping the workers for a new round");
+      continue;
+    }
+    if (result.succeeded()) {
+      if (info.num_nodes > 1) {
+        bool all_done = false;
+        best_effort([&] { all_done = rdzv->exit_barrier(kExitBarrierTimeout); });
+        if (!all_done) {
+          note(o.stderr_fd, cat("not every node finished within ", kExitBarrierTimeout.count() / 1000,
+                                " s of this one; leaving anyway"));
+        }
+      }
+      rdzv->shutdown();
+      return result;
+    }
+    // Workers ended badly only because they were stopped, without a signal,
+    // failure or membership change: cannot happen, but never loop on it.
+    rdzv->set_closed();
+    rdzv->shutdown();
+    return result;
+  }
+}
+
+}  // namespace dtrain::detail

@@ -1,0 +1,188 @@
+// The elastic agent inside dtrain::launch(): restarts after failures, the
+// root cause with the worker's error record, per-attempt log directories,
+// multi-node rounds with agents as threads, and rendezvous errors.
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <thread>
+
+#include "dtrain/errors.h"
+#include "dtrain/launch.h"
+#include "dtrain/store.h"
+#include "launch_test_util.h"
+
+namespace dtrain {
+namespace {
+
+using testing::read_file;
+using testing::TempDir;
+using testing::WorkerRun;
+using ::testing::HasSubstr;
+namespace fs = std::filesystem;
+
+std::string joined(const std::vector<std::string>& lines) {
+  std::string text;
+  for (const auto& l : lines) text += l + "\n";
+  return text;
+}
+
+int free_port() {
+  for (int port = 29700 + (::getpid() % 800); port < 65000; port += 97) {
+    if (port_is_free(port)) return port;
+  }
+  return 0;
+}
+
+TEST(Restarts, WorkerFailingOnceIsRestartedAndTheRunSucceeds) {
+  TempDir dir;
+  WorkerRun run(dir, 2,
+                {"attempt", "0", "rank", "1", "exit", "3", "env", "TORCHELASTIC_RESTART_COUNT"});
+  run.options.max_restarts = 2;
+  LaunchResult result = launch(run.options);
+  ASSERT_TRUE(result.succeeded()) << joined(result.summary()) << run.err();
+  EXPECT_EQ(result.restarts, 1);
+  EXPECT_EQ(result.rounds, 2);
+  ASSERT_EQ(result.recovered_failures.size(), 2u);  // the failure and the stopped worker
+  EXPECT_THAT(joined(result.recovered_failures), HasSubstr("worker rank 1"));
+  EXPECT_THAT(run.out(), HasSubstr("[rank0]: TORCHELASTIC_RESTART_COUNT=1\n"));
+  EXPECT_THAT(run.out(), HasSubstr("[rank1]: TORCHELASTIC_RESTART_COUNT=1\n"));
+  EXPECT_THAT(run.err(), HasSubstr("restarting the group (restart 1 of 2)"));
+}
+
+TEST(Restarts, RestartsExhaustedFailNamingTheRootCauseAndItsErrorRecord) {
+  TempDir dir;
+  WorkerRun run(dir, 2,
+                {"rank", "1", "errorfile", "DataError: shard 7 is truncated", "rank", "1", "exit",
+                 "3", "sleep", "20000"});
+  run.options.max_restarts = 1;
+  LaunchResult result = launch(run.options);
+  EXPECT_EQ(result.exit_code(), 1);
+  EXPECT_EQ(result.restarts, 1);
+  EXPECT_EQ(result.rounds, 2);
+  ASSERT_TRUE(result.root_cause);
+  EXPECT_EQ(result.root_cause->rank, 1);
+  EXPECT_EQ(result.root_cause->error_message, "DataError: shard 7 is truncated");
+  EXPECT_THAT(result.summary().back(),
+              HasSubstr("root cause: worker rank 1 (pid " + std::to_string(result.root_cause->pid)));
+  EXPECT_THAT(result.summary().back(),
+              HasSubstr("failed first: exit code 3: DataError: shard 7 is truncated"));
+  EXPECT_THAT(result.summary().back(), HasSubstr("(after 1 restart(s))"));
+}
+
+TEST(Restarts, LogDirHasOneAttemptDirectoryPerRoundWithTheErrorRecord) {
+  TempDir dir;
+  WorkerRun run(dir, 1,
+                {"env", "TORCHELASTIC_ERROR_FILE", "attempt", "0", "errorfile", "first try",
+                 "attempt", "0", "exit", "4"});
+  run.options.log_dir = dir.file("logs");
+  run.options.run_id = "job9";
+  run.options.max_restarts = 1;
+  ASSERT_TRUE(launch(run.options).succeeded()) << run.err();
+  const std::string a0 = dir.file("logs/job9/attempt_0/0/"), a1 = dir.file("logs/job9/attempt_1/0/");
+  EXPECT_THAT(read_file(a0 + "stdout.log"), HasSubstr("TORCHELASTIC_ERROR_FILE=" + a0 + "error.json"));
+  EXPECT_THAT(read_file(a0 + "error.json"), HasSubstr("first try"));
+  EXPECT_THAT(read_file(a1 + "stdout.log"), HasSubstr("TORCHELASTIC_ERROR_FILE=" + a1 + "error.json"));
+  EXPECT_FALSE(fs::exists(a1 + "error.json"));
+}
+
+TEST(Restarts, ErrorFilesWithoutALogDirLiveInATemporaryDirectoryThatIsRemoved) {
+  TempDir dir;
+  WorkerRun run(dir, 1, {"env", "TORCHELASTIC_ERROR_FILE"});
+  ASSERT_TRUE(launch(run.options).succeeded());
+  std::string out = run.out();
+  auto at = out.find("TORCHELASTIC_ERROR_FILE=");
+  ASSERT_NE(at, std::string::npos) << out;
+  std::string path = out.substr(at + 24, out.find('\n', at) - at - 24);
+  EXPECT_THAT(path, HasSubstr("/attempt_0/0/error.json"));
+  EXPECT_FALSE(fs::exists(fs::path(path).parent_path()));
+}
+
+// Two agents as threads of this process form one c10d rendezvous: node ranks,
+// global ranks and the shared store of the round.
+TEST(Restarts, TwoAgentsFormOneGroupOfFourRanks) {
+  TempDir dir;
+  const int port = free_port();
+  ASSERT_GT(port, 0);
+  std::vector<std::string> steps = {"env", "RANK", "env", "GROUP_RANK", "env", "WORLD_SIZE",
+                                    "env", "GROUP_WORLD_SIZE", "connect"};
+  WorkerRun a(dir, 2, steps);
+  TempDir dir_b;
+  WorkerRun b(dir_b, 2, steps);
+  for (LaunchOptions* o : {&a.options, &b.options}) {
+    o->rdzv_backend = "c10d";
+    o->rdzv_endpoint = "127.0.0.1:" + std::to_string(port);
+    o->min_nodes = o->max_nodes = 2;
+    o->run_id = "threads";
+    o->rdzv_conf = "join_timeout=20";
+  }
+  LaunchResult ra, rb;
+  std::thread ta([&] { ra = launch(a.options); });
+  std::thread tb([&] { rb = launch(b.options); });
+  ta.join();
+  tb.join();
+  ASSERT_TRUE(ra.succeeded()) << joined(ra.summary()) << a.err();
+  ASSERT_TRUE(rb.succeeded()) << joined(rb.summary()) << b.err();
+  std::string out = a.out() + b.out();
+  for (int rank = 0; rank < 4; ++rank) {
+    EXPECT_THAT(out, HasSubstr("[rank" + std::to_string(rank) + "]: RANK=" +
+                               std::to_string(rank) + "\n"));
+    EXPECT_THAT(out, HasSubstr("[rank" + std::to_string(rank) + "]: GROUP_RANK=" +
+                               std::to_string(rank / 2) + "\n"));
+  }
+  EXPECT_THAT(out, HasSubstr("WORLD_SIZE=4\n"));
+  EXPECT_THAT(out, HasSubstr("GROUP_WORLD_SIZE=2\n"));
+  EXPECT_EQ(out.find("connect failed"), std::string::npos) << out;
+  EXPECT_EQ(ra.master_port, rb.master_port);
+}
+
+TEST(Restarts, RendezvousThatCannotCompleteTimesOutNamingTheEndpoint) {
+  TempDir dir;
+  const int port = free_port();
+  WorkerRun run(dir, 1, {"print", "never"});
+  run.options.rdzv_backend = "c10d";
+  run.options.rdzv_endpoint = "127.0.0.1:" + std::to_string(port);
+  run.options.min_nodes = run.options.max_nodes = 2;
+  run.options.run_id = "lonely";
+  run.options.rdzv_conf = "join_timeout=1";
+  auto start = std::chrono::steady_clock::now();
+  try {
+    launch(run.options);
+    ADD_FAILURE() << "expected TimeoutError";
+  } catch (const TimeoutError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("127.0.0.1:" + std::to_string(port)));
+    EXPECT_THAT(e.what(), HasSubstr("lonely"));
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+  EXPECT_THAT(run.out(), ::testing::Not(HasSubstr("never")));
+}
+
+TEST(Restarts, ElasticOptionsAreCheckedBeforeAnythingStarts) {
+  LaunchOptions o;
+  o.command = {"true"};
+  o.min_nodes = 1;
+  o.max_nodes = 2;
+  EXPECT_THAT([&] { launch(o); },
+              ::testing::ThrowsMessage<InvalidArgument>(HasSubstr("--rdzv-backend c10d")));
+  o.rdzv_backend = "c10d";
+  EXPECT_THAT([&] { launch(o); },
+              ::testing::ThrowsMessage<InvalidArgument>(HasSubstr("needs --rdzv-endpoint")));
+  o.rdzv_backend = "zookeeper";
+  EXPECT_THAT([&] { launch(o); }, ::testing::ThrowsMessage<InvalidArgument>(
+                                      HasSubstr("'zookeeper' is not one of static, c10d, etcd")));
+  o.rdzv_backend = "static";
+  o.min_nodes = o.max_nodes = 2;
+  o.node_rank = 2;
+  EXPECT_THAT([&] { launch(o); },
+              ::testing::ThrowsMessage<InvalidArgument>(HasSubstr("--node-rank 2 is outside")));
+  o.node_rank = 1;
+  EXPECT_THAT([&] { launch(o); },
+              ::testing::ThrowsMessage<InvalidArgument>(HasSubstr("needs --master-addr and --master-port")));
+  o.max_restarts = -1;
+  EXPECT_THAT([&] { launch(o); },
+              ::testing::ThrowsMessage<InvalidArgument>(HasSubstr("--max-restarts")));
+}
+
+}  // namespace
+}  // namespace dtrain

@@ -1,0 +1,272 @@
+// dtrain::train() with --checkpoint-dir: a run that stops and resumes ends
+// where an uninterrupted one does; resuming works across world sizes; bad
+// checkpoints are skipped with a log line; the CLI flags.
+#include <ATen/ATen.h>
+
+#include <cstdio>
+#include <mutex>
+#include <sstream>
+
+#include "dtrain/checkpoint.h"
+#include "dtrain/errors.h"
+#include "dtrain/train.h"
+#include "support/ranks.h"
+#include "train/fixtures.h"
+
+namespace dtrain {
+namespace {
+
+namespace fs = std::filesystem;
+
+class Resume : public testing::ScratchDir {
+ protected:
+  void SetUp() override {
+    ScratchDir::SetUp();
+    // 96 training samples: 12 steps per epoch on one rank, 6 on two, 4 on three.
+    testing::write_tiny_dataset(dir_ / "data", 96, 32);
+  }
+
+  TrainOptions options(const std::string& ckpt, int64_t epochs) const {
+    TrainOptions o;
+    o.model = "cnn";
+    o.dataset.name = "mnist";
+    o.dataset.data_dir = (dir_ / "data").string();
+    o.epochs = epochs;
+    o.batch_size = 8;
+    o.eval_batch_size = 32;
+    o.lr = 0.05;
+    o.momentum = 0.9;
+    o.threads = 1;
+    o.device = "cpu";
+    o.checkpoint_dir = (dir_ / ckpt).string();
+    return o;
+  }
+
+  // Trains on `world` ranks (threads; one rank: no group) and returns rank 0's log.
+  std::string run(const TrainOptions& o, int world = 1,
+                  std::vector<EpochMetrics>* history = nullptr) {
+    std::ostringstream log;
+    if (world == 1) {
+      auto h = train(o, ProcessGroup(), &log);
+      if (history) *history = h;
+    } else {
+      std::mutex mu;
+      testing::run_ranks(
+          world,
+          [&](const ProcessGroup& pg) {
+            auto h = train(o, pg, pg.rank() == 0 ? &log : nullptr);
+            std::lock_guard<std::mutex> lock(mu);
+            if (history && pg.rank() == 0) *history = h;
+          },
+          std::chrono::seconds(120));
+    }
+    return log.str();
+  }
+
+  Checkpoint latest(const std::string& ckpt) const {
+    auto found = load_latest_checkpoint((dir_ / ckpt).string());
+    if (!found) throw Error("no checkpoint in " + ckpt);
+    return found->checkpoint;
+  }
+
+  // Removes checkpoints after `step`, as if the run had died right after it.
+  void crash_after(const std::string& ckpt, int64_t step) const {
+    for (const std::string& p : list_checkpoints((dir_ / ckpt).string())) {
+      auto found = step_in(p);
+      if (found > step) {
+        fs::remove(p);
+        fs::remove(p + ".crc32");
+      }
+    }
+  }
+
+  static int64_t step_in(const std::string& path) {
+    const std::string name = fs::path(path).filename().string();  // checkpoint-00000012.pt
+    return std::stoll(name.substr(11, name.size() - 14));
+  }
+};
+
+double max_difference(const NamedTensors& a, const NamedTensors& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double worst = 0;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
+    EXPECT_EQ(a[i].first, b[i].first);
+    worst = std::max(worst, (a[i].second - b[i].second).abs().max().item<double>());
+  }
+  return worst;
+}
+
+TEST_F(Resume, TwoEpochsStraightEqualOneEpochThenAResumedSecond) {
+  run(options("straight", 2));
+  const std::string first = run(options("resumed", 1));
+  EXPECT_NE(
+      first.find("no checkpoint in " + (dir_ / "resumed").string() + "; starting from scratch"),
+      std::string::npos)
+      << first;
+  const std::string second = run(options("resumed", 2));
+  EXPECT_NE(second.find("resumed from " + (dir_ / "resumed" / "checkpoint-00000012.pt").string() +
+                        " (epoch 2, step 12)"),
+            std::string::npos)
+      << second;
+  EXPECT_EQ(second.find("epoch 1/2"), std::string::npos) << "epoch 1 is not trained again";
+  EXPECT_NE(second.find("epoch 2/2"), std::string::npos) << second;
+
+  const Checkpoint a = latest("straight"), b = latest("resumed");
+  EXPECT_EQ(a.step, 24);
+  EXPECT_EQ(b.step, 24);
+  EXPECT_EQ(b.epoch, 2);
+  EXPECT_LE(max_difference(a.model, b.model), 1e-6);
+  ASSERT_EQ(a.optimizer.momentum_buffers.size(), b.optimizer.momentum_buffers.size());
+  for (size_t i = 0; i < a.optimizer.momentum_buffers.size(); ++i) {
+    EXPECT_TRUE(
+        at::allclose(a.optimizer.momentum_buffers[i], b.optimizer.momentum_buffers[i], 0, 1e-6));
+  }
+}
+
+TEST_F(Resume, MidEpochResumeOnTwoRanksReproducesTheUninterruptedRun) {
+  TrainOptions o = options("run", 2);
+  o.checkpoint_every_steps = 4;  // 6 steps per epoch: 4 and 8 are mid-epoch
+  o.keep_checkpoints = 10;
+  run(o, 2);
+  EXPECT_EQ(list_checkpoints(o.checkpoint_dir).size(), 3u) << "steps 4, 8 and the final 12";
+  const Checkpoint uninterrupted = latest("run");
+  EXPECT_EQ(uninterrupted.step, 12);
+
+  crash_after("run", 8);
+  const Checkpoint mid = latest("run");
+  EXPECT_EQ(mid.epoch, 1);
+  EXPECT_EQ(mid.samples_in_epoch, 2 * 8 * 2);
+  const std::string log = run(o, 2);
+  EXPECT_NE(log.find("(epoch 2, step 8)"), std::string::npos) << log;
+  EXPECT_NE(log.find("epoch 2 continues at batch 2 of 6"), std::string::npos) << log;
+  EXPECT_LE(max_difference(uninterrupted.model, latest("run").model), 1e-6);
+
+  // From the middle of the first epoch too, across the epoch boundary.
+  crash_after("run", 4);
+  run(o, 2);
+  EXPECT_LE(max_difference(uninterrupted.model, latest("run").model), 1e-6);
+}
+
+TEST_F(Resume, ADifferentWorldSizeContinuesFromTheSamplerPosition) {
+  TrainOptions o = options("run", 2);
+  o.checkpoint_every_steps = 4;
+  o.keep_checkpoints = 10;
+  run(o, 2);
+  crash_after("run", 4);  // epoch 1, 4 x 8 x 2 = 64 of 96 samples consumed
+  fs::copy(dir_ / "run", dir_ / "shrink");
+
+  // Three ranks take 24 samples a step: batch floor(64 / 24) = 2 of 4, then
+  // 4 more steps in epoch 2.
+  std::vector<EpochMetrics> history;
+  std::string log = run(o, 3, &history);
+  EXPECT_NE(log.find("resumed from " + (dir_ / "run" / "checkpoint-00000004.pt").string() +
+                     " (epoch 1, step 4)"),
+            std::string::npos)
+      << log;
+  EXPECT_NE(log.find("epoch 1 continues at batch 2 of 4 (saved by 2 rank(s) x batch 8 after 64 "
+                     "samples)"),
+            std::string::npos)
+      << log;
+  ASSERT_EQ(history.size(), 2u);
+  EXPECT_EQ(history[1].world_size, 3);
+  Checkpoint grown = latest("run");
+  EXPECT_EQ(grown.step, 4 + 2 + 4);
+  EXPECT_EQ(grown.world_size, 3);
+
+  // One rank: batch 64 / 8 = 8 of 12, then 12 steps in epoch 2.
+  TrainOptions one = o;
+  one.checkpoint_dir = (dir_ / "shrink").string();
+  log = run(one, 1);
+  EXPECT_NE(log.find("epoch 1 continues at batch 8 of 12"), std::string::npos) << log;
+  EXPECT_EQ(latest("shrink").step, 4 + 4 + 12);
+}
+
+TEST_F(Resume, ACorruptNewestCheckpointIsSkippedWithALogLineAndMetricsAreAppended) {
+  TrainOptions o = options("run", 1);
+  o.checkpoint_every_steps = 6;
+  o.keep_checkpoints = 5;
+  o.metrics_file = (dir_ / "metrics.jsonl").string();
+  run(o);  // checkpoints at steps 6 and 12
+  const fs::path newest = dir_ / "run" / "checkpoint-00000012.pt";
+  testing::flip_byte(newest, fs::file_size(newest) / 3);
+
+  o.epochs = 2;
+  const std::string log = run(o);
+  EXPECT_NE(log.find("skipped " + newest.string() + ": checksum mismatch (corrupt)"),
+            std::string::npos)
+      << log;
+  EXPECT_NE(log.find("resumed from " + (dir_ / "run" / "checkpoint-00000006.pt").string() +
+                     " (epoch 1, step 6)"),
+            std::string::npos)
+      << log;
+  // One line from the first run, then epochs 1 (again) and 2.
+  std::istringstream lines(testing::read_text(o.metrics_file));
+  std::string line;
+  std::vector<std::string> epochs;
+  while (std::getline(lines, line)) epochs.push_back(line.substr(0, line.find(',')));
+  EXPECT_EQ(epochs, (std::vector<std::string>{"{\"epoch\":1", "{\"epoch\":1", "{\"epoch\":2"}));
+  EXPECT_EQ(latest("run").step, 24);
+}
+
+TEST_F(Resume, CheckpointOptionsAreValidatedBeforeTraining) {
+  TrainOptions o = options("", 1);
+  o.checkpoint_dir.clear();
+  o.checkpoint_every_steps = 5;
+  EXPECT_EQ(testing::error_of([&] { validate(o); }), "--checkpoint-every needs --checkpoint-dir");
+  o = options("run", 1);
+  o.keep_checkpoints = 0;
+  EXPECT_EQ(testing::error_of([&] { validate(o); }), "--keep-checkpoints must be >= 1, got 0");
+  EXPECT_EQ(resume_batch(64, 8, 3, 4), 2);
+  EXPECT_EQ(resume_batch(1000, 8, 1, 12), 12);
+}
+
+// ---- The CLI --------------------------------------------------------------------
+
+struct Shell {
+  int code = -1;
+  std::string output;
+};
+
+Shell dtrain_cli(const std::string& args) {
+  const std::string cmd = "timeout -k 5 120 " DTRAIN_BINARY_DIR "/dtrain " + args + " 2>&1";
+  Shell r;
+  FILE* p = ::popen(cmd.c_str(), "r");
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) r.output.append(buf, n);
+  const int status = ::pclose(p);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return r;
+}
+
+TEST_F(Resume, CliBadCheckpointEveryIsAOneLineUsageError) {
+  for (const char* bad : {"3days", "0", "-2", "epochs", "1.5epochs"}) {
+    Shell r = dtrain_cli(std::string("train --checkpoint-dir ") + (dir_ / "c").string() +
+                         " --checkpoint-every " + bad);
+    EXPECT_EQ(r.code, 2) << bad << ": " << r.output;
+    EXPECT_NE(r.output.find("--checkpoint-every"), std::string::npos) << r.output;
+  }
+  Shell r = dtrain_cli("train --checkpoint-every 2epochs --data-dir " + (dir_ / "data").string() +
+                       " --dataset mnist");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_EQ(r.output, "dtrain train: error: --checkpoint-every needs --checkpoint-dir\n");
+}
+
+TEST_F(Resume, CliRunResumesFromItsCheckpointDirectory) {
+  const std::string args = "train --dataset mnist --data-dir " + (dir_ / "data").string() +
+                           " --batch-size 8 --threads 1 --device cpu --checkpoint-dir " +
+                           (dir_ / "c").string() + " --checkpoint-every 1epoch";
+  Shell r = dtrain_cli(args + " --epochs 1");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_TRUE(fs::exists(dir_ / "c" / "checkpoint-00000012.pt")) << r.output;
+  r = dtrain_cli(args + " --epochs 2");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("resumed from " + (dir_ / "c" / "checkpoint-00000012.pt").string() +
+                          " (epoch 2, step 12)"),
+            std::string::npos)
+      << r.output;
+  EXPECT_TRUE(fs::exists(dir_ / "c" / "checkpoint-00000024.pt")) << r.output;
+}
+
+}  // namespace
+}  // namespace dtrain
