@@ -223,6 +223,7 @@ LaunchResult launch(const LaunchOptions& raw_options, ProcessControl& control) {
 
   LaunchResult result;
   result.run_id = o.run_id;
+  int last_round = -1;
   while (true) {
     RendezvousInfo info;
     try {
@@ -235,7 +236,7 @@ LaunchResult launch(const LaunchOptions& raw_options, ProcessControl& control) {
       if (!rdzv->is_closed()) throw;
       std::optional<std::string> first;
       try {
-        first = rdzv->first_failure();
+        if (last_round >= 0) first = rdzv->first_failure(last_round);
       } catch (const std::exception&) {
       }
       throw Error(cat("the run ", o.run_id, " was ended by another node (its restarts ran out",
@@ -243,6 +244,7 @@ LaunchResult launch(const LaunchOptions& raw_options, ProcessControl& control) {
                                                  : "see that node's output for the root cause"));
     }
     const int attempt = result.rounds++;
+    last_round = info.round;
     if (o.max_nodes > 1 || attempt > 0) {
       note(o.stderr_fd, cat("round ", info.round, ": node ", info.node_rank, " of ",
                             info.num_nodes, ", ranks ", info.base_rank(), "-",
@@ -259,7 +261,7 @@ LaunchResult launch(const LaunchOptions& raw_options, ProcessControl& control) {
       WorkerGroup group(control, group_options);
       group.start(std::move(plan.specs));
       outcome = group.wait(signals ? &*signals : nullptr, [&rdzv] {
-        return rdzv->num_nodes_waiting() > 0 || rdzv->lost_participants();
+        return rdzv->num_nodes_waiting() > 0 || rdzv->lost_participants() || rdzv->is_closed();
       });
     }
     annotate(outcome.exits, plan, info);
@@ -282,9 +284,10 @@ LaunchResult launch(const LaunchOptions& raw_options, ProcessControl& control) {
       });
       if (result.restarts >= o.max_restarts) {
         if (info.num_nodes > 1) {
-          best_effort([&] { result.first_failure = rdzv->first_failure().value_or(""); });
+          best_effort([&] { result.first_failure = rdzv->first_failure(info.round).value_or(""); });
         }
         best_effort([&] { rdzv->set_closed(); });
+        best_effort([&] { rdzv->linger(kExitBarrierTimeout); });
         rdzv->shutdown();
         return result;
       }
@@ -307,6 +310,7 @@ LaunchResult launch(const LaunchOptions& raw_options, ProcessControl& control) {
           note(o.stderr_fd, cat("not every node finished within ", kExitBarrierTimeout.count() / 1000,
                                 " s of this one; leaving anyway"));
         }
+        best_effort([&] { rdzv->linger(kExitBarrierTimeout); });
       }
       rdzv->shutdown();
       return result;

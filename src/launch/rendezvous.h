@@ -187,13 +187,20 @@ class Rendezvous {
   /// another node recorded one first. Best effort; call while this node is a
   /// participant (before next_rendezvous() or shutdown()).
   virtual void record_failure(const std::string& text) = 0;
-  /// The first failure recorded in the round this node last took part in.
-  virtual std::optional<std::string> first_failure() = 0;
+  /// The first failure recorded in `round` (RendezvousInfo::round).
+  virtual std::optional<std::string> first_failure(int round) = 0;
 
   /// Called by a node whose workers all succeeded: waits until every
   /// participant of the round has called it, so the stores this node hosts
   /// outlive the others' last steps. False when `timeout` passed first.
   virtual bool exit_barrier(std::chrono::milliseconds timeout) = 0;
+
+  /// When this node hosts the rendezvous store (c10d on the endpoint's host,
+  /// static node 0), waits until every other participant of the last round
+  /// has left (shutdown) or stopped heartbeating, at most `timeout`, so that
+  /// they can still read the final state (closed, first failure). Returns at
+  /// once on other nodes.
+  virtual void linger(std::chrono::milliseconds timeout) = 0;
 
   /// Marks the job finished (or failed for good): nodes waiting or joining
   /// later get an Error instead of a new round.

@@ -29,8 +29,9 @@ class DynamicRendezvous : public Rendezvous {
   int num_nodes_waiting() override;
   bool lost_participants() override;
   void record_failure(const std::string& text) override;
-  std::optional<std::string> first_failure() override;
+  std::optional<std::string> first_failure(int round) override;
   bool exit_barrier(std::chrono::milliseconds timeout) override;
+  void linger(std::chrono::milliseconds timeout) override;
   void set_closed() override;
   bool is_closed() override;
   void shutdown() override;

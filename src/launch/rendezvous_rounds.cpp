@@ -192,9 +192,8 @@ void DynamicRendezvous::record_failure(const std::string& text) {
   backend_->compare_set(keys_.failure(round_), std::nullopt, text, nullptr);
 }
 
-std::optional<std::string> DynamicRendezvous::first_failure() {
-  if (table_.empty()) return std::nullopt;
-  return backend_->get(keys_.failure(round_));
+std::optional<std::string> DynamicRendezvous::first_failure(int round) {
+  return backend_->get(keys_.failure(round));
 }
 
 bool DynamicRendezvous::exit_barrier(std::chrono::milliseconds timeout) {
@@ -208,6 +207,18 @@ bool DynamicRendezvous::exit_barrier(std::chrono::milliseconds timeout) {
     backoff.sleep(deadline);
   }
   return true;
+}
+
+void DynamicRendezvous::linger(std::chrono::milliseconds timeout) {
+  if (!keep_alive_ || table_.empty()) return;
+  const auto deadline = RdzvClock::now() + timeout;
+  PollBackoff backoff;
+  auto someone_left_behind = [&] {
+    return std::any_of(table_.begin(), table_.end(), [&](const NodeRecord& r) {
+      return r.node_id != self_.node_id && backend_->alive(keys_.heartbeat(r.node_id), ttl_);
+    });
+  };
+  while (someone_left_behind() && RdzvClock::now() < deadline) backoff.sleep(deadline);
 }
 
 int DynamicRendezvous::num_nodes_waiting() {

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <optional>
 #include <thread>
 
 #include "dtrain/errors.h"
@@ -135,6 +136,53 @@ TEST(Restarts, TwoAgentsFormOneGroupOfFourRanks) {
   EXPECT_THAT(out, HasSubstr("GROUP_WORLD_SIZE=2\n"));
   EXPECT_EQ(out.find("connect failed"), std::string::npos) << out;
   EXPECT_EQ(ra.master_port, rb.master_port);
+}
+
+// Node of rank 2 keeps failing: its agent spends the one restart, closes the
+// rendezvous and reports the root cause; the other node's agent stops its
+// healthy workers and fails naming that first failure.
+TEST(Restarts, ExhaustedRestartsOnOneNodeEndTheRunEverywhereNamingTheFirstFailure) {
+  TempDir dir_a, dir_b;
+  const int port = free_port();
+  std::vector<std::string> steps = {"rank", "2", "errorfile", "DataError: boom", "rank", "2",
+                                    "exit", "3", "sleep", "30000"};
+  WorkerRun a(dir_a, 2, steps), b(dir_b, 2, steps);
+  for (LaunchOptions* o : {&a.options, &b.options}) {
+    o->rdzv_backend = "c10d";
+    o->rdzv_endpoint = "127.0.0.1:" + std::to_string(port);
+    o->min_nodes = o->max_nodes = 2;
+    o->run_id = "doomed";
+    o->max_restarts = 1;
+    o->rdzv_conf = "join_timeout=20";
+  }
+  struct Outcome {
+    std::optional<LaunchResult> result;
+    std::string error;
+  } oa, ob;
+  auto agent = [](LaunchOptions& o, Outcome& out) {
+    try {
+      out.result = launch(o);
+    } catch (const Error& e) {
+      out.error = e.what();
+    }
+  };
+  auto start = std::chrono::steady_clock::now();
+  std::thread ta([&] { agent(a.options, oa); });
+  std::thread tb([&] { agent(b.options, ob); });
+  ta.join();
+  tb.join();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(20));
+  Outcome& failed = oa.result && oa.result->root_cause ? oa : ob;
+  Outcome& other = &failed == &oa ? ob : oa;
+  ASSERT_TRUE(failed.result && failed.result->root_cause) << oa.error << ob.error;
+  EXPECT_EQ(failed.result->exit_code(), 1);
+  EXPECT_EQ(failed.result->root_cause->rank, 2);
+  EXPECT_EQ(failed.result->restarts, 1);
+  EXPECT_THAT(joined(failed.result->summary()),
+              HasSubstr("first failure in the run: worker rank 2 on node 1"));
+  EXPECT_THAT(other.error, HasSubstr("was ended by another node"));
+  EXPECT_THAT(other.error, HasSubstr("first failure: worker rank 2 on node 1 ("));
+  EXPECT_THAT(other.error, HasSubstr("exit code 3: DataError: boom"));
 }
 
 TEST(Restarts, RendezvousThatCannotCompleteTimesOutNamingTheEndpoint) {
