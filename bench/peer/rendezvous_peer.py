@@ -38,11 +38,15 @@ import sys
 import threading
 import time
 import traceback
-from datetime import timedelta
+import pickle
+from datetime import datetime, timedelta
 
 import torch.distributed as dist
 from torch.distributed.elastic.rendezvous import RendezvousParameters
-from torch.distributed.elastic.rendezvous.c10d_rendezvous_backend import create_backend
+from torch.distributed.elastic.rendezvous.c10d_rendezvous_backend import (
+    C10dRendezvousBackend,
+    create_backend,
+)
 from torch.distributed.elastic.rendezvous.dynamic_rendezvous import create_handler
 
 
@@ -102,6 +106,22 @@ def free_port_server():
                          wait_for_workers=False)
 
 
+def shared_state(server, run_id):
+    """What the stuck round looks like in the store: how many participants the shared
+    state holds and how many of those have a heartbeat younger than torch's 15 s ttl."""
+    try:
+        state = C10dRendezvousBackend(server, run_id).get_state()
+        if state is None:
+            return "no state written"
+        st = pickle.loads(state[0])
+        now = datetime.utcnow()
+        fresh = sum(1 for t in st.last_heartbeats.values() if now - t < timedelta(seconds=15))
+        return (f"round {st.round}, complete={st.complete}, {len(st.participants)} participants, "
+                f"{fresh} heartbeats < 15 s old, state {len(state[0])} bytes")
+    except Exception as e:  # diagnostics only
+        return f"unreadable: {e}"
+
+
 def run_once(n, attempt, mode, cap, join_timeout):
     run_id = f"peer-{n}-{attempt}-{os.getpid()}"
     out = {"connect_s": None, "form_s": None, "ok": False, "error": ""}
@@ -156,6 +176,8 @@ def run_once(n, attempt, mode, cap, join_timeout):
                 got.append(results.get(timeout=min(left, 1.0)))
             except queue.Empty:
                 pass
+        if len(got) < n:
+            out["state_at_cap"] = shared_state(server, run_id)
     except threading.BrokenBarrierError:
         out["error"] = f"not all {n} participants connected within {cap:g} s"
     finally:
@@ -223,6 +245,9 @@ def main():
             runs.append(res)
             if not res["ok"]:
                 print(f"# N={n} run {r}: {res['error'].strip()}", file=sys.stderr, flush=True)
+                if "state_at_cap" in res:
+                    print(f"# N={n} run {r}: shared state at the cap: {res['state_at_cap']}",
+                          file=sys.stderr, flush=True)
                 if res.get("timed_out"):
                     break  # more repeats would only hit the cap again
         ok = all(x["ok"] for x in runs) and len(runs) == args.repeat
@@ -243,6 +268,7 @@ def main():
             "connect_s": round(median(conns), 4) if conns else None,
             "form_runs_s": [round(f, 4) for f in forms],
             "ok": ok, "timed_out": timed_out, "cap_s": args.cap,
+            "state_at_cap": next((x["state_at_cap"] for x in runs if "state_at_cap" in x), None),
         }))
     for line in lines:
         print(line, flush=True)

@@ -2,7 +2,9 @@
 # Runs the rendezvous benchmark (N agents forming one round through the
 # embedded TCP store) for N = 16, 64, 256. Builds nothing.
 #
-#   bench/rendezvous/run.sh [BUILD_DIR] [--repeat R] [N ...]
+#   bench/rendezvous/run.sh [BUILD_DIR] [--repeat R] [--mode threads|processes] [N ...]
+#
+# Side by side with torch's dynamic rendezvous: rendezvous_vs_torch.sh.
 #
 # BUILD_DIR defaults to ./build; the binary is BUILD_DIR/bench/rendezvous_bench.
 set -euo pipefail
@@ -18,6 +20,6 @@ args=("$@")
 [[ ${#args[@]} -eq 0 ]] && args=(16 64 256)
 
 echo "# load before: $(uptime)"
-# The agents are threads of one process; bound the whole run.
+# The agents are threads of one process (or its children); bound the whole run.
 timeout --kill-after=10 600 "$bin" "${args[@]}"
 echo "# load after: $(uptime)"

@@ -4,7 +4,6 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
-#include <zlib.h>
 
 #include <cstdio>
 #include <filesystem>
@@ -13,6 +12,8 @@
 #include <sstream>
 
 #include <nlohmann/json.hpp>
+
+#include "support/tiny_idx.h"
 
 namespace {
 
@@ -41,35 +42,9 @@ Result dtrain(const std::string& args, int timeout_s = 120) {
   return run_bounded(DTRAIN_BINARY_DIR "/dtrain " + args, timeout_s);
 }
 
-void write_idx_gz(const fs::path& path, std::vector<uint32_t> dims, const std::vector<uint8_t>& data) {
-  std::vector<uint8_t> b = {0, 0, 8, static_cast<uint8_t>(dims.size())};
-  for (uint32_t d : dims) {
-    for (int s = 24; s >= 0; s -= 8) b.push_back(static_cast<uint8_t>(d >> s));
-  }
-  b.insert(b.end(), data.begin(), data.end());
-  gzFile f = gzopen(path.c_str(), "wb");
-  gzwrite(f, b.data(), static_cast<unsigned>(b.size()));
-  gzclose(f);
-}
-
-// A tiny learnable MNIST-shaped dataset: class k lights up row band k.
+/// A tiny learnable MNIST-shaped dataset of 28x28 images.
 void write_tiny_dataset(const fs::path& dir, uint32_t train, uint32_t test) {
-  fs::create_directories(dir);
-  std::mt19937 rng(1);
-  for (auto [prefix, n] : {std::pair<std::string, uint32_t>{"train", train}, {"t10k", test}}) {
-    std::vector<uint8_t> images(size_t{n} * 28 * 28), labels(n);
-    for (uint32_t i = 0; i < n; ++i) {
-      labels[i] = static_cast<uint8_t>(rng() % 10);
-      for (int y = 0; y < 28; ++y) {
-        for (int x = 0; x < 28; ++x) {
-          bool on = y / 3 == labels[i] - 0 && y < 30;
-          images[size_t{i} * 784 + y * 28 + x] = static_cast<uint8_t>(on ? 200 + rng() % 55 : rng() % 40);
-        }
-      }
-    }
-    write_idx_gz(dir / (prefix + "-images-idx3-ubyte.gz"), {n, 28, 28}, images);
-    write_idx_gz(dir / (prefix + "-labels-idx1-ubyte.gz"), {n}, labels);
-  }
+  dtrain::testing::write_tiny_dataset(dir, train, test, 28, 1);
 }
 
 class Cli : public ::testing::Test {

@@ -3,7 +3,6 @@
 // tiny MNIST-shaped dataset, file surgery.
 
 #include <gtest/gtest.h>
-#include <zlib.h>
 
 #include <cstdint>
 #include <filesystem>
@@ -11,6 +10,8 @@
 #include <random>
 #include <string>
 #include <vector>
+
+#include "support/tiny_idx.h"
 
 namespace dtrain::testing {
 
@@ -29,41 +30,6 @@ class ScratchDir : public ::testing::Test {
   void TearDown() override { fs::remove_all(dir_); }
   fs::path dir_;
 };
-
-inline void write_idx_gz(const fs::path& path, const std::vector<uint32_t>& dims,
-                         const std::vector<uint8_t>& data) {
-  std::vector<uint8_t> b = {0, 0, 8, static_cast<uint8_t>(dims.size())};
-  for (uint32_t d : dims) {
-    for (int s = 24; s >= 0; s -= 8) b.push_back(static_cast<uint8_t>(d >> s));
-  }
-  b.insert(b.end(), data.begin(), data.end());
-  gzFile f = gzopen(path.c_str(), "wb");
-  gzwrite(f, b.data(), static_cast<unsigned>(b.size()));
-  gzclose(f);
-}
-
-/// A tiny learnable MNIST-like dataset of size x size images (class k lights
-/// up a band of rows), readable as --dataset mnist --data-dir dir.
-inline void write_tiny_dataset(const fs::path& dir, uint32_t train, uint32_t test,
-                               uint32_t size = 12) {
-  fs::create_directories(dir);
-  std::mt19937 rng(7);
-  for (auto [prefix, n] : {std::pair<std::string, uint32_t>{"train", train}, {"t10k", test}}) {
-    std::vector<uint8_t> images(size_t{n} * size * size), labels(n);
-    for (uint32_t i = 0; i < n; ++i) {
-      labels[i] = static_cast<uint8_t>(rng() % 10);
-      for (uint32_t y = 0; y < size; ++y) {
-        for (uint32_t x = 0; x < size; ++x) {
-          const bool on = y * 10 / size == labels[i];
-          images[(size_t{i} * size + y) * size + x] =
-              static_cast<uint8_t>(on ? 200 + rng() % 55 : rng() % 40);
-        }
-      }
-    }
-    write_idx_gz(dir / (prefix + "-images-idx3-ubyte.gz"), {n, size, size}, images);
-    write_idx_gz(dir / (prefix + "-labels-idx1-ubyte.gz"), {n}, labels);
-  }
-}
 
 inline void truncate_file(const fs::path& path, uintmax_t size) { fs::resize_file(path, size); }
 
