@@ -22,10 +22,9 @@ int with_group(const char* name, const std::function<void(const ProcessGroup&)>&
     body(pg);
     return 0;
   } catch (const InvalidArgument& e) {
-    std::cerr << "dtrain bench " << name << ": error: " << e.what() << std::endl;
-    return 2;
+    return report_error(cat("dtrain bench ", name), e, 2);
   } catch (const std::exception& e) {
-    return report_runtime_error(cat("dtrain bench ", name), e);
+    return report_error(cat("dtrain bench ", name), e);
   }
 }
 

@@ -31,10 +31,9 @@ int run_step(const char* what, const std::function<PrepareStats()>& step) {
               << " classes (" << s.bytes / (1 << 20) << " MiB)" << std::endl;
     return 0;
   } catch (const InvalidArgument& e) {
-    std::cerr << "dtrain data: error: " << first_line(e.what()) << std::endl;
-    return 2;
+    return report_error("dtrain data", e, 2);
   } catch (const std::exception& e) {
-    return report_runtime_error("dtrain data", e);
+    return report_error("dtrain data", e);
   }
 }
 

@@ -71,10 +71,9 @@ int run_train(const TrainFlags& f) {
     train(o, pg, &std::cout);
     return 0;
   } catch (const InvalidArgument& e) {
-    std::cerr << "dtrain train: error: " << e.what() << std::endl;
-    return 2;
+    return report_error("dtrain train", e, 2);
   } catch (const std::exception& e) {
-    return report_runtime_error("dtrain train", e);
+    return report_error("dtrain train", e);
   }
 }
 

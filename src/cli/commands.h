@@ -19,10 +19,10 @@ void add_train_command(CLI::App& root, int* exit_code);  // cmd_train.cpp
 void add_data_command(CLI::App& root, int* exit_code);   // cmd_data.cpp
 void add_bench_command(CLI::App& root, int* exit_code);  // cmd_bench.cpp
 
-/// The runtime-failure path of a worker subcommand (main.cpp): prints
+/// The failure path of a subcommand (main.cpp): prints
 /// "<who>: error: <first line of e.what()>" to stderr, records `e` in
 /// TORCHELASTIC_ERROR_FILE when the launcher set it (dtrain/elastic.h), and
-/// returns 1, the exit code for a runtime failure.
-int report_runtime_error(const std::string& who, const std::exception& e);
+/// returns `exit_code`: 1 for a runtime failure, 2 for a usage error.
+int report_error(const std::string& who, const std::exception& e, int exit_code = 1);
 
 }  // namespace dtrain::cli

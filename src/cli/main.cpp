@@ -14,12 +14,12 @@
 
 namespace dtrain::cli {
 
-int report_runtime_error(const std::string& who, const std::exception& e) {
+int report_error(const std::string& who, const std::exception& e, int exit_code) {
   std::cerr << who << ": error: " << first_line(e.what()) << std::endl;
   // Under a launcher this is how it learns why we failed (torchrun's @record);
   // without TORCHELASTIC_ERROR_FILE it does nothing.
   record_error(e);
-  return 1;
+  return exit_code;
 }
 
 }  // namespace dtrain::cli
@@ -43,7 +43,7 @@ int main(int argc, char** argv) {
   } catch (const std::exception& e) {
     // A subcommand maps its own errors; whatever escapes one is a runtime
     // failure too, reported and recorded rather than aborting the process.
-    return dtrain::cli::report_runtime_error("dtrain", e);
+    return dtrain::cli::report_error("dtrain", e);
   }
   return exit_code;
 }
