@@ -118,13 +118,14 @@ rdzv_host=${addrs[0]}
 [[ "$rdzv_host" == *:* ]] && rdzv_host="[$rdzv_host]"   # IPv6 literal
 
 # remote_command I: the command line host I's login shell runs. It records the
-# agent's pid (exec keeps the shell's pid) so that stop_agents can signal it.
+# agent's pid in a file (removed when the agent ends) so that stop_agents can
+# signal it, and exits with the agent's status.
 pidfile() { printf '/tmp/%s.%s.pid' "$run_id" "$1"; }
 remote_command() {
   local i=$1 is_host=false cmd="" a
   [[ $i -eq 0 ]] && is_host=true
   [[ -n "$chdir" ]] && cmd+="cd $(quote "$chdir") && "
-  cmd+="echo \$\$ > $(pidfile "$i") && exec env"
+  cmd+="{ env"
   for a in "${envs[@]}"; do cmd+=" $(quote "$a")"; done
   # is_host: the first host hosts the rendezvous store whatever its name
   # resolves to; local_addr: the address the others reach this host at.
@@ -135,6 +136,7 @@ remote_command() {
     --max-restarts "$max_restarts" --
     "${program[@]}")
   for a in "${args[@]}"; do cmd+=" $(quote "$a")"; done
+  cmd+=" & pid=\$!; echo \$pid > $(pidfile "$i"); wait \$pid; rc=\$?; rm -f $(pidfile "$i"); exit \$rc; }"
   printf '%s' "$cmd"
 }
 

@@ -11,9 +11,12 @@
 // follow the flags without '--'; everything from it on is passed through.
 
 #include <CLI/CLI.hpp>
+#include <torch/cuda.h>
 
 #include <iostream>
+#include <algorithm>
 #include <memory>
+#include <thread>
 
 #include "cli/commands.h"
 #include "cli/validators.h"
@@ -26,6 +29,10 @@ namespace {
 
 struct RunFlags {
   LaunchOptions options;
+  /// torchrun's --nproc-per-node: a number, "auto", "gpu" or "cpu". Checked
+  /// when `run` runs: Kubeflow sets PET_NPROC_PER_NODE=auto in every pod, and
+  /// CLI11 reads the variable even for `dtrain train`.
+  std::string nproc_per_node = "1";
   std::string nnodes = "1";
   double monitor_interval_s = 0.1;
   std::string log_dir;
@@ -56,6 +63,25 @@ std::vector<std::string> worker_command(std::vector<std::string> rest) {
   }
   if (rest.empty()) throw CLI::RequiredError("PROGRAM (the worker command, after '--')");
   return rest;
+}
+
+/// --nproc-per-node: N >= 1, or torchrun's auto (GPUs when there are any,
+/// else CPUs), gpu, cpu.
+int parse_nproc(const std::string& text) {
+  const int cpus = std::max(1u, std::thread::hardware_concurrency());
+  const int gpus = static_cast<int>(torch::cuda::device_count());
+  long long n = 0;
+  if (text == "cpu") return cpus;
+  if (text == "auto") return gpus > 0 ? gpus : cpus;
+  if (text == "gpu") {
+    if (gpus > 0) return gpus;
+    throw CLI::ValidationError("--nproc-per-node", "'gpu': no CUDA device is visible here");
+  }
+  if (!parse_int(text, &n) || n < 1 || n > 4096) {
+    throw CLI::ValidationError(
+        "--nproc-per-node", cat("must be a whole number >= 1, or auto, gpu, cpu; got '", text, "'"));
+  }
+  return static_cast<int>(n);
 }
 
 /// --nnodes "N" or "MIN:MAX" into min and max.
@@ -93,9 +119,9 @@ void add_run_command(CLI::App& root, int* exit_code) {
   LaunchOptions& o = flags->options;
   CLI::App* cmd = root.add_subcommand(
       "run", "Start worker processes with the torchrun environment and watch them (torchrun)");
-  cmd->add_option("--nproc-per-node,--nproc_per_node", o.nproc_per_node,
-                  "Worker processes on this node")
-      ->check(at_least(1))
+  cmd->add_option("--nproc-per-node,--nproc_per_node", flags->nproc_per_node,
+                  "Worker processes on this node: N, or auto (one per GPU, else one per CPU), "
+                  "gpu, cpu")
       ->envname("PET_NPROC_PER_NODE")
       ->capture_default_str();
   cmd->add_option("--nnodes", flags->nnodes, "Nodes: N, or MIN:MAX for an elastic job")
@@ -158,6 +184,7 @@ void add_run_command(CLI::App& root, int* exit_code) {
 
   cmd->callback([cmd, flags, exit_code] {
     LaunchOptions options = flags->options;
+    options.nproc_per_node = parse_nproc(flags->nproc_per_node);
     parse_nnodes(flags->nnodes, &options.min_nodes, &options.max_nodes);
     options.command = worker_command(cmd->remaining());
     options.monitor_interval =

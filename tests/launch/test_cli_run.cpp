@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -56,7 +57,7 @@ TEST(RunCommand, ZeroWorkersIsAUsageError) {
         parse({"--nproc-per-node", "0", "--", "true"});
       },
       ::testing::ThrowsMessage<CLI::ValidationError>(
-          HasSubstr("must be a whole number >= 1, got '0'")));
+          HasSubstr("must be a whole number >= 1, or auto, gpu, cpu; got '0'")));
 }
 
 TEST(RunCommand, UnknownFlagOrMissingProgramIsAUsageError) {
@@ -81,6 +82,34 @@ TEST(RunCommand, InconsistentElasticFlagsExitTwoNamingTheFix) {
   err = ::testing::internal::GetCapturedStderr();
   EXPECT_EQ(rc, 2);
   EXPECT_THAT(err, HasSubstr("needs --master-addr and --master-port of node 0"));
+}
+
+TEST(RunCommand, NprocPerNodeAutoAndCpuFollowTheMachine) {
+  ::testing::internal::CaptureStdout();
+  int rc = parse({"--nproc-per-node", "cpu", "--", LAUNCH_TEST_WORKER, "rank", "0", "env",
+                  "LOCAL_WORLD_SIZE"});
+  std::string out = ::testing::internal::GetCapturedStdout();
+  EXPECT_EQ(rc, 0);
+  EXPECT_THAT(out, HasSubstr("LOCAL_WORLD_SIZE=" +
+                             std::to_string(std::max(1u, std::thread::hardware_concurrency()))));
+  EXPECT_THROW(parse({"--nproc-per-node", "many", "--", "true"}), CLI::ValidationError);
+}
+
+// Kubeflow exports PET_NPROC_PER_NODE=auto in every pod, also to pods that run
+// `dtrain train` directly: other subcommands must not trip over it.
+TEST(RunCommand, PetNprocPerNodeAutoDoesNotBreakOtherSubcommands) {
+  ::setenv("PET_NPROC_PER_NODE", "auto", 1);
+  CLI::App app("dtrain", "dtrain");
+  app.require_subcommand(1);
+  int exit_code = -1;
+  add_run_command(app, &exit_code);
+  CLI::App* other = app.add_subcommand("other", "");
+  bool ran = false;
+  other->callback([&] { ran = true; });
+  std::vector<std::string> args = {"other"};
+  EXPECT_NO_THROW(app.parse(args));
+  ::unsetenv("PET_NPROC_PER_NODE");
+  EXPECT_TRUE(ran);
 }
 
 TEST(RunCommand, PetVariablesConfigureTheRunLikeKubeflowPassesThem) {
