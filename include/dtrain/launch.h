@@ -68,12 +68,16 @@ struct LaunchOptions {
   /// free port; standalone only matters when they were changed.
   bool standalone = false;
 
-  /// Address the workers are told to reach the store at (MASTER_ADDR). The
-  /// store itself listens on every interface.
+  /// "static": node 0's address, where its agent hosts the rendezvous store
+  /// (listening on every interface). Workers are not sent here: every round's
+  /// workers get MASTER_ADDR / MASTER_PORT of a fresh store that the agent of
+  /// node rank 0 hosts on a free port (torchrun's agents also hand workers a
+  /// port of their own), so no key of an earlier attempt is ever seen.
   std::string master_addr = "127.0.0.1";
 
-  /// Port the launcher hosts the store on (MASTER_PORT); 0 picks a free one.
-  /// A port in use makes launch() throw StoreError naming host:port.
+  /// "static": the port of node 0's rendezvous store; 0 picks a free one
+  /// (single node only). A port in use makes launch() throw StoreError
+  /// naming host:port.
   int master_port = 0;
 
   /// The worker program and its arguments, passed verbatim. A program name

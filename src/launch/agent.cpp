@@ -71,7 +71,13 @@ std::string attempt_dir(const std::string& root, const std::string& run_id, int 
 }
 
 /// How long a finished node waits for the others before it stops hosting.
-constexpr std::chrono::milliseconds kExitBarrierTimeout = std::chrono::seconds(60);
+/// (torchrun's exit barrier waits 300 s: rank 0 may still be writing the
+/// final checkpoint.)
+constexpr std::chrono::milliseconds kExitBarrierTimeout = std::chrono::seconds(300);
+
+/// How long the node hosting the rendezvous store waits for the others to
+/// read the final state before it stops hosting.
+constexpr std::chrono::milliseconds kLingerTimeout = std::chrono::seconds(60);
 
 /// Runs `f`, ignoring errors: for bookkeeping on a store that may be gone
 /// (its host finished or died), where the caller has a better error to report.
@@ -101,6 +107,34 @@ class PendingSignal {
  private:
   SignalWatch* watch_;
   int signal_ = 0;
+};
+
+/// The agent's question to the rendezvous while workers run: did the group
+/// change (a node waits, a participant died, the run was closed)? A backend
+/// error is not a change by itself: an etcd leader election or a short
+/// network blip must not kill training. Only errors that persist for the
+/// backend timeout stop the workers (the next rendezvous then reports them).
+class MembershipWatch {
+ public:
+  MembershipWatch(Rendezvous& rdzv, std::chrono::milliseconds patience)
+      : rdzv_(rdzv), patience_(patience) {}
+  bool changed() {
+    try {
+      bool changed =
+          rdzv_.num_nodes_waiting() > 0 || rdzv_.lost_participants() || rdzv_.is_closed();
+      failing_since_.reset();
+      return changed;
+    } catch (const std::exception&) {
+      auto now = std::chrono::steady_clock::now();
+      if (!failing_since_) failing_since_ = now;
+      return now - *failing_since_ >= patience_;
+    }
+  }
+
+ private:
+  Rendezvous& rdzv_;
+  std::chrono::milliseconds patience_;
+  std::optional<std::chrono::steady_clock::time_point> failing_since_;
 };
 
 struct RoundPlan {
@@ -233,12 +267,16 @@ LaunchResult launch(const LaunchOptions& raw_options, ProcessControl& control) {
       rdzv->shutdown();
       return result;
     } catch (const Error& e) {
-      if (!rdzv->is_closed()) throw;
+      bool closed = false;
+      best_effort([&] { closed = rdzv->is_closed(); });
+      if (!closed) throw;
       std::optional<std::string> first;
-      try {
+      best_effort([&] {
         if (last_round >= 0) first = rdzv->first_failure(last_round);
-      } catch (const std::exception&) {
-      }
+      });
+      // The others may still be stopping their workers: keep the store up
+      // for them if it is ours.
+      best_effort([&] { rdzv->linger(kLingerTimeout); });
       throw Error(cat("the run ", o.run_id, " was ended by another node (its restarts ran out",
                       " or it stopped); ", first ? "first failure: " + *first
                                                  : "see that node's output for the root cause"));
@@ -260,9 +298,8 @@ LaunchResult launch(const LaunchOptions& raw_options, ProcessControl& control) {
     {
       WorkerGroup group(control, group_options);
       group.start(std::move(plan.specs));
-      outcome = group.wait(signals ? &*signals : nullptr, [&rdzv] {
-        return rdzv->num_nodes_waiting() > 0 || rdzv->lost_participants() || rdzv->is_closed();
-      });
+      MembershipWatch watch(*rdzv, config.backend_timeout);
+      outcome = group.wait(signals ? &*signals : nullptr, [&watch] { return watch.changed(); });
     }
     annotate(outcome.exits, plan, info);
     result.workers = std::move(outcome.exits);
@@ -287,12 +324,12 @@ LaunchResult launch(const LaunchOptions& raw_options, ProcessControl& control) {
           best_effort([&] { result.first_failure = rdzv->first_failure(info.round).value_or(""); });
         }
         best_effort([&] { rdzv->set_closed(); });
-        best_effort([&] { rdzv->linger(kExitBarrierTimeout); });
+        best_effort([&] { rdzv->linger(kLingerTimeout); });
         rdzv->shutdown();
         return result;
       }
-      ++result.restarts;
       for (const auto& line : result.summary()) result.recovered_failures.push_back(line);
+      ++result.restarts;
       note(o.stderr_fd, cat("worker rank ", result.root_cause->rank, " failed (",
                             result.root_cause->describe(), "); restarting the group (restart ",
                             result.restarts, " of ", o.max_restarts, ")"));
@@ -306,11 +343,14 @@ LaunchResult launch(const LaunchOptions& raw_options, ProcessControl& control) {
       if (info.num_nodes > 1) {
         bool all_done = false;
         best_effort([&] { all_done = rdzv->exit_barrier(kExitBarrierTimeout); });
-        if (!all_done) {
+        if (all_done) {
+          // Nodes that come later get "closed" instead of waiting for a round.
+          best_effort([&] { rdzv->set_closed(); });
+        } else {
           note(o.stderr_fd, cat("not every node finished within ", kExitBarrierTimeout.count() / 1000,
                                 " s of this one; leaving anyway"));
         }
-        best_effort([&] { rdzv->linger(kExitBarrierTimeout); });
+        best_effort([&] { rdzv->linger(kLingerTimeout); });
       }
       rdzv->shutdown();
       return result;

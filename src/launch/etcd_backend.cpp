@@ -74,6 +74,16 @@ int64_t EtcdBackend::add(const std::string& key, int64_t delta) {
   const std::string k = full_key(key);
   const auto deadline = std::chrono::steady_clock::now() + timeout_;
   std::optional<std::string> current = client_.get(k);
+  if (delta == 0) {
+    // A read: the protocol polls counters this way, and a write (a raft
+    // round and a new revision) per poll would grow etcd's history fast.
+    long long value = 0;
+    if (current && !parse_int(*current, &value)) {
+      throw StoreError(cat(describe(), ": key '", k, "' holds '", *current,
+                           "', not an integer"));
+    }
+    return value;
+  }
   for (;;) {
     long long base = 0;
     if (current && !parse_int(*current, &base)) {

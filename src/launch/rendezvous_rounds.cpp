@@ -200,6 +200,7 @@ bool DynamicRendezvous::exit_barrier(std::chrono::milliseconds timeout) {
   if (position_ != Position::kParticipant) return true;
   const auto deadline = RdzvClock::now() + timeout;
   const auto participants = static_cast<int64_t>(table_.size());
+  backend_->set(keys_.done(round_, self_.node_id), "1");
   PollBackoff backoff;
   for (int64_t done = backend_->add(keys_.done(round_), 1); done < participants;
        done = backend_->add(keys_.done(round_), 0)) {
@@ -255,6 +256,7 @@ bool DynamicRendezvous::lost_participants() {
   // heartbeat and counts as lost, like a dead one.
   const NodeRecord& next = table_[(rank_ + 1) % table_.size()];
   if (backend_->alive(keys_.heartbeat(next.node_id), ttl_)) return false;
+  if (backend_->get(keys_.done(round_, next.node_id))) return false;  // finished, not lost
   backend_->set(keys_.lost(round_), next.node_id);
   return true;
 }

@@ -54,6 +54,11 @@ class RendezvousKeys {
   std::string failure(int round) const { return round_key(round, "failure"); }
   /// add() counter of participants whose workers all succeeded (exit barrier).
   std::string done(int round) const { return round_key(round, "done"); }
+  /// Set by a participant whose workers all succeeded: it may leave, and
+  /// must not be taken for lost by the ring check.
+  std::string done(int round, const std::string& node_id) const {
+    return round_key(round, "done/" + node_id);
+  }
 
  private:
   std::string round_key(int round, const std::string& name) const {

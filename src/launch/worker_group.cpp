@@ -116,7 +116,7 @@ WorkerGroupOutcome WorkerGroup::wait(SignalWatch* signals,
     }
     reap();
     auto now = Clock::now();
-    if (should_stop && !stop_deadline_ && now >= next_check) {
+    if (should_stop && !stop_deadline_ && !all_ended() && now >= next_check) {
       next_check = now + options_.monitor_interval;
       if (should_stop()) {
         outcome_.interrupted = true;

@@ -193,17 +193,35 @@ void remove_file(const std::string& path) {
   if (::unlink(path.c_str()) != 0 && errno != ENOENT) fail("remove", path, errno);
 }
 
-void prune(const std::string& dir, int keep_last) {
-  std::vector<std::string> all = list_checkpoints(dir);
-  for (size_t i = static_cast<size_t>(keep_last); i < all.size(); ++i) {
-    remove_file(all[i] + kSumSuffix);  // first: a .pt without one is already invalid
-    remove_file(all[i]);
+/// Keeps `just_written` and the newest keep_last - 1 before it. Checkpoints of
+/// later steps belong to a run that was abandoned (this one resumed from an
+/// earlier step, so they were invalid or unfinished) and go too: otherwise
+/// they would count against keep_last and push out the valid ones. Best
+/// effort: the save has already succeeded, a file that cannot be removed now
+/// is tried again at the next save.
+void prune(const std::string& dir, const std::string& just_written, int keep_last) {
+  std::vector<std::string> all;
+  try {
+    all = list_checkpoints(dir);
+  } catch (const std::exception&) {
+    return;
+  }
+  const int64_t newest = step_of(std::filesystem::path(just_written).filename().string());
+  int kept = 0;
+  for (const auto& path : all) {
+    const int64_t step = step_of(std::filesystem::path(path).filename().string());
+    if (step <= newest && kept < keep_last) {
+      ++kept;
+      continue;
+    }
+    ::unlink((path + kSumSuffix).c_str());  // first: a .pt without one is already invalid
+    ::unlink(path.c_str());
   }
   std::error_code ec;
   for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
     const std::string name = e.path().filename().string();
     if (name.rfind(kTempPrefix, 0) == 0 && ends_with(name, kTempSuffix)) {
-      remove_file(e.path().string());
+      ::unlink(e.path().c_str());
     }
   }
 }
@@ -247,7 +265,7 @@ std::string save_checkpoint(const std::string& dir, const Checkpoint& checkpoint
   remove_file(path + kSumSuffix);
   write_atomically(dir, path, bytes.data(), bytes.size());
   write_atomically(dir, path + kSumSuffix, sum, static_cast<size_t>(len));
-  prune(dir, keep_last);
+  prune(dir, path, keep_last);
   return path;
 }
 
