@@ -149,6 +149,21 @@ TEST_F(Checkpoints, OnlyTheNewestKeepLastSurviveAndStrayTemporariesGo) {
   EXPECT_FALSE(fs::exists(dir_ / "checkpoint-00000030.pt.crc32"));
 }
 
+// A run resumed from step 50 because step 100 was corrupt: the next save must
+// not keep the corrupt 100 and drop the only valid checkpoints.
+TEST_F(Checkpoints, ASaveAfterResumingFromAnOlderStepDropsTheAbandonedNewerOnes) {
+  Trained t;
+  save_checkpoint(dir_.string(), sample_checkpoint(50, t), 1);
+  save_checkpoint(dir_.string(), sample_checkpoint(100, t), 2);
+  testing::flip_byte(dir_ / "checkpoint-00000100.pt", 100);
+  save_checkpoint(dir_.string(), sample_checkpoint(60, t), 1);
+  EXPECT_EQ(list_checkpoints(dir_.string()),
+            std::vector<std::string>{(dir_ / "checkpoint-00000060.pt").string()});
+  auto loaded = load_latest_checkpoint(dir_.string());
+  ASSERT_TRUE(loaded);
+  EXPECT_EQ(loaded->checkpoint.step, 60);
+}
+
 TEST_F(Checkpoints, NewestIsChosenByStepNotByName) {
   Trained t;
   save_checkpoint(dir_.string(), sample_checkpoint(99999999, t), 5);
