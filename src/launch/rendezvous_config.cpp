@@ -3,6 +3,7 @@
 
 #include <arpa/inet.h>
 #include <ifaddrs.h>
+#include <net/if.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -128,6 +129,39 @@ std::string route_local_addr(const std::string& host, int port) {
   char name[256] = {};
   if (::gethostname(name, sizeof(name) - 1) == 0 && name[0] != '\0') return name;
   return "127.0.0.1";
+}
+
+/// The first IPv4 address of an interface that is up and not loopback, or "".
+std::string first_interface_addr() {
+  ifaddrs* ifs = nullptr;
+  if (::getifaddrs(&ifs) != 0) return "";
+  std::string found;
+  for (ifaddrs* i = ifs; i != nullptr && found.empty(); i = i->ifa_next) {
+    if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET || !(i->ifa_flags & IFF_UP) ||
+        (i->ifa_flags & IFF_LOOPBACK)) {
+      continue;
+    }
+    found = numeric_host(i->ifa_addr, sizeof(sockaddr_in));
+  }
+  ::freeifaddrs(ifs);
+  return found;
+}
+
+/// The address other nodes reach this one at. The route to the endpoint is
+/// loopback on the endpoint's own host when its name resolves to 127.0.1.1
+/// (Debian's /etc/hosts): other nodes cannot use that, so a multi-node job
+/// takes an interface address instead, unless the endpoint itself was given
+/// as a loopback address (every node on this host, as in tests).
+std::string advertised_addr(const std::string& host, int port, int max_nodes) {
+  std::string addr = route_local_addr(host, port);
+  const bool loopback = addr.rfind("127.", 0) == 0 || addr == "::1";
+  const bool loopback_endpoint =
+      host.rfind("127.", 0) == 0 || host == "::1" || host == "localhost";
+  if (loopback && max_nodes > 1 && !loopback_endpoint) {
+    std::string iface = first_interface_addr();
+    if (!iface.empty()) return iface;
+  }
+  return addr;
 }
 
 std::string default_node_id() {
@@ -299,7 +333,9 @@ std::unique_ptr<Rendezvous> make_rendezvous(const RendezvousConfig& config) {
                                                   : kC10dDefaultPort;
   auto [host, port] = parse_endpoint(config.endpoint, default_port);
   RendezvousConfig resolved = config;
-  if (resolved.local_addr.empty()) resolved.local_addr = route_local_addr(host, port);
+  if (resolved.local_addr.empty()) {
+    resolved.local_addr = advertised_addr(host, port, config.max_nodes);
+  }
 
   std::shared_ptr<RendezvousBackend> backend;
   std::shared_ptr<TcpStoreServer> server;
