@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/fd.h"
 #include "common/strings.h"
 
 namespace dtrain::detail {
@@ -22,19 +23,6 @@ using nlohmann::json;
 // Exception texts may carry file names in any encoding; replacing invalid
 // UTF-8 keeps dump() from throwing while the process is already failing.
 std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
-
-// Writes all of `data` to `fd`, retrying short writes and EINTR.
-bool write_all(int fd, std::string_view data) {
-  while (!data.empty()) {
-    ssize_t n = ::write(fd, data.data(), data.size());
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return false;
-    }
-    data.remove_prefix(static_cast<size_t>(n));
-  }
-  return true;
-}
 
 // torchelastic writes the timestamp as a string of whole seconds; accept
 // numbers too, as hand-written or future files may use them.

@@ -14,9 +14,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/fd.h"
 #include "common/strings.h"
 #include "dtrain/errors.h"
-#include "launch/output.h"
 
 namespace dtrain::detail {
 namespace {

@@ -11,29 +11,6 @@
 #include "dtrain/errors.h"
 
 namespace dtrain::detail {
-namespace {
-
-/// How long write_all waits for a full non-blocking descriptor to drain.
-constexpr int kWriteStallTimeoutMs = 10000;
-
-}  // namespace
-
-Fd& Fd::operator=(Fd&& other) noexcept {
-  if (this != &other) reset(other.release());
-  return *this;
-}
-
-int Fd::release() {
-  int fd = fd_;
-  fd_ = -1;
-  return fd;
-}
-
-void Fd::reset(int fd) {
-  if (fd_ >= 0) ::close(fd_);
-  fd_ = fd;
-}
-
 Pipe make_pipe() {
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) {
@@ -46,23 +23,6 @@ Fd open_log_file(const std::string& path) {
   int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) throw Error(cat("cannot write the log file '", path, "': ", std::strerror(errno)));
   return Fd(fd);
-}
-
-bool write_all(int fd, std::string_view data) {
-  while (!data.empty()) {
-    ssize_t n = ::write(fd, data.data(), data.size());
-    if (n > 0) {
-      data.remove_prefix(static_cast<size_t>(n));
-    } else if (n < 0 && errno == EINTR) {
-      continue;
-    } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      pollfd p{fd, POLLOUT, 0};
-      if (::poll(&p, 1, kWriteStallTimeoutMs) == 0) return false;
-    } else {
-      return false;
-    }
-  }
-  return true;
 }
 
 LineRelay::LineRelay(std::string prefix, int dest_fd, Fd log)

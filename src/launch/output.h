@@ -5,27 +5,9 @@
 #include <string>
 #include <string_view>
 
+#include "common/fd.h"
+
 namespace dtrain::detail {
-
-/// Owns a file descriptor; closes it on destruction. Move-only.
-class Fd {
- public:
-  Fd() = default;
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() { reset(); }
-  Fd(Fd&& other) noexcept : fd_(other.release()) {}
-  Fd& operator=(Fd&& other) noexcept;
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-
-  int get() const { return fd_; }
-  bool valid() const { return fd_ >= 0; }
-  int release();
-  void reset(int fd = -1);
-
- private:
-  int fd_ = -1;
-};
 
 struct Pipe {
   Fd read;
@@ -38,11 +20,6 @@ Pipe make_pipe();
 /// Opens (creating or truncating) a close-on-exec file for writing. Throws
 /// Error naming the path.
 Fd open_log_file(const std::string& path);
-
-/// Writes all of `data` to `fd`, retrying on EINTR and short writes and
-/// waiting (bounded) when `fd` is non-blocking and full. Returns false when the
-/// descriptor is broken (closed pipe, full disk) or stays full too long.
-bool write_all(int fd, std::string_view data);
 
 /// Splits a byte stream into lines and writes each to `dest_fd` as
 /// prefix + line + "\n" (and, unprefixed, to a log file when given). Lines are

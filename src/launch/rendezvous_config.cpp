@@ -14,6 +14,7 @@
 #include <numeric>
 #include <random>
 
+#include "common/fd.h"
 #include "common/strings.h"
 #include "dtrain/errors.h"
 #include "launch/rendezvous_dynamic.h"
@@ -44,17 +45,6 @@ bool parse_bool(const std::string& key, const std::string& value) {
   if (value == "false" || value == "0" || value == "no" || value == "False") return false;
   throw InvalidArgument(cat("--rdzv-conf ", key, "=", value, ": expected true or false"));
 }
-
-/// Closes a socket on scope exit.
-struct SocketGuard {
-  int fd;
-  explicit SocketGuard(int f) : fd(f) {}
-  ~SocketGuard() {
-    if (fd >= 0) ::close(fd);
-  }
-  SocketGuard(const SocketGuard&) = delete;
-  SocketGuard& operator=(const SocketGuard&) = delete;
-};
 
 struct AddrInfo {
   addrinfo* list = nullptr;
@@ -117,11 +107,11 @@ std::string route_local_addr(const std::string& host, int port) {
   if (::getaddrinfo(host.c_str(), service.c_str(), &hints, &ai.list) == 0) {
     for (addrinfo* a = ai.list; a != nullptr; a = a->ai_next) {
       if (is_loopback(a->ai_addr)) return a->ai_family == AF_INET6 ? "::1" : "127.0.0.1";
-      SocketGuard fd(::socket(a->ai_family, SOCK_DGRAM, 0));
-      if (fd.fd < 0 || ::connect(fd.fd, a->ai_addr, a->ai_addrlen) != 0) continue;
+      Fd fd(::socket(a->ai_family, SOCK_DGRAM, 0));
+      if (!fd.valid() || ::connect(fd.get(), a->ai_addr, a->ai_addrlen) != 0) continue;
       sockaddr_storage local{};
       socklen_t len = sizeof(local);
-      if (::getsockname(fd.fd, reinterpret_cast<sockaddr*>(&local), &len) != 0) continue;
+      if (::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&local), &len) != 0) continue;
       std::string text = numeric_host(reinterpret_cast<sockaddr*>(&local), len);
       if (!text.empty()) return text;
     }

@@ -27,12 +27,15 @@
 #include <cstring>
 #include <filesystem>
 
+#include "common/fd.h"
 #include "common/strings.h"
 #include "dtrain/checkpoint.h"
 #include "dtrain/errors.h"
 
 namespace dtrain {
 namespace {
+
+using detail::Fd;
 
 constexpr char kPrefix[] = "checkpoint-";
 constexpr char kSuffix[] = ".pt";
@@ -70,26 +73,6 @@ uint32_t crc32_of(const char* data, size_t n) {
   }
   return static_cast<uint32_t>(crc);
 }
-
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  int get() const { return fd_; }
-  // close() reports deferred write errors (NFS), so it is checked.
-  int close() {
-    const int rc = ::close(fd_);
-    fd_ = -1;
-    return rc;
-  }
-
- private:
-  int fd_;
-};
 
 void fsync_dir(const std::string& dir) {
   Fd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
