@@ -118,7 +118,8 @@ struct RendezvousConfig {
   std::optional<bool> is_host;
 
   /// Polled (about every 100 ms) while next_rendezvous() waits; when it
-  /// returns true the wait ends with CancelledRendezvous. The agent uses it to
+  /// returns true the wait ends with CancelledRendezvous. exit_barrier() and
+  /// linger() also poll it and return early. The agent uses it to
   /// answer SIGINT/SIGTERM promptly. Empty: never cancelled.
   std::function<bool()> cancelled;
 };

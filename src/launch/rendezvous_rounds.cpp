@@ -205,6 +205,7 @@ bool DynamicRendezvous::exit_barrier(std::chrono::milliseconds timeout) {
   for (int64_t done = backend_->add(keys_.done(round_), 1); done < participants;
        done = backend_->add(keys_.done(round_), 0)) {
     if (RdzvClock::now() >= deadline) return false;
+    if (config_.cancelled && config_.cancelled()) return false;  // SIGTERM: leave now
     backoff.sleep(deadline);
   }
   return true;
@@ -219,7 +220,10 @@ void DynamicRendezvous::linger(std::chrono::milliseconds timeout) {
       return r.node_id != self_.node_id && backend_->alive(keys_.heartbeat(r.node_id), ttl_);
     });
   };
-  while (someone_left_behind() && RdzvClock::now() < deadline) backoff.sleep(deadline);
+  while (someone_left_behind() && RdzvClock::now() < deadline &&
+         !(config_.cancelled && config_.cancelled())) {
+    backoff.sleep(deadline);
+  }
 }
 
 int DynamicRendezvous::num_nodes_waiting() {
