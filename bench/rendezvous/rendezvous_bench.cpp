@@ -76,16 +76,22 @@ struct Run {
   std::string error;
 };
 
-Run run_once(int n, int attempt) {
-  using namespace dtrain;
-  auto server = TcpStoreServer::start({"127.0.0.1", 0, std::chrono::seconds(60)});
-  detail::RendezvousConfig config;
+/// One round of N agents (MIN = MAX = N), the same in both modes.
+dtrain::detail::RendezvousConfig bench_config(int n, int attempt) {
+  dtrain::detail::RendezvousConfig config;
   config.run_id = "bench-" + std::to_string(n) + "-" + std::to_string(attempt);
   config.min_nodes = config.max_nodes = n;
   config.local_world_size = 8;
   config.local_addr = "127.0.0.1";
   config.join_timeout = std::chrono::seconds(120);
   config.backend_timeout = std::chrono::seconds(60);
+  return config;
+}
+
+Run run_once(int n, int attempt) {
+  using namespace dtrain;
+  auto server = TcpStoreServer::start({"127.0.0.1", 0, std::chrono::seconds(60)});
+  detail::RendezvousConfig config = bench_config(n, attempt);
 
   std::vector<std::unique_ptr<detail::Rendezvous>> agents(n);
   std::vector<Clock::time_point> joined(n), returned(n);
@@ -231,13 +237,7 @@ void wait_eof(int fd) {
 
 Run run_once_processes(int n, int attempt) {
   using namespace dtrain;
-  detail::RendezvousConfig config;
-  config.run_id = "bench-" + std::to_string(n) + "-" + std::to_string(attempt);
-  config.min_nodes = config.max_nodes = n;
-  config.local_world_size = 8;
-  config.local_addr = "127.0.0.1";
-  config.join_timeout = std::chrono::seconds(120);
-  config.backend_timeout = std::chrono::seconds(60);
+  detail::RendezvousConfig config = bench_config(n, attempt);
 
   int port_p[2], ready_p[2], go_p[2], result_p[2], exit_p[2];
   for (int* p : {port_p, ready_p, go_p, result_p, exit_p}) {
