@@ -43,7 +43,8 @@ endfunction()
 
 # dtrain_test(NAME SOURCES ... DEPS ... [LABELS ...] [TIMEOUT s])
 #   A GoogleTest executable; each TEST becomes a ctest test (discovered before
-#   running, so the build never executes test binaries).
+#   running, so the build never executes test binaries). Those labelled unit
+#   are also built by the target dtrain_unit_tests.
 function(dtrain_test name)
   cmake_parse_arguments(A "" "TIMEOUT" "SOURCES;DEPS;LABELS" ${ARGN})
   if(NOT A_TIMEOUT)
@@ -53,6 +54,10 @@ function(dtrain_test name)
     set(A_LABELS unit)
   endif()
   add_executable(${name} ${A_SOURCES})
+  if("unit" IN_LIST A_LABELS)
+    # Collected into the target dtrain_unit_tests (what `ctest -L unit` runs).
+    set_property(GLOBAL APPEND PROPERTY DTRAIN_UNIT_TESTS ${name})
+  endif()
   target_link_libraries(${name} PRIVATE ${A_DEPS} GTest::gtest GTest::gtest_main)
   target_compile_options(${name} PRIVATE ${DTRAIN_WARNINGS})
   target_compile_definitions(${name} PRIVATE

@@ -21,10 +21,11 @@ readonly BUILD_PACKAGES=(
 )
 # Run time, data and the tests: the dataset, the PyTorch peer for the
 # benchmark, process and network tools, MPI and etcd for the launcher's
-# later rendezvous back ends, debootstrap for the trixie (LibTorch 2.6) stage.
+# later rendezvous back ends, python3-venv for the venv that holds the CUDA
+# torch wheel of the LibTorch 2.x stage (scripts/cuda-torch.sh).
 readonly RUN_PACKAGES=(
   dataset-fashion-mnist python3-torch python3-torchvision python3-numpy
-  hyperfine iproute2 procps etcd-server openmpi-bin libopenmpi-dev debootstrap
+  hyperfine iproute2 procps etcd-server openmpi-bin libopenmpi-dev python3-venv
 )
 readonly PACKAGES=("${BUILD_PACKAGES[@]}" "${RUN_PACKAGES[@]}")
 

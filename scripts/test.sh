@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # README command 2 (and CI, through .ci/run): set up, build, run every test
-# with ctest, then build against Debian 13's LibTorch 2.6 and run the unit
-# tests there (scripts/trixie.sh).
+# with ctest, then build against a CUDA LibTorch 2.x (PyPI's torch wheel with
+# the CUDA toolkit, so every CUDA and NCCL path compiles and links) and run the
+# unit tests there on the CPU (scripts/cuda-torch.sh).
 #
 # Every stage runs even when an earlier test stage failed, so one run reports
 # everything; the exit status is non-zero when any stage failed, and the last
@@ -12,9 +13,10 @@
 #   DTRAIN_TEST_TIMEOUT   per-test default for tests without one, s (default 300)
 #   DTRAIN_JOBS           ctest/build parallelism (default 2 for ctest, nproc to build)
 #   DTRAIN_BUILD_DIR      host build directory (default <repo>/build)
-#   DTRAIN_TRIXIE_ONLY=1  run only set-up and the trixie stage
-#   DTRAIN_SKIP_TRIXIE=1  skip the trixie stage when it cannot run here
-#                         (no root/sudo, no debootstrap) instead of failing
+#   DTRAIN_CUDA_ONLY=1    run only set-up and the CUDA LibTorch stage
+#   DTRAIN_SKIP_CUDA_TORCH=1  skip the CUDA LibTorch stage when it cannot run
+#                         here (no toolkit, no index) instead of failing
+#   DTRAIN_TORCH_*        passed on to scripts/cuda-torch.sh (see its header)
 set -euo pipefail
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -48,7 +50,7 @@ run_stage() {
   (
     set -o pipefail
     # tee ignores SIGINT and SIGTERM so that what the stage prints while it
-    # stops (e.g. which trixie stage failed) still reaches log and terminal.
+    # stops (e.g. which cuda-torch stage failed) still reaches log and terminal.
     # A subshell, not exec: CMD may be a function (host_ctest).
     ( "$@" ) 2>&1 | { trap '' INT TERM; tee "$logfile"; }
   ) &
@@ -89,7 +91,7 @@ on_signal() {
     for child in $(pgrep -P "$STAGE_PID" 2>/dev/null || true); do
       kill_tree "$child" TERM
     done
-    # Give the stage time to clean up (trixie.sh unmounts), then force it.
+    # Give the stage time to clean up, then force it.
     while kill -0 "$STAGE_PID" 2>/dev/null && ((waited < 300)); do
       sleep 0.2
       waited=$((waited + 1))
@@ -124,12 +126,12 @@ print_summary() {
     IFS='|' read -r name status secs <<<"$entry"
     printf '    %-28s %-24s %6s\n' "$name" "$status" "${secs}s"
   done
-  if [[ -s "$LOG_DIR/trixie.log" ]]; then
-    printf '\n  LibTorch 2.6 (trixie):\n'
-    if grep -q 'tests passed, ' "$LOG_DIR/trixie.log"; then
-      ctest_summary "$LOG_DIR/trixie.log"
+  if [[ -s "$LOG_DIR/cuda-torch.log" ]]; then
+    printf '\n  LibTorch 2.11 + CUDA (torch wheel) ctest -L unit on the CPU:\n'
+    if grep -q 'tests passed, ' "$LOG_DIR/cuda-torch.log"; then
+      ctest_summary "$LOG_DIR/cuda-torch.log"
     else
-      grep -E '^==> trixie: (FAILED|SKIPPED|ERROR)' "$LOG_DIR/trixie.log" || true
+      grep -E '^==> cuda-torch: (FAILED|SKIPPED|ERROR)' "$LOG_DIR/cuda-torch.log" || true
     fi | sed 's/^/    /'
   fi
   if [[ -s "$LOG_DIR/ctest.log" ]]; then
@@ -154,7 +156,7 @@ main() {
     print_summary
     return 1
   fi
-  if [[ "${DTRAIN_TRIXIE_ONLY:-0}" != 1 ]]; then
+  if [[ "${DTRAIN_CUDA_ONLY:-0}" != 1 ]]; then
     run_stage "build (LibTorch 1.13)" "$LOG_DIR/build.log" bash scripts/build.sh
     if [[ $FAILED -eq 0 ]]; then
       run_stage "ctest (LibTorch 1.13)" "$LOG_DIR/ctest.log" host_ctest
@@ -162,7 +164,7 @@ main() {
       skip_stage "ctest (LibTorch 1.13)" "build failed"
     fi
   fi
-  run_stage "trixie (LibTorch 2.6)" "$LOG_DIR/trixie.log" bash scripts/trixie.sh
+  run_stage "LibTorch 2.11 + CUDA" "$LOG_DIR/cuda-torch.log" bash scripts/cuda-torch.sh
   print_summary
   return "$FAILED"
 }

@@ -17,6 +17,16 @@
 #include "common/strings.h"
 #include "dtrain/errors.h"
 
+#if DTRAIN_HAVE_NCCL
+// Compiled only in CUDA builds (CI's CUDA LibTorch stage, a GPU machine):
+// ProcessGroupNCCL is handed out as the collective backend, like
+// ProcessGroupGloo, so it must derive from compat::CollectiveBackend.
+static_assert(std::is_base_of_v<dtrain::compat::CollectiveBackend, c10d::ProcessGroupNCCL>,
+              "c10d::ProcessGroupNCCL is not a compat::CollectiveBackend in this LibTorch");
+#endif
+static_assert(std::is_base_of_v<dtrain::compat::CollectiveBackend, c10d::ProcessGroupGloo>,
+              "c10d::ProcessGroupGloo is not a compat::CollectiveBackend in this LibTorch");
+
 namespace dtrain {
 namespace {
 

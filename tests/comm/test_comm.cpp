@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
+#include <torch/cuda.h>
 
 #include <filesystem>
 #include <map>
@@ -58,6 +59,19 @@ TEST(InitProcessGroup, UnknownGlooInterfaceIsAnErrorNamingIt) {
   o.init_method = "memory://";
   std::string e = error_of([&] { init_process_group(make_memory_store(), o); });
   EXPECT_NE(e.find("Gloo cannot use interface 'nosuchif0'"), std::string::npos) << e;
+}
+
+// Runs the NCCL branch of make_backend in every build: a CUDA build (CI's
+// CUDA stage) reaches c10::cuda::device_count(), a CPU build its #else.
+TEST(InitProcessGroup, NcclWithoutAGpuIsAnErrorNamingGloo) {
+  if (torch::cuda::is_available()) GTEST_SKIP() << "a GPU is visible: NCCL can form here";
+  InitOptions o;
+  o.rank = 0;
+  o.world_size = 1;
+  o.backend = "nccl";
+  o.init_method = "memory://";
+  std::string e = error_of([&] { init_process_group(make_memory_store(), o); });
+  EXPECT_NE(e.find("use --backend gloo"), std::string::npos) << e;
 }
 
 TEST(ResolveInitOptions, PartialEnvironmentNamesTheMissingVariables) {

@@ -1,0 +1,284 @@
+#!/usr/bin/env bash
+# The one command for a lent GPU machine (H100/H200, torch 2.11 + CUDA 13 in
+# its python3, nvcc, CMake, ninja, 16 cores; no network, no apt): builds dtrain
+# against that machine's torch, runs the unit tests (the GPU tests no longer
+# skip), then the GPU benchmarks that exist, and writes every log to $OUT.
+#
+#   bash scripts/gpu-check.sh download   HERE (Debian 12, network): fetch the
+#                                        Debian packages the GPU machine lacks
+#                                        into .gpu-debs/ (git ignores it)
+#   bash scripts/gpu-check.sh            THERE, with .gpu-debs/ carried along:
+#                                        unpack, configure, build, ctest, bench
+#   bash scripts/gpu-check.sh configure  only unpack and configure (a quick check)
+#
+# The GPU machine lacks the libraries dtrain builds with from Debian
+# (nlohmann-json, CLI11, GoogleTest, libturbojpeg, libpng, zlib) and Gloo's
+# headers, which c10d's ProcessGroupGloo.hpp includes and the torch wheel does
+# not ship. They are unpacked with `dpkg -x` into a prefix (never /) that goes
+# into CMAKE_PREFIX_PATH, the compiler's include path and pkg-config's sysroot.
+# Each step's output is tee'd to $OUT/<step>.log under pipefail, so a time-out
+# still leaves the logs; $OUT/summary.txt lists every step and its result.
+# Plan: build ~3 min at -j16, unit tests ~3 min, benchmarks ~3 min.
+#
+# Environment:
+#   OUT                 output folder            (default /tmp/dtrain-gpu-check)
+#   DTRAIN_GPU_DEBS     the carried .deb files    (default <repo>/.gpu-debs)
+#   DTRAIN_GPU_PREFIX   where they are unpacked   (default /tmp/dtrain-gpu-prefix)
+#   DTRAIN_GPU_BUILD    build dir                 (default <repo>/build-gpu)
+#   DTRAIN_GPU_PYTHON   Python that has torch     (default python3)
+#   DTRAIN_CUDA_HOME    CUDA toolkit              (default: from nvcc on PATH, else /usr/local/cuda)
+#   DTRAIN_TORCH_CUDA_ARCH_LIST  TORCH_CUDA_ARCH_LIST (default 9.0, Hopper)
+#   DTRAIN_JOBS         build and test jobs       (default nproc)
+#   DTRAIN_GPU_CTEST_ARGS  ctest selection        (default "-L unit")
+#   DTRAIN_GPU_SKIP_BENCH=1  stop after the tests
+set -uo pipefail
+
+REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+readonly REPO_ROOT
+readonly DEBS="${DTRAIN_GPU_DEBS:-${REPO_ROOT}/.gpu-debs}"
+readonly PREFIX="${DTRAIN_GPU_PREFIX:-/tmp/dtrain-gpu-prefix}"
+readonly BUILD="${DTRAIN_GPU_BUILD:-${REPO_ROOT}/build-gpu}"
+readonly PYTHON="${DTRAIN_GPU_PYTHON:-python3}"
+readonly ARCH_LIST="${DTRAIN_TORCH_CUDA_ARCH_LIST:-9.0}"
+readonly JOBS="${DTRAIN_JOBS:-$(nproc)}"
+readonly CTEST_ARGS="${DTRAIN_GPU_CTEST_ARGS:--L unit}"
+OUT="${OUT:-/tmp/dtrain-gpu-check}"
+readonly MULTIARCH=x86_64-linux-gnu
+
+# The -dev packages dtrain builds with, and the run-time libraries of those
+# that are not header-only (their .so symlinks point into them).
+readonly DEB_PACKAGES=(
+  nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev libgloo-dev
+  zlib1g-dev zlib1g libturbojpeg0-dev libturbojpeg0 libjpeg62-turbo-dev libjpeg62-turbo
+  libpng-dev libpng16-16
+)
+
+STEPS=()   # "name|status|seconds"
+FAILED=0
+
+log() { printf '==> gpu-check: %s\n' "$*"; }
+die() { printf '==> gpu-check: ERROR: %s\n' "$*" >&2; exit 1; }
+
+# step NAME CMD...: runs CMD with its output tee'd to $OUT/NAME.log and
+# records the result; returns CMD's status.
+step() {
+  local name="$1" start=$SECONDS rc=0
+  shift
+  log "step: $name"
+  ( set -o pipefail; ( "$@" ) 2>&1 | tee "$OUT/$name.log" ) || rc=$?
+  if [[ $rc -eq 0 ]]; then
+    STEPS+=("$name|ok|$((SECONDS - start))")
+  else
+    STEPS+=("$name|FAILED (exit $rc)|$((SECONDS - start))")
+    FAILED=1
+    log "step FAILED: $name (exit $rc; log $OUT/$name.log)"
+  fi
+  write_summary
+  return "$rc"
+}
+
+write_summary() {
+  local entry name status secs
+  {
+    printf 'dtrain gpu-check, %s, commit %s\n' "$(date -u +%FT%TZ)" \
+      "$(git -C "$REPO_ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')"
+    for entry in "${STEPS[@]}"; do
+      IFS='|' read -r name status secs <<<"$entry"
+      printf '  %-28s %-20s %6ss\n' "$name" "$status" "$secs"
+    done
+    if [[ -s "$OUT/ctest.log" ]]; then
+      printf '\nctest:\n'
+      sed -n '/tests passed, /,$p' "$OUT/ctest.log" |
+        grep -E 'tests passed, |The following tests|^[[:space:]]+[0-9]+ - |Total Test time' | sed 's/^/  /'
+    fi
+  } >"$OUT/summary.txt"
+}
+
+# ---- download (on the Debian 12 machine) -------------------------------------
+
+download() {
+  command -v apt-get >/dev/null 2>&1 || die "apt-get not found: run 'download' on the Debian 12 machine"
+  mkdir -p "$DEBS"
+  rm -f "$DEBS"/*.deb
+  (cd "$DEBS" && apt-get download "${DEB_PACKAGES[@]}") || die "apt-get download failed"
+  log "$(find "$DEBS" -name '*.deb' | wc -l) packages, $(du -sh "$DEBS" | cut -f1) in $DEBS"
+  log "carry it to the GPU machine (run tool: carry [\".gpu-debs\"]) and run: bash scripts/gpu-check.sh"
+}
+
+# ---- on the GPU machine ----------------------------------------------------------
+
+TORCH_DIR=""
+CUDA_HOME=""
+
+info() {
+  set -x
+  nvidia-smi || true
+  nproc
+  free -g || true
+  command -v nvcc && nvcc --version
+  cmake --version | head -1
+  ninja --version
+  "${CXX:-c++}" --version | head -1
+  "$PYTHON" -c 'import torch, torch.utils
+print("torch", torch.__version__, "cuda", torch.version.cuda, "gpus", torch.cuda.device_count())
+print("nccl", torch.cuda.nccl.version() if torch.cuda.is_available() else "-")
+print("cudnn", torch.backends.cudnn.version())
+print("cmake_prefix_path", torch.utils.cmake_prefix_path)'
+}
+
+find_torch() {
+  TORCH_DIR="$("$PYTHON" -c 'import os, torch; print(os.path.dirname(torch.__file__))')" ||
+    die "$PYTHON cannot import torch; set DTRAIN_GPU_PYTHON"
+  [[ -f "$TORCH_DIR/share/cmake/Torch/TorchConfig.cmake" ]] || die "no TorchConfig.cmake under $TORCH_DIR"
+  if [[ -n "${DTRAIN_CUDA_HOME:-}" ]]; then
+    CUDA_HOME="$DTRAIN_CUDA_HOME"
+  elif command -v nvcc >/dev/null 2>&1; then
+    CUDA_HOME="$(dirname "$(dirname "$(readlink -f "$(command -v nvcc)")")")"
+  else
+    CUDA_HOME=/usr/local/cuda
+  fi
+  [[ -x "$CUDA_HOME/bin/nvcc" ]] || die "no nvcc in $CUDA_HOME/bin; set DTRAIN_CUDA_HOME"
+}
+
+# deb_extract DEB DIR: `dpkg -x`, or where dpkg is missing the same with
+# Python (a .deb is an ar archive holding data.tar.xz).
+deb_extract() {
+  if command -v dpkg >/dev/null 2>&1; then
+    dpkg -x "$1" "$2"
+    return
+  fi
+  "$PYTHON" - "$1" "$2" <<'PY'
+import io, sys, tarfile
+deb, dest = sys.argv[1], sys.argv[2]
+data = open(deb, "rb").read()
+assert data[:8] == b"!<arch>\n", deb + " is not a .deb"
+pos = 8
+while pos < len(data):
+    name = data[pos:pos + 16].decode().strip().rstrip("/")
+    size = int(data[pos + 48:pos + 58].decode().strip())
+    body = data[pos + 60:pos + 60 + size]
+    if name.startswith("data.tar"):
+        with tarfile.open(fileobj=io.BytesIO(body)) as t:
+            t.extractall(dest)
+        break
+    pos += 60 + size + (size % 2)
+else:
+    sys.exit(deb + ": no data.tar member")
+PY
+}
+
+unpack() {
+  local debs=("$DEBS"/*.deb) d link target
+  [[ -e "${debs[0]}" ]] || die "no .deb files in $DEBS: run 'bash scripts/gpu-check.sh download' on the Debian machine and carry .gpu-debs"
+  rm -rf "$PREFIX"
+  mkdir -p "$PREFIX"
+  for d in "${debs[@]}"; do
+    deb_extract "$d" "$PREFIX" || die "cannot unpack $d"
+    echo "unpacked ${d##*/}"
+  done
+  # Absolute symlinks (libz.so -> /lib/.../libz.so.1.2.13) point into the
+  # prefix instead.
+  while IFS= read -r link; do
+    target="$(readlink "$link")"
+    if [[ -e "$PREFIX$target" ]]; then
+      ln -sfn "$PREFIX$target" "$link"
+      echo "relinked ${link#"$PREFIX"} -> $PREFIX$target"
+    fi
+  done < <(find "$PREFIX" -type l -lname '/*')
+  if [[ -d "$TORCH_DIR/include/gloo" ]]; then
+    echo "torch ships include/gloo: Debian's Gloo headers stay unused"
+  else
+    [[ -f "$PREFIX/usr/include/gloo/config.h" ]] || die "torch lacks include/gloo and no libgloo-dev was carried"
+    echo "torch lacks include/gloo: Debian's libgloo-dev headers are used"
+  fi
+}
+
+configure() {
+  # pkg-config (when the machine has it) reads only the prefix's .pc files and
+  # prefixes their /usr paths with it.
+  export PKG_CONFIG_SYSROOT_DIR="$PREFIX"
+  export PKG_CONFIG_LIBDIR="$PREFIX/usr/lib/$MULTIARCH/pkgconfig:$PREFIX/usr/share/pkgconfig"
+  cmake -S "$REPO_ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+    "-DCMAKE_PREFIX_PATH=$TORCH_DIR;$TORCH_DIR/share/cmake;$PREFIX/usr" \
+    "-DCMAKE_LIBRARY_PATH=$PREFIX/usr/lib/$MULTIARCH" \
+    "-DCMAKE_CXX_STANDARD_INCLUDE_DIRECTORIES=$PREFIX/usr/include;$PREFIX/usr/include/$MULTIARCH" \
+    "-DCUDAToolkit_ROOT=$CUDA_HOME" "-DCMAKE_CUDA_COMPILER=$CUDA_HOME/bin/nvcc" \
+    "-DTORCH_CUDA_ARCH_LIST=$ARCH_LIST" \
+    -DDTRAIN_REQUIRE_CUDA=ON -DDTRAIN_BUILD_BENCH=OFF -DDTRAIN_USE_CCACHE=OFF
+}
+
+build() {
+  cmake --build "$BUILD" -j "$JOBS"
+}
+
+run_ctest() {
+  local args
+  read -r -a args <<<"$CTEST_ARGS"
+  timeout --kill-after=30 900 ctest --test-dir "$BUILD" --output-on-failure --no-tests=error \
+    -j "$((JOBS / 2 > 0 ? JOBS / 2 : 1))" --timeout 300 "${args[@]}"
+}
+
+# bench_if NAME SUBCOMMAND SECONDS ARGS...: runs `dtrain ARGS...` when
+# `dtrain bench SUBCOMMAND --help` works (the benchmark exists in this tree).
+bench_if() {
+  local name="$1" sub="$2" secs="$3"
+  shift 3
+  if ! "$BUILD/dtrain" bench "$sub" --help >/dev/null 2>&1; then
+    STEPS+=("$name|skipped: no 'bench $sub'|0")
+    return 0
+  fi
+  step "$name" timeout --kill-after=10 "$secs" "$BUILD/dtrain" "$@" || true
+}
+
+benchmarks() {
+  local gpus
+  gpus="$("$PYTHON" -c 'import torch; print(torch.cuda.device_count())' 2>/dev/null || echo 0)"
+  local d="$BUILD/dtrain"
+  local train=(bench train --model resnet50 --batch-size 256 --channels-last --steps 50)
+  bench_if bench-train-bf16 train 240 run --nproc-per-node 1 -- "$d" "${train[@]}" --amp bf16
+  bench_if bench-train-fp16 train 240 run --nproc-per-node 1 -- "$d" "${train[@]}" --amp fp16
+  if ((gpus >= 2)); then
+    bench_if "bench-train-bf16-${gpus}gpu" train 300 run --nproc-per-node gpu -- "$d" "${train[@]}" --amp bf16
+    if "$d" bench collective --help 2>&1 | grep -q -- '--backend'; then
+      bench_if "bench-collective-nccl-${gpus}gpu" collective 180 run --nproc-per-node gpu -- \
+        "$d" bench collective --backend nccl -b 8 -e 268435456 -f 4
+    fi
+  fi
+  # Scripts others add for the GPU (e.g. dtrain beside PyTorch eager) live in
+  # bench/gpu/; each gets the build dir and its own output folder.
+  local script
+  for script in "$REPO_ROOT"/bench/gpu/*.sh; do
+    [[ -f "$script" ]] || continue
+    mkdir -p "$OUT/${script##*/}.out"
+    step "bench-${script##*/}" env DTRAIN_BUILD_DIR="$BUILD" DTRAIN_GPU_OUT="$OUT/${script##*/}.out" \
+      timeout --kill-after=10 300 bash "$script" || true
+  done
+}
+
+main() {
+  local cmd="${1:-all}"
+  case "$cmd" in
+    download) download; return ;;
+    all | configure) ;;
+    -h | --help)
+      sed -n '2,/^set -uo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'
+      return 0
+      ;;
+    *) die "unknown command '$cmd' (download, configure, or none)" ;;
+  esac
+  mkdir -p "$OUT" || die "cannot create $OUT"
+  log "logs in $OUT"
+  step info info || true
+  find_torch
+  step unpack unpack || { log "stopping: unpack failed"; return 1; }
+  step configure configure || { log "stopping: configure failed"; return 1; }
+  [[ "$cmd" == configure ]] && return 0
+  step build build || { log "stopping: build failed"; return 1; }
+  step ctest run_ctest || true
+  [[ "${DTRAIN_GPU_SKIP_BENCH:-0}" == 1 ]] || benchmarks
+  write_summary
+  cat "$OUT/summary.txt"
+  return "$FAILED"
+}
+
+main "$@"
