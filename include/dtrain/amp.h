@@ -165,8 +165,9 @@ class GradScaler {
 
   /// Unscales (unless unscale_ was called for this optimizer since the last
   /// update) and runs optimizer.step() unless an inf/NaN was found. Returns
-  /// whether the optimizer stepped. Once per optimizer between update()s.
-  /// Disabled: optimizer.step(), returns true.
+  /// whether the optimizer stepped; every rank of options.process_group
+  /// returns the same. Once per optimizer between update()s; collective
+  /// when it unscales. Disabled: optimizer.step(), returns true.
   bool step(torch::optim::Optimizer& optimizer);
   /// The same for a DistributedOptimizer: averages (once, through unscale_),
   /// then steps the wrapped optimizer. Throws InvalidArgument when the

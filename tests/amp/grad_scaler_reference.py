@@ -14,7 +14,8 @@ the CPU by
       otherwise:  tracker + 1 == interval ? (scale = float(scale * growth) if
                   that is finite; tracker = 0) : tracker += 1
 Everything else (scale/unscale_/step/update, per-optimizer records, skipping,
-state_dict) is PyTorch 1.13's code.
+state_dict) is PyTorch 1.13's code. With PyTorch 2.3 or newer the script uses
+torch.amp.GradScaler("cpu") and ATen's CPU kernels unchanged.
 
 Usage:
   python3 -O grad_scaler_reference.py trajectory PATTERN INIT_SCALE GROWTH_INTERVAL
@@ -30,9 +31,19 @@ Usage:
 import sys
 
 import torch
-import torch.cuda.amp.grad_scaler as grad_scaler
 
-grad_scaler.amp_definitely_not_available = lambda: False
+# PyTorch 2.3+ has a CPU GradScaler with real CPU kernels: use it as it is.
+NATIVE_CPU = hasattr(torch, "amp") and hasattr(torch.amp, "GradScaler")
+if not NATIVE_CPU:
+    import torch.cuda.amp.grad_scaler as grad_scaler
+
+    grad_scaler.amp_definitely_not_available = lambda: False
+
+
+def make_scaler(**kwargs):
+    if NATIVE_CPU:
+        return torch.amp.GradScaler("cpu", **kwargs)
+    return grad_scaler.GradScaler(**kwargs)
 
 
 def check_and_unscale_(grads, found_inf, inv_scale):
@@ -67,8 +78,9 @@ def update_scale_(scale, tracker, found_inf, growth, backoff, interval):
     return scale
 
 
-torch._amp_foreach_non_finite_check_and_unscale_ = check_and_unscale_
-torch._amp_update_scale_ = update_scale_
+if not NATIVE_CPU:
+    torch._amp_foreach_non_finite_check_and_unscale_ = check_and_unscale_
+    torch._amp_update_scale_ = update_scale_
 
 
 def model():
@@ -83,7 +95,7 @@ def model():
 def trajectory(pattern, init_scale, interval):
     lin = model()
     opt = torch.optim.SGD(lin.parameters(), lr=0.1, momentum=0.9)
-    scaler = grad_scaler.GradScaler(init_scale=init_scale, growth_interval=interval)
+    scaler = make_scaler(init_scale=init_scale, growth_interval=interval)
     x0 = torch.linspace(-1, 1, 12).reshape(4, 3)
     y = torch.linspace(0.5, -0.5, 8).reshape(4, 2)
     for k, kind in enumerate(pattern):
@@ -106,8 +118,8 @@ def trajectory(pattern, init_scale, interval):
 
 def state(path_in, path_out):
     loaded = torch.load(path_in)
-    print("keys", " ".join(sorted(grad_scaler.GradScaler().state_dict().keys())))
-    scaler = grad_scaler.GradScaler()
+    print("keys", " ".join(sorted(make_scaler().state_dict().keys())))
+    scaler = make_scaler()
     scaler.load_state_dict(loaded)
     d = scaler.state_dict()
     print("loaded", repr(d["scale"]), d["_growth_tracker"], repr(d["growth_factor"]),

@@ -205,6 +205,28 @@ TEST(AmpHorovod, UnscaleAveragesBeforeUnscalingSoClipAndStepMatchTheSingleProces
   }
 }
 
+TEST(AmpHorovod, StepWithoutUnscaleAveragesTheGradientsThenStepsLikeTheSingleProcess) {
+  const Reference ref = single_process();
+  const Data d = make_data();
+  std::vector<std::vector<at::Tensor>> weights(kWorld);
+  run_ranks(kWorld, [&](const ProcessGroup& pg) {
+    Mlp net = make_mlp();
+    broadcast_parameters(*net, pg);
+    torch::optim::SGD sgd(net->parameters(), 0.1);
+    DistributedOptimizer opt(sgd, pg);
+    GradScaler scaler;  // no group: the average already carries any inf to every rank
+    const int64_t per_rank = kBatch / kWorld, begin = pg.rank() * per_rank;
+    scaler.scale(torch::mse_loss(net->forward(rows(d.x, begin, per_rank)), rows(d.y, begin, per_rank)))
+        .backward();
+    EXPECT_TRUE(scaler.step(opt));
+    scaler.update();
+    weights[pg.rank()] = weights_of(*net);
+  });
+  for (int r = 0; r < kWorld; ++r) {
+    expect_close(weights[r], ref.weights, 1e-5, 1e-7, "weights of rank " + std::to_string(r));
+  }
+}
+
 // fp16 autocast on CUDA, DDP over Gloo with CUDA tensors (both ranks on one
 // GPU), no_sync accumulation and the scaler: the unscaled gradients equal
 // the fp32 single-process reference within fp16's precision.
