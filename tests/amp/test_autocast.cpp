@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <thread>
+
 #include "dtrain/amp.h"
 #include "dtrain/errors.h"
 #include "support/ranks.h"
@@ -50,28 +52,45 @@ TEST(Autocast, ANestedDisabledGuardRunsFp32AndReenablesOnExit) {
   EXPECT_EQ(lin->forward(x).scalar_type(), at::kBFloat16);
 }
 
-// Autocast caches the bf16 copy of each weight for the region. If the cache
-// outlived the guard, the forward after an optimizer step would still use
-// the old weights' copy.
+// Autocast caches the bf16 copy of each fp32 leaf that requires grad (a
+// weight) for the region. If the cache outlived the guard, the forward after
+// an optimizer step would still use the old weights' copy. (at::linear is
+// called directly: LibTorch 1.13's Linear module passes weight.t(), a view,
+// which autocast never caches.)
 TEST(Autocast, TheCastCacheIsClearedWhenTheGuardEndsSoUpdatedWeightsAreSeen) {
   torch::nn::Linear lin(8, 4);
   const at::Tensor x = torch::randn({2, 8});
   {
     AutocastGuard guard(kCpu, at::kBFloat16);
-    lin->forward(x);
-  }
-  {
+    const at::Tensor first = torch::linear(x, lin->weight, lin->bias);
     torch::NoGradGuard no_grad;
     lin->weight.add_(1.0);
+    ASSERT_TRUE(torch::linear(x, lin->weight, lin->bias).equal(first))
+        << "within the region the cached copy is used (what the cache is)";
   }
   at::Tensor y;
   {
     AutocastGuard guard(kCpu, at::kBFloat16);
-    y = lin->forward(x);
+    y = torch::linear(x, lin->weight, lin->bias);
   }
   const at::Tensor want = torch::linear(x.to(at::kBFloat16), lin->weight.to(at::kBFloat16),
                                         lin->bias.to(at::kBFloat16));
   EXPECT_TRUE(y.equal(want));
+}
+
+TEST(Autocast, TheGuardAffectsOnlyTheCallingThread) {
+  torch::nn::Linear lin(4, 2);
+  const at::Tensor x = torch::randn({3, 4});
+  AutocastGuard guard(kCpu, at::kBFloat16);
+  bool other_enabled = true;
+  at::ScalarType other_dtype = at::kBFloat16;
+  std::thread([&] {
+    other_enabled = autocast_enabled(kCpu);
+    other_dtype = lin->forward(x).scalar_type();
+  }).join();
+  EXPECT_FALSE(other_enabled);
+  EXPECT_EQ(other_dtype, at::kFloat);
+  EXPECT_EQ(lin->forward(x).scalar_type(), at::kBFloat16);
 }
 
 TEST(Autocast, Fp16OnCpuIsRefusedNamingBf16AndChangesNothing) {
