@@ -291,7 +291,7 @@ TEST(GradScaler, LoadingAnEmptyOrIncompleteStateDictIsRefusedNamingTheKey) {
   EXPECT_THROW(s.load_state_dict(c10::impl::GenericDict(c10::StringType::get(), c10::AnyType::get())),
                InvalidArgument);
   auto d = scaler_after_some_steps().state_dict();
-  d.erase(std::string("_growth_tracker"));
+  EXPECT_EQ(d.erase(std::string("_growth_tracker")), 1u);
   const std::string e = testing::error_of([&] { s.load_state_dict(d); });
   EXPECT_NE(e.find("'_growth_tracker'"), std::string::npos) << e;
   EXPECT_EQ(s.get_scale(), 65536.0) << "a refused state_dict must change nothing";
