@@ -42,10 +42,11 @@ def randomize_norms(model, gen):
     with torch.no_grad():
         for m in model.modules():
             if isinstance(m, torch.nn.BatchNorm2d):
-                m.weight.copy_(torch.rand(m.weight.shape, generator=gen) + 0.5)
+                # Ranges that keep ResNet-152's logits near 1 (gamma 0.5..1.5 gives 1e7).
+                m.weight.copy_(torch.rand(m.weight.shape, generator=gen) * 0.4 + 0.4)
                 m.bias.copy_(torch.rand(m.bias.shape, generator=gen) * 0.4 - 0.2)
                 m.running_mean.copy_(torch.rand(m.running_mean.shape, generator=gen) * 0.4 - 0.2)
-                m.running_var.copy_(torch.rand(m.running_var.shape, generator=gen) + 0.5)
+                m.running_var.copy_(torch.rand(m.running_var.shape, generator=gen) + 1.0)
                 m.num_batches_tracked.fill_(7)
 
 
