@@ -146,6 +146,23 @@ TEST(ModelRegistry, StochasticDepthActsInTrainingModeOnly) {
   EXPECT_FALSE(at::allclose(b, features->forward(x)));
 }
 
+// Training mode end to end: forward with batch statistics, dropout and stochastic depth, then
+// backward reaches every parameter.
+TEST(ModelRegistry, BackwardInTrainingModeGivesEveryParameterAGradient) {
+  ModelOptions o;
+  o.in_channels = 3;
+  o.num_classes = 10;
+  o.image_size = 32;
+  for (const char* name : {"resnet50", "efficientnet_b0"}) {
+    auto model = make_model(name, o);
+    model->train();
+    model->forward(at::randn({2, 3, 32, 32})).logsumexp(1).sum().backward();
+    for (const auto& p : model->named_parameters()) {
+      ASSERT_TRUE(p.value().grad().defined()) << name << " " << p.key();
+    }
+  }
+}
+
 // `dtrain models` prints one row per model: name, parameters (thousands separated), default
 // and minimum input size.
 TEST(ModelRegistry, DtrainModelsPrintsEveryModelWithCountAndInputSize) {
