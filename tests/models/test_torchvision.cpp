@@ -1,6 +1,6 @@
 // Every torchvision model against torchvision 0.14 itself: parameter count (computed and
-// built), state_dict keys, order and shapes, eval-mode logits with torchvision's weights
-// loaded into dtrain, and torchvision's logits with dtrain's weights loaded into it
+// built), state_dict keys, order and shapes, eval-mode logits (and training-mode logits from
+// the same seed) with torchvision's weights loaded into dtrain, and torchvision's logits with dtrain's weights loaded into it
 // (load_state_dict strict=True). One Python process serves a whole family; 2 images of 32 px.
 
 #include <gtest/gtest.h>
@@ -113,6 +113,14 @@ class Torchvision : public ::testing::Test {
     const double into_dtrain =
         (model->forward(x) - io.at("logits").toTensor()).abs().max().item<double>();
     EXPECT_LE(into_dtrain, kTolerance);
+    // Training mode draws the same random numbers in the same order (dropout, stochastic
+    // depth) and normalises with batch statistics.
+    model->train();
+    torch::manual_seed(5);
+    const double training =
+        (model->forward(x) - io.at("train_logits").toTensor()).abs().max().item<double>();
+    EXPECT_LE(training, kTolerance);
+    model->eval();
 
     // dtrain -> Python: other weights (each parameter scaled by its own factor in [0.9, 1.1),
     // new BatchNorm statistics), loaded by torchvision strictly. (Rebuilding the model
@@ -129,9 +137,9 @@ class Torchvision : public ::testing::Test {
     const double into_torchvision =
         (read_dict(back).at("logits").toTensor() - logits).abs().max().item<double>();
     EXPECT_LE(into_torchvision, kTolerance);
-    std::printf("%-16s parameters %11lld  max |logits diff| torchvision->dtrain %.3g, "
-                "dtrain->torchvision %.3g (|logits| up to %.3g)\n",
-                name.c_str(), static_cast<long long>(torchvision_count), into_dtrain,
+    std::printf("%-16s parameters %11lld  max |logits diff| torchvision->dtrain %.3g "
+                "(training mode %.3g), dtrain->torchvision %.3g (|logits| up to %.3g)\n",
+                name.c_str(), static_cast<long long>(torchvision_count), into_dtrain, training,
                 into_torchvision, logits.abs().max().item<double>());
   }
 

@@ -5,7 +5,9 @@ command per line on stdin, one answer line on stdout ("ok ..." or "error ..."):
 
   ref NAME SIZE DIR     torchvision NAME (1000 classes) seeded, with random BatchNorm
                         statistics; writes DIR/NAME.weights.pt (dict(state_dict())),
-                        DIR/NAME.io.pt ({"x": input [2, 3, SIZE, SIZE], "logits": eval logits}),
+                        DIR/NAME.io.pt ({"x": input [2, 3, SIZE, SIZE], "logits": eval logits,
+                        "train_logits": training-mode logits after manual_seed(5), taken after
+                        the eval logits}),
                         DIR/NAME.keys.txt ("key d0,d1,..." per state_dict entry, in order);
                         answers "ok <parameter count>"
   check NAME IO WEIGHTS OUT
@@ -59,12 +61,17 @@ def ref(name, size, out_dir):
     randomize_norms(model, gen)
     model.eval()
     x = torch.randn(2, 3, size, size, generator=gen)
-    with torch.no_grad():
-        logits = model(x)
     base = os.path.join(out_dir, name)
     sd = model.state_dict()
-    torch.save(dict(sd), base + ".weights.pt")
-    torch.save({"x": x, "logits": logits}, base + ".io.pt")
+    torch.save(dict(sd), base + ".weights.pt")  # before training mode changes the statistics
+    with torch.no_grad():
+        logits = model(x)
+        # Training mode (batch statistics, dropout, stochastic depth) from a known seed.
+        model.train()
+        torch.manual_seed(5)
+        train_logits = model(x)
+        model.eval()
+    torch.save({"x": x, "logits": logits, "train_logits": train_logits}, base + ".io.pt")
     with open(base + ".keys.txt", "w") as f:
         for k, v in sd.items():
             f.write("%s [%s]\n" % (k, ",".join(str(d) for d in v.shape)))
