@@ -86,6 +86,8 @@ void add_train_command(CLI::App& root, int* exit_code) {
       "train", "Train an image classifier data-parallel (start it with 'dtrain run')");
   cmd->add_option("--model", o.model, "Model: " + join(model_names(), ", "))
       ->capture_default_str();
+  cmd->add_option("--init-weights", o.init_weights,
+                  "Start from these weights: torch.save(dict(model.state_dict()), PATH)");
   cmd->add_option("--dataset", o.dataset.name, "Dataset: " + join(dataset_names(), ", "))
       ->capture_default_str();
   cmd->add_option("--data-dir", o.dataset.data_dir, "Dataset directory (default per dataset)");

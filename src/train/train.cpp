@@ -19,6 +19,7 @@
 #include "dtrain/checkpoint.h"
 #include "dtrain/errors.h"
 #include "dtrain/models.h"
+#include "dtrain/weights.h"
 
 namespace dtrain {
 namespace {
@@ -239,6 +240,8 @@ std::vector<EpochMetrics> train(const TrainOptions& options, const ProcessGroup&
   mo.image_size = splits.sample_shape.at(1);
   mo.num_classes = splits.num_classes;
   auto model = make_model(options.model, mo);
+  // Python's weights (dtrain/weights.h); a resumed checkpoint overrides them below.
+  if (!options.init_weights.empty()) load_weights(*model, options.init_weights);
   const at::Device device = pick_device(options.device, pg);
   model->to(device);
   std::optional<Checkpoint> resume;
