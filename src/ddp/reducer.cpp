@@ -516,6 +516,7 @@ void Reducer::fail_locked(std::exception_ptr error, const std::string& message) 
 
 void Reducer::finalize_backward() {
   std::unique_lock<std::mutex> lock(mu_);
+  if (!armed_ || !backward_started_) return;  // the pass already ended in an error
   const Clock::time_point backward_end = Clock::now();
   std::vector<std::string> missing = unready_names();
   if (!missing.empty()) {
