@@ -207,13 +207,14 @@ std::vector<std::optional<ErrorRecord>> annotate(std::vector<WorkerExit>& exits,
 
 /// After this node's workers failed the way a lost peer makes them fail:
 /// was a node of the round lost? Waits, at most as long as the rendezvous
-/// needs to declare a node dead (missed heartbeats plus one interval), for
+/// needs to declare a node dead (missed heartbeats, plus two intervals for
+/// the last beat's age and the watcher's check), for
 /// the node watching it to say so. Ends early with false when another node
 /// is already waiting for the next round (the failure started elsewhere),
 /// the run was closed, or a signal came.
 bool node_was_lost(Rendezvous& rdzv, const RendezvousConfig& c, PendingSignal& pending) {
   const auto deadline =
-      std::chrono::steady_clock::now() + c.heartbeat_interval * (c.missed_heartbeats + 1);
+      std::chrono::steady_clock::now() + c.heartbeat_interval * (c.missed_heartbeats + 2);
   for (;;) {
     bool lost = false, elsewhere = false;
     best_effort([&] { lost = rdzv.participant_lost(); });
