@@ -11,7 +11,8 @@
 #
 #   bench/ddp_vs_pytorch.sh [--models "cnn resnet18"] [--modes "loopback netns"]
 #       [--batch-size 64] [--image-size 32] [--steps 20] [--warmup 3]
-#       [--threads 1] [--bucket-cap-mb 25] [--rate 1gbit] [--build DIR]
+#       [--threads 1] [--bucket-cap-mb 25] [--find-unused-parameters]
+#       [--rate 1gbit] [--build DIR]
 #       [--out DIR] [--timeout SECS] [--only dtrain|peer] [--keep-netns]
 #
 # Prints per-step time, images/sec, dtrain/peer throughput ratio and the
@@ -33,6 +34,7 @@ STEPS=20
 WARMUP=3
 THREADS=1
 BUCKET=25
+FIND_UNUSED=()
 RATE=1gbit
 BUILD=$ROOT/build
 OUT=
@@ -40,7 +42,7 @@ TIMEOUT=600
 ONLY=
 KEEP_NETNS=0
 
-usage() { sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
+usage() { sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
 while [[ $# -gt 0 ]]; do
     case "$1" in
         --models) MODELS=$2; shift 2 ;;
@@ -51,6 +53,7 @@ while [[ $# -gt 0 ]]; do
         --warmup) WARMUP=$2; shift 2 ;;
         --threads) THREADS=$2; shift 2 ;;
         --bucket-cap-mb) BUCKET=$2; shift 2 ;;
+        --find-unused-parameters) FIND_UNUSED=(--find-unused-parameters); shift ;;
         --rate) RATE=$2; shift 2 ;;
         --build) BUILD=$2; shift 2 ;;
         --out) OUT=$2; shift 2 ;;
@@ -124,6 +127,11 @@ if [[ $ONLY != peer ]]; then
         HAVE_DTRAIN=1
         grep -q -- '--threads' <<<"$help" && DTRAIN_EXTRA+=(--threads "$THREADS")
         grep -q -- '--bucket-cap-mb' <<<"$help" && DTRAIN_EXTRA+=(--bucket-cap-mb "$BUCKET")
+        if ((${#FIND_UNUSED[@]})); then
+            grep -q -- '--find-unused-parameters' <<<"$help" ||
+                { echo "'$DTRAIN bench ddp' has no --find-unused-parameters" >&2; exit 2; }
+            DTRAIN_EXTRA+=("${FIND_UNUSED[@]}")
+        fi
     else
         echo "NOTE: '$DTRAIN bench ddp' not available; running the PyTorch peer only" >&2
     fi
@@ -139,7 +147,7 @@ set_cmds() {  # MODEL -> DCMD (dtrain worker), PCMD (peer worker)
         --steps "$STEPS" --warmup "$WARMUP" --json "${DTRAIN_EXTRA[@]}")
     PCMD=("$PY" "$HERE/peer/pytorch_ddp_step.py" --model "$1" --batch-size "$BATCH"
         --image-size "$image" --steps "$STEPS" --warmup "$WARMUP"
-        --threads "$THREADS" --bucket-cap-mb "$BUCKET")
+        --threads "$THREADS" --bucket-cap-mb "$BUCKET" "${FIND_UNUSED[@]}")
 }
 
 # record MODE MODEL IMPL RC LOG: append rank 0's JSON result (tagged) to RESULTS

@@ -70,6 +70,7 @@ def parse_args(argv=None):
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--bucket-cap-mb", type=float, default=25.0)
     p.add_argument("--no-broadcast-buffers", action="store_true")
+    p.add_argument("--find-unused-parameters", action="store_true")
     p.add_argument("--no-nosync-barrier", action="store_true",
                    help="do not end no_sync backward with a barrier")
     p.add_argument("--lr", type=float, default=0.01)
@@ -177,7 +178,8 @@ def main(argv=None):
     if shape is None:
         shape = (3, args.image_size, args.image_size)
     model = DDP(net, bucket_cap_mb=args.bucket_cap_mb,
-                broadcast_buffers=not args.no_broadcast_buffers)
+                broadcast_buffers=not args.no_broadcast_buffers,
+                find_unused_parameters=args.find_unused_parameters)
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum)
     g = torch.Generator().manual_seed(args.seed + rank)
     x = torch.randn((args.batch_size,) + tuple(shape), generator=g)
@@ -261,6 +263,7 @@ def main(argv=None):
             "image_size": shape[-1],
             "threads": args.threads,
             "bucket_cap_mb": args.bucket_cap_mb,
+            "find_unused_parameters": args.find_unused_parameters,
             "steps": args.steps,
             "warmup": args.warmup,
             "step_ms": r(step_ms),

@@ -25,6 +25,8 @@ struct DdpBenchOptions {
   int threads = 0;  ///< intra-op threads (0: LibTorch default)
   double bucket_cap_mb = 25.0;
   std::string comm_hook = "none";
+  /// DdpOptions::find_unused_parameters (PyTorch DDP's flag of the same name).
+  bool find_unused_parameters = false;
 };
 
 /// Times in milliseconds: per-rank means (or medians, _p50) over the

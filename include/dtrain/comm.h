@@ -63,8 +63,12 @@ struct InitOptions {
   /// Network interface Gloo uses (GLOO_SOCKET_IFNAME, e.g. "eth0"); wins
   /// over gloo_host.
   std::string gloo_interface;
-  /// Address Gloo binds to; empty: loopback when the store is on loopback,
-  /// else the local address of the route to the store's host.
+  /// Address Gloo binds to; empty: the local address of the route to the
+  /// store's host for tcp:// (loopback when the store is on loopback);
+  /// without a store address (file://) the hostname when it resolves to this
+  /// machine, else loopback for a group on one node (world_size ==
+  /// local_world_size), else the first interface address with a one-line
+  /// warning naming GLOO_SOCKET_IFNAME.
   std::string gloo_host;
 };
 

@@ -14,7 +14,11 @@
 //   * when autograd finishes, every bucket is waited on and the averaged
 //     gradients are written back to `param.grad()` (or `grad` already is a view
 //     of the bucket with gradient_as_bucket_view), so loss.backward() returns
-//     with synchronised gradients and the optimizer step needs no change.
+//     with synchronised gradients and the optimizer step needs no change;
+//   * only the backward of a forward through the wrapper is synchronised, once:
+//     a backward through the bare module communicates nothing;
+//   * after the first iteration the buckets are rebuilt once in the order the
+//     gradients became ready (rank 0's order).
 //
 // Usage:
 //   auto pg = dtrain::init_process_group();
@@ -28,16 +32,24 @@
 //     opt.step();
 //   }
 //
+// Preconditions: the module is on its one device before wrapping (all
+// parameters on the same device), and its parameters do not change
+// (added, removed, replaced) afterwards.
+//
 // Thread safety: one DataParallel is driven from one thread (the training
 // loop); autograd's hooks may run on autograd's threads and synchronise
-// internally.
+// internally. A CommHook's start() runs on the thread running autograd's
+// hooks (the backward's caller on CPU), never under DDP's internal lock.
 
 #include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <map>
 #include <optional>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include <torch/nn/module.h>
@@ -102,10 +114,21 @@ struct DdpOptions {
   /// Broadcast buffers (e.g. BatchNorm running statistics) from rank 0 before
   /// every forward.
   bool broadcast_buffers = true;
-  /// Parameters that got no gradient in a backward pass are treated as ready
-  /// with a zero gradient; parameters unused on every rank keep their
-  /// gradient untouched. Off: such a pass is an error naming them.
+  /// After each forward, the autograd graph is searched from the forward's
+  /// outputs for parameters that will get no gradient; they count as ready
+  /// (zero gradient) as soon as backward starts, so buckets still launch
+  /// during backward. Parameters unused on every rank keep their gradient
+  /// untouched. Off: a backward that leaves a parameter without a gradient is
+  /// an error naming it. Costs a graph walk per forward; leave off when every
+  /// parameter is used.
   bool find_unused_parameters = false;
+  /// The set of used parameters is the same in every iteration (PyTorch's
+  /// static_graph): the first iteration finds the unused ones (as
+  /// find_unused_parameters does), later ones reuse that set without a graph
+  /// walk or an extra allreduce, and buckets are rebuilt in gradient-ready
+  /// order even with unused parameters. A parameter that starts being used
+  /// later is an error.
+  bool static_graph = false;
   /// `param.grad()` aliases the bucket memory: no copy back after the
   /// reduction, less memory.
   bool gradient_as_bucket_view = false;
@@ -155,16 +178,26 @@ class DataParallel {
   DataParallel(const DataParallel&) = delete;
   DataParallel& operator=(const DataParallel&) = delete;
 
-  /// Call before the module's forward: broadcasts buffers, checks that the
+  /// Call before the module's forward: refuses to run after a communication
+  /// failure (throws DistError naming the first one), checks that the
   /// previous iteration's reduction finished (throws DistError naming the
-  /// parameters that never got a gradient otherwise).
+  /// parameters that never got a gradient otherwise), rebuilds the buckets
+  /// after the first iteration and broadcasts buffers. Collective.
   void prepare_forward();
-  /// Call after the module's forward.
-  void finish_forward();
+  /// Call after the module's forward with the tensors it returned: arms the
+  /// gradient reduction for the backward of this forward (when gradients are
+  /// enabled and no NoSync scope is open) and, with find_unused_parameters,
+  /// finds the parameters the outputs do not depend on. Without outputs the
+  /// unused parameters are found when backward ends instead (no launch
+  /// during backward for the buckets holding them), and a second backward
+  /// through the outputs is not detected.
+  void finish_forward(const std::vector<at::Tensor>& outputs = {});
 
-  /// RAII scope in which backward passes accumulate gradients locally without
-  /// communication (gradient accumulation); the first backward after the
-  /// scope reduces the accumulated sum.
+  /// RAII scope: forwards run inside it are not synchronised, so their
+  /// backward passes accumulate gradients locally (gradient accumulation), as
+  /// with PyTorch's no_sync(); the backward of the first forward after the
+  /// scope reduces the accumulated sum. It is the forward that must be in
+  /// the scope.
   class NoSync {
    public:
     explicit NoSync(DataParallel* ddp);
@@ -195,8 +228,46 @@ class DataParallel {
   std::shared_ptr<detail::Reducer> reducer_;
 };
 
+namespace detail {
+/// The tensors in a forward's result, for finish_forward(): a tensor, and
+/// vectors, tuples, pairs and string-keyed maps of them, nested; other types
+/// hold none that DDP can see.
+inline void collect_tensors(const at::Tensor& t, std::vector<at::Tensor>& out);
+template <typename T>
+void collect_tensors(const std::vector<T>& v, std::vector<at::Tensor>& out);
+template <typename A, typename B>
+void collect_tensors(const std::pair<A, B>& p, std::vector<at::Tensor>& out);
+template <typename... T>
+void collect_tensors(const std::tuple<T...>& t, std::vector<at::Tensor>& out);
+template <typename K, typename V>
+void collect_tensors(const std::map<K, V>& m, std::vector<at::Tensor>& out);
+template <typename T>
+void collect_tensors(const T& /*other*/, std::vector<at::Tensor>& /*out*/) {}
+
+inline void collect_tensors(const at::Tensor& t, std::vector<at::Tensor>& out) {
+  if (t.defined()) out.push_back(t);
+}
+template <typename T>
+void collect_tensors(const std::vector<T>& v, std::vector<at::Tensor>& out) {
+  for (const auto& x : v) collect_tensors(x, out);
+}
+template <typename A, typename B>
+void collect_tensors(const std::pair<A, B>& p, std::vector<at::Tensor>& out) {
+  collect_tensors(p.first, out);
+  collect_tensors(p.second, out);
+}
+template <typename... T>
+void collect_tensors(const std::tuple<T...>& t, std::vector<at::Tensor>& out) {
+  std::apply([&out](const auto&... x) { (collect_tensors(x, out), ...); }, t);
+}
+template <typename K, typename V>
+void collect_tensors(const std::map<K, V>& m, std::vector<at::Tensor>& out) {
+  for (const auto& [k, v] : m) collect_tensors(v, out);
+}
+}  // namespace detail
+
 /// The typed wrapper: `ddp.forward(args...)` runs the module's own forward
-/// between prepare_forward() and finish_forward().
+/// between prepare_forward() and finish_forward(outputs).
 template <typename ModuleType>
 class DistributedDataParallel : public DataParallel {
  public:
@@ -208,7 +279,9 @@ class DistributedDataParallel : public DataParallel {
   auto forward(Args&&... args) {
     prepare_forward();
     auto out = typed_->forward(std::forward<Args>(args)...);
-    finish_forward();
+    std::vector<at::Tensor> tensors;
+    detail::collect_tensors(out, tensors);
+    finish_forward(tensors);
     return out;
   }
   template <typename... Args>

@@ -100,6 +100,7 @@ DdpBenchResult run_ddp_bench(const DdpBenchOptions& o, const ProcessGroup& pg) {
   DdpOptions dopt;
   dopt.bucket_cap_mb = o.bucket_cap_mb;
   dopt.comm_hook = comm_hook_by_name(o.comm_hook);
+  dopt.find_unused_parameters = o.find_unused_parameters;
   DistributedDataParallel<ImageClassifier> ddp(model, pg, dopt);
   torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.01).momentum(0.9));
   // One fixed synthetic batch per rank: the benchmark measures compute and
@@ -188,6 +189,7 @@ std::string to_json(const DdpBenchResult& r) {
   j["threads"] = r.options.threads;
   j["bucket_cap_mb"] = r.options.bucket_cap_mb;
   j["comm_hook"] = r.options.comm_hook;
+  j["find_unused_parameters"] = r.options.find_unused_parameters;
   j["steps"] = r.options.steps;
   j["warmup"] = r.options.warmup;
   j["step_ms"] = r.step_ms;

@@ -74,6 +74,8 @@ void add_ddp(CLI::App& bench, int* exit_code) {
   cmd->add_option("--comm-hook", f->o.comm_hook, "none, fp16, bf16")
       ->capture_default_str()
       ->check(CLI::IsMember({"none", "fp16", "bf16"}));
+  cmd->add_flag("--find-unused-parameters", f->o.find_unused_parameters,
+                "DDP searches the graph for unused parameters after each forward");
   cmd->add_flag("--json", f->json, "Print one JSON object (rank 0)");
   cmd->callback([f, exit_code] {
     *exit_code = with_group("ddp", [&](const ProcessGroup& pg) {

@@ -1,8 +1,4 @@
-#include <arpa/inet.h>
-#include <netdb.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
+#include <iostream>
 
 #include <ATen/ATen.h>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
@@ -14,6 +10,7 @@
 #endif
 
 #include "comm/state.h"
+#include "common/net.h"
 #include "common/strings.h"
 #include "dtrain/errors.h"
 
@@ -52,10 +49,6 @@ Endpoint parse_tcp(const std::string& method) {
   return {host, static_cast<int>(port)};
 }
 
-bool is_loopback(const std::string& host) {
-  return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1";
-}
-
 StorePtr open_store(const InitOptions& o, std::unique_ptr<TcpStoreServer>* server) {
   if (o.init_method.rfind("tcp://", 0) == 0) {
     Endpoint ep = parse_tcp(o.init_method);
@@ -78,48 +71,38 @@ StorePtr open_store(const InitOptions& o, std::unique_ptr<TcpStoreServer>* serve
                             "'; use env://, tcp://host:port or file:///path"));
 }
 
-// The local address the kernel would use to reach `host` (a UDP "connect"
-// sends nothing), or "" when it cannot tell.
-std::string route_source_address(const std::string& host, int port) {
-  addrinfo hints{};
-  hints.ai_socktype = SOCK_DGRAM;
-  addrinfo* res = nullptr;
-  if (::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res) != 0) return "";
-  std::string out;
-  for (addrinfo* a = res; a && out.empty(); a = a->ai_next) {
-    int fd = ::socket(a->ai_family, SOCK_DGRAM, 0);
-    if (fd < 0) continue;
-    sockaddr_storage local{};
-    socklen_t len = sizeof(local);
-    if (::connect(fd, a->ai_addr, a->ai_addrlen) == 0 &&
-        ::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0) {
-      char buf[INET6_ADDRSTRLEN] = {0};
-      const void* addr = local.ss_family == AF_INET
-                             ? static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(&local)->sin_addr)
-                             : static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(&local)->sin6_addr);
-      if (::inet_ntop(local.ss_family, addr, buf, sizeof(buf))) out = buf;
-    }
-    ::close(fd);
-  }
-  ::freeaddrinfo(res);
-  return out;
-}
-
+// Note [Gloo's address]
+// Gloo binds one local address and tells the peers that address through the
+// store, so it must be an address of this machine that the peers can reach.
+// In this order:
+//   1. InitOptions::gloo_host (GLOO_SOCKET_IFNAME goes to gloo_interface);
+//   2. tcp://: where the route to the store's host leaves this machine
+//      (loopback when the store is on loopback): the peers reach the store,
+//      so they reach this network. The hostname may resolve to loopback
+//      (network namespaces, Debian's 127.0.1.1) or not at all (containers);
+//   3. no store address (file://) or no route: the hostname, when it
+//      resolves to this machine (Gloo's own default);
+//   4. else a group that lives on one node (world size == local world size)
+//      uses loopback, which always works there (PyTorch falls back to it too);
+//   5. else the first interface address, with a one-line warning naming
+//      GLOO_SOCKET_IFNAME, since nothing tells which network the peers are on.
+// The address helpers are shared with the launcher (common/net.h).
 std::string gloo_host(const InitOptions& o) {
   if (!o.gloo_host.empty()) return o.gloo_host;
   if (o.init_method.rfind("tcp://", 0) == 0) {
     Endpoint ep = parse_tcp(o.init_method);
-    // Store on loopback: every rank is on this host; loopback always works
-    // (a container's hostname may not resolve).
-    if (is_loopback(ep.host)) return "127.0.0.1";
-    // Otherwise bind where the route to the store leaves this host: the
-    // hostname may resolve to loopback (network namespaces, some clusters).
-    std::string local = route_source_address(ep.host, ep.port);
+    std::string local = detail::route_local_addr(ep.host, ep.port);
     if (!local.empty()) return local;
   }
-  char name[256] = {0};
-  if (::gethostname(name, sizeof(name) - 1) == 0 && name[0]) return name;
-  return "127.0.0.1";
+  const std::string name = detail::host_name();
+  if (!name.empty() && detail::is_local_host(name)) return name;
+  if (o.world_size <= o.local_world_size) return "127.0.0.1";
+  std::string iface = detail::first_interface_addr();
+  std::cerr << "dtrain: warning: rank " << o.rank << ": hostname '" << name
+            << "' does not resolve to this machine and " << o.init_method
+            << " names no peer; Gloo uses " << (iface.empty() ? "127.0.0.1" : iface)
+            << "; set GLOO_SOCKET_IFNAME to the interface that reaches the other nodes\n";
+  return iface.empty() ? "127.0.0.1" : iface;
 }
 
 c10::intrusive_ptr<compat::CollectiveBackend> make_backend(const InitOptions& o, const StorePtr& store) {

@@ -71,6 +71,19 @@ void broadcast_flat(const ProcessGroup& pg, const std::vector<at::Tensor>& tenso
   }
 }
 
+// PyTorch refuses a module spread over devices in the same way: DDP
+// replicates a module that lives on one device.
+void check_one_device(const std::vector<std::string>& names, const std::vector<at::Tensor>& params) {
+  for (size_t i = 1; i < params.size(); ++i) {
+    if (params[i].device() == params[0].device()) continue;
+    throw InvalidArgument(cat("DDP: the module's parameters are on several devices ('", names[0],
+                              "' on ", params[0].device().str(), ", '", names[i], "' on ",
+                              params[i].device().str(),
+                              "); DDP needs the whole module on one device: call "
+                              "module->to(device) before wrapping it"));
+  }
+}
+
 std::vector<at::Tensor> values_of(const torch::OrderedDict<std::string, at::Tensor>& d) {
   std::vector<at::Tensor> out;
   for (const auto& item : d) {
@@ -96,6 +109,7 @@ DataParallel::DataParallel(std::shared_ptr<torch::nn::Module> module, ProcessGro
   for (const auto& item : module_->named_buffers(/*recurse=*/true)) {
     if (item.value().defined()) lines.push_back("buffer " + describe(item.key(), item.value()));
   }
+  check_one_device(names, params);
   if (pg_.size() > 1) check_same_parameters(pg_, lines);
   broadcast_parameters(*module_, pg_, 0);
   reducer_ = std::make_shared<detail::Reducer>(std::move(names), std::move(params), pg_, options_);
@@ -111,7 +125,9 @@ void DataParallel::prepare_forward() {
   }
 }
 
-void DataParallel::finish_forward() { reducer_->finish_forward(); }
+void DataParallel::finish_forward(const std::vector<at::Tensor>& outputs) {
+  reducer_->finish_forward(outputs);
+}
 
 DataParallel::NoSync::NoSync(DataParallel* ddp) : ddp_(ddp), previous_(ddp->reducer_->sync()) {
   ddp_->reducer_->set_sync(false);

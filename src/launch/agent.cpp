@@ -10,18 +10,25 @@
 //    exit barrier so the stores it hosts outlive the other nodes' last steps;
 //  * a worker failed → stop the others; with restarts left, join the next
 //    round (the other agents see a node waiting and restart too), else close
-//    the rendezvous so every node stops, and report the root cause;
+//    the rendezvous so every node stops, and report the root cause (the
+//    earliest failure by its error record's timestamp). When the failure is
+//    the kind a lost peer causes (PeerLostError, a collective timeout) in a
+//    multi-node round, the agent first waits, at most until a dead node would
+//    be declared, for the rendezvous to report a lost participant: the
+//    workers failed because a node died, and the restart is free;
 //  * another node is waiting to join, or a participant stopped heartbeating →
 //    stop the workers and join the next round; no restart is spent;
 //  * SIGINT/SIGTERM → stop the workers, leave the rendezvous, report it.
 // Workers are always stopped and reaped before the next round starts, so two
-// rounds never overlap on a node.
+// rounds never overlap on a node. Which of these happens is decide_round()
+// (round_decision.h), a pure function of what the agent observed.
 
 #include <unistd.h>
 
 #include <csignal>
 #include <filesystem>
 #include <system_error>
+#include <thread>
 
 #include "common/error_file.h"
 #include "common/strings.h"
@@ -29,6 +36,7 @@
 #include "dtrain/store.h"
 #include "launch/launcher.h"
 #include "launch/rendezvous.h"
+#include "launch/round_decision.h"
 #include "launch/signals.h"
 #include "launch/worker_group.h"
 
@@ -179,17 +187,43 @@ RoundPlan plan_round(const LaunchOptions& o, const std::string& program,
   return plan;
 }
 
-/// Fills in where each worker ran and the message of its error record.
-void annotate(std::vector<WorkerExit>& exits, const RoundPlan& plan, const RendezvousInfo& info) {
+/// Fills in where each worker ran and the message of its error record;
+/// returns the records of the workers that did not succeed, by local rank.
+std::vector<std::optional<ErrorRecord>> annotate(std::vector<WorkerExit>& exits,
+                                                 const RoundPlan& plan,
+                                                 const RendezvousInfo& info) {
+  std::vector<std::optional<ErrorRecord>> records(exits.size());
   for (size_t i = 0; i < exits.size(); ++i) {
     exits[i].node_rank = info.node_rank;
     if (info.num_nodes > 1 && static_cast<size_t>(info.node_rank) < info.node_addrs.size()) {
       exits[i].node_addr = info.node_addrs[static_cast<size_t>(info.node_rank)];
     }
-    if (exits[i].succeeded() || exits[i].stopped) continue;
-    if (auto record = read_error_file(plan.error_files[i])) {
-      exits[i].error_message = record->message;
+    if (exits[i].succeeded()) continue;
+    records[i] = read_error_file(plan.error_files[i]);
+    if (records[i] && !exits[i].stopped) exits[i].error_message = records[i]->message;
+  }
+  return records;
+}
+
+/// After this node's workers failed the way a lost peer makes them fail:
+/// was a node of the round lost? Waits, at most as long as the rendezvous
+/// needs to declare a node dead (missed heartbeats, plus two intervals for
+/// the last beat's age and the watcher's check), for
+/// the node watching it to say so. Ends early with false when another node
+/// is already waiting for the next round (the failure started elsewhere),
+/// the run was closed, or a signal came.
+bool node_was_lost(Rendezvous& rdzv, const RendezvousConfig& c, PendingSignal& pending) {
+  const auto deadline =
+      std::chrono::steady_clock::now() + c.heartbeat_interval * (c.missed_heartbeats + 2);
+  for (;;) {
+    bool lost = false, elsewhere = false;
+    best_effort([&] { lost = rdzv.participant_lost(); });
+    if (lost) return true;
+    best_effort([&] { elsewhere = rdzv.num_nodes_waiting() > 0 || rdzv.is_closed(); });
+    if (elsewhere || pending.poll() != 0 || std::chrono::steady_clock::now() >= deadline) {
+      return false;
     }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
 }
 
@@ -301,17 +335,32 @@ LaunchResult launch(const LaunchOptions& raw_options, ProcessControl& control) {
       MembershipWatch watch(*rdzv, config.backend_timeout);
       outcome = group.wait(signals ? &*signals : nullptr, [&watch] { return watch.changed(); });
     }
-    annotate(outcome.exits, plan, info);
+    std::vector<std::optional<ErrorRecord>> records = annotate(outcome.exits, plan, info);
     result.workers = std::move(outcome.exits);
-    result.root_cause.reset();
-    if (outcome.root_cause) result.root_cause = result.workers[*outcome.root_cause];
     result.launcher_signal = outcome.signal;
-
-    if (outcome.signal != 0) {
-      rdzv->shutdown();
-      return result;
+    result.root_cause.reset();
+    std::optional<size_t> root;
+    if (outcome.root_cause) {
+      root = choose_root_cause(result.workers, records).value_or(*outcome.root_cause);
+      result.root_cause = result.workers[*root];
+      result.root_cause->error_message = records[*root] ? records[*root]->message : "";
     }
-    if (result.root_cause) {
+
+    RoundFacts facts;
+    facts.signalled = outcome.signal != 0;
+    facts.worker_failed = root.has_value();
+    facts.membership_changed = outcome.interrupted;
+    facts.all_succeeded = result.succeeded();
+    facts.restarts = result.restarts;
+    facts.max_restarts = o.max_restarts;
+    facts.num_nodes = info.num_nodes;
+    if (root && !facts.signalled && info.num_nodes > 1 && records[*root] &&
+        is_peer_failure(*records[*root])) {
+      facts.node_lost = node_was_lost(*rdzv, config, pending);
+    }
+    const RoundDecision decision = decide_round(facts);
+
+    if (decision.record_failure) {
       const WorkerExit& rc = *result.root_cause;
       best_effort([&] {
         rdzv->record_failure(cat("worker rank ", rc.rank, " on node ", info.node_rank, " (",
@@ -319,7 +368,26 @@ LaunchResult launch(const LaunchOptions& raw_options, ProcessControl& control) {
                                  ") failed: ", rc.describe(),
                                  rc.error_message.empty() ? "" : ": " + first_line(rc.error_message)));
       });
-      if (result.restarts >= o.max_restarts) {
+    }
+    switch (decision.action) {
+      case RoundAction::kStop:
+        rdzv->shutdown();
+        return result;
+      case RoundAction::kRestart:
+        if (!facts.worker_failed) {
+          note(o.stderr_fd, "the group's membership changed; stopping the workers for a new round");
+          continue;
+        }
+        for (const auto& line : result.summary()) result.recovered_failures.push_back(line);
+        if (decision.counts_restart) ++result.restarts;
+        note(o.stderr_fd,
+             cat("worker rank ", result.root_cause->rank, " failed (", result.root_cause->describe(),
+                 facts.node_lost ? ") after a node of the round was lost; restarting the group "
+                                   "without spending a restart ("
+                                 : "); restarting the group (restart ",
+                 result.restarts, " of ", o.max_restarts, ")"));
+        continue;
+      case RoundAction::kGiveUp:
         if (info.num_nodes > 1) {
           best_effort([&] { result.first_failure = rdzv->first_failure(info.round).value_or(""); });
         }
@@ -327,39 +395,28 @@ LaunchResult launch(const LaunchOptions& raw_options, ProcessControl& control) {
         best_effort([&] { rdzv->linger(kLingerTimeout); });
         rdzv->shutdown();
         return result;
-      }
-      for (const auto& line : result.summary()) result.recovered_failures.push_back(line);
-      ++result.restarts;
-      note(o.stderr_fd, cat("worker rank ", result.root_cause->rank, " failed (",
-                            result.root_cause->describe(), "); restarting the group (restart ",
-                            result.restarts, " of ", o.max_restarts, ")"));
-      continue;
-    }
-    if (outcome.interrupted) {
-      note(o.stderr_fd, "the group's membership changed; stopping the workers for a new round");
-      continue;
-    }
-    if (result.succeeded()) {
-      if (info.num_nodes > 1) {
-        bool all_done = false;
-        best_effort([&] { all_done = rdzv->exit_barrier(kExitBarrierTimeout); });
-        if (all_done) {
-          // Nodes that come later get "closed" instead of waiting for a round.
-          best_effort([&] { rdzv->set_closed(); });
-        } else {
-          note(o.stderr_fd, cat("not every node finished within ", kExitBarrierTimeout.count() / 1000,
-                                " s of this one; leaving anyway"));
+      case RoundAction::kFinish:
+        if (decision.exit_barrier) {
+          bool all_done = false;
+          best_effort([&] { all_done = rdzv->exit_barrier(kExitBarrierTimeout); });
+          if (all_done) {
+            // Nodes that come later get "closed" instead of waiting for a round.
+            best_effort([&] { rdzv->set_closed(); });
+          } else {
+            note(o.stderr_fd, cat("not every node finished within ",
+                                  kExitBarrierTimeout.count() / 1000, " s of this one; leaving anyway"));
+          }
         }
-        best_effort([&] { rdzv->linger(kLingerTimeout); });
-      }
-      rdzv->shutdown();
-      return result;
+        if (decision.linger) best_effort([&] { rdzv->linger(kLingerTimeout); });
+        rdzv->shutdown();
+        return result;
+      case RoundAction::kAbort:
+        // Workers ended badly only because they were stopped, without a
+        // signal, failure or membership change: cannot happen, but never loop.
+        rdzv->set_closed();
+        rdzv->shutdown();
+        return result;
     }
-    // Workers ended badly only because they were stopped, without a signal,
-    // failure or membership change: cannot happen, but never loop on it.
-    rdzv->set_closed();
-    rdzv->shutdown();
-    return result;
   }
 }
 

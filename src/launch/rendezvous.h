@@ -184,6 +184,13 @@ class Rendezvous {
   /// also checks the next node in rank order (see Note [Rendezvous protocol]).
   virtual bool lost_participants() = 0;
 
+  /// True only when a participant of the current round was found dead (it
+  /// stopped heartbeating; recorded by the node watching it, or seen by this
+  /// one now), not when the job merely moved on to a later round, which
+  /// lost_participants() also reports. The agent asks it to tell a lost node
+  /// from a failure elsewhere. Same cost as lost_participants().
+  virtual bool participant_lost() = 0;
+
   /// Records `text` as the first failure of the current round, unless
   /// another node recorded one first. Best effort; call while this node is a
   /// participant (before next_rendezvous() or shutdown()).

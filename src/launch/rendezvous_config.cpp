@@ -1,12 +1,6 @@
 // Rendezvous configuration (--rdzv-conf), endpoints, local addresses and
 // make_rendezvous: which backend, who hosts the c10d store.
 
-#include <arpa/inet.h>
-#include <ifaddrs.h>
-#include <net/if.h>
-#include <netdb.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -14,7 +8,7 @@
 #include <numeric>
 #include <random>
 
-#include "common/fd.h"
+#include "common/net.h"
 #include "common/strings.h"
 #include "dtrain/errors.h"
 #include "launch/rendezvous_dynamic.h"
@@ -46,95 +40,11 @@ bool parse_bool(const std::string& key, const std::string& value) {
   throw InvalidArgument(cat("--rdzv-conf ", key, "=", value, ": expected true or false"));
 }
 
-struct AddrInfo {
-  addrinfo* list = nullptr;
-  ~AddrInfo() {
-    if (list != nullptr) ::freeaddrinfo(list);
-  }
-};
-
-std::string numeric_host(const sockaddr* a, socklen_t len) {
-  char buf[NI_MAXHOST] = {};
-  if (::getnameinfo(a, len, buf, sizeof(buf), nullptr, 0, NI_NUMERICHOST) != 0) return {};
-  return buf;
-}
-
-bool is_loopback(const sockaddr* a) {
-  if (a->sa_family == AF_INET) {
-    return (ntohl(reinterpret_cast<const sockaddr_in*>(a)->sin_addr.s_addr) >> 24) == 127;
-  }
-  if (a->sa_family == AF_INET6) {
-    return IN6_IS_ADDR_LOOPBACK(&reinterpret_cast<const sockaddr_in6*>(a)->sin6_addr);
-  }
-  return false;
-}
-
-/// True when `host` names this machine: a loopback address or the address of
-/// one of its interfaces.
-bool is_local_host(const std::string& host) {
-  AddrInfo ai;
-  addrinfo hints{};
-  hints.ai_socktype = SOCK_STREAM;
-  if (::getaddrinfo(host.c_str(), nullptr, &hints, &ai.list) != 0) return false;
-  std::vector<std::string> mine;
-  ifaddrs* ifs = nullptr;
-  if (::getifaddrs(&ifs) == 0) {
-    for (ifaddrs* i = ifs; i != nullptr; i = i->ifa_next) {
-      if (i->ifa_addr == nullptr) continue;
-      int fam = i->ifa_addr->sa_family;
-      if (fam != AF_INET && fam != AF_INET6) continue;
-      socklen_t len = fam == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
-      mine.push_back(numeric_host(i->ifa_addr, len));
-    }
-    ::freeifaddrs(ifs);
-  }
-  for (addrinfo* a = ai.list; a != nullptr; a = a->ai_next) {
-    if (is_loopback(a->ai_addr)) return true;
-    std::string text = numeric_host(a->ai_addr, a->ai_addrlen);
-    if (!text.empty() && std::find(mine.begin(), mine.end(), text) != mine.end()) return true;
-  }
-  return false;
-}
-
-/// The local address of the route to host:port (a UDP connect sends
-/// nothing); "127.0.0.1" for a loopback host; this host's name when the
-/// route cannot be found.
-std::string route_local_addr(const std::string& host, int port) {
-  AddrInfo ai;
-  addrinfo hints{};
-  hints.ai_socktype = SOCK_DGRAM;
-  std::string service = std::to_string(port > 0 ? port : 9);
-  if (::getaddrinfo(host.c_str(), service.c_str(), &hints, &ai.list) == 0) {
-    for (addrinfo* a = ai.list; a != nullptr; a = a->ai_next) {
-      if (is_loopback(a->ai_addr)) return a->ai_family == AF_INET6 ? "::1" : "127.0.0.1";
-      Fd fd(::socket(a->ai_family, SOCK_DGRAM, 0));
-      if (!fd.valid() || ::connect(fd.get(), a->ai_addr, a->ai_addrlen) != 0) continue;
-      sockaddr_storage local{};
-      socklen_t len = sizeof(local);
-      if (::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&local), &len) != 0) continue;
-      std::string text = numeric_host(reinterpret_cast<sockaddr*>(&local), len);
-      if (!text.empty()) return text;
-    }
-  }
-  char name[256] = {};
-  if (::gethostname(name, sizeof(name) - 1) == 0 && name[0] != '\0') return name;
-  return "127.0.0.1";
-}
-
-/// The first IPv4 address of an interface that is up and not loopback, or "".
-std::string first_interface_addr() {
-  ifaddrs* ifs = nullptr;
-  if (::getifaddrs(&ifs) != 0) return "";
-  std::string found;
-  for (ifaddrs* i = ifs; i != nullptr && found.empty(); i = i->ifa_next) {
-    if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET || !(i->ifa_flags & IFF_UP) ||
-        (i->ifa_flags & IFF_LOOPBACK)) {
-      continue;
-    }
-    found = numeric_host(i->ifa_addr, sizeof(sockaddr_in));
-  }
-  ::freeifaddrs(ifs);
-  return found;
+/// The local address of the route to host:port, else this host's name.
+std::string route_or_host_name(const std::string& host, int port) {
+  std::string addr = route_local_addr(host, port);
+  if (addr.empty()) addr = host_name();
+  return addr.empty() ? "127.0.0.1" : addr;
 }
 
 /// The address other nodes reach this one at. The route to the endpoint is
@@ -143,7 +53,7 @@ std::string first_interface_addr() {
 /// takes an interface address instead, unless the endpoint itself was given
 /// as a loopback address (every node on this host, as in tests).
 std::string advertised_addr(const std::string& host, int port, int max_nodes) {
-  std::string addr = route_local_addr(host, port);
+  std::string addr = route_or_host_name(host, port);
   const bool loopback = addr.rfind("127.", 0) == 0 || addr == "::1";
   const bool loopback_endpoint =
       host.rfind("127.", 0) == 0 || host == "::1" || host == "localhost";
@@ -155,8 +65,8 @@ std::string advertised_addr(const std::string& host, int port, int max_nodes) {
 }
 
 std::string default_node_id() {
-  char name[256] = {};
-  if (::gethostname(name, sizeof(name) - 1) != 0 || name[0] == '\0') std::strcpy(name, "node");
+  std::string name = host_name();
+  if (name.empty()) name = "node";
   std::random_device rd;
   uint64_t r = (static_cast<uint64_t>(rd()) << 32) ^ rd() ^
                static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
@@ -292,7 +202,7 @@ std::unique_ptr<Rendezvous> build_rendezvous(std::shared_ptr<RendezvousBackend> 
     resolved.local_addr = "127.0.0.1";
     if (!config.endpoint.empty()) {
       auto [host, port] = parse_endpoint(config.endpoint, 0);
-      resolved.local_addr = route_local_addr(host, port);
+      resolved.local_addr = route_or_host_name(host, port);
     }
   }
   if (node_id.empty()) node_id = default_node_id();

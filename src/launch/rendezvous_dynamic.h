@@ -28,6 +28,7 @@ class DynamicRendezvous : public Rendezvous {
   RendezvousInfo next_rendezvous() override;
   int num_nodes_waiting() override;
   bool lost_participants() override;
+  bool participant_lost() override;
   void record_failure(const std::string& text) override;
   std::optional<std::string> first_failure(int round) override;
   bool exit_barrier(std::chrono::milliseconds timeout) override;

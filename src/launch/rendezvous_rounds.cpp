@@ -265,6 +265,12 @@ bool DynamicRendezvous::lost_participants() {
   return true;
 }
 
+bool DynamicRendezvous::participant_lost() {
+  if (position_ != Position::kParticipant) return false;
+  lost_participants();  // the ring check records a dead successor
+  return backend_->get(keys_.lost(round_)).has_value();
+}
+
 void DynamicRendezvous::set_closed() {
   auto deadline = RdzvClock::now() + config_.backend_timeout;
   PollBackoff backoff;

@@ -169,6 +169,10 @@ void WorkerGroup::on_signals(SignalWatch& signals) {
 }
 
 void WorkerGroup::reap() {
+  // Every worker that ended by now is reaped before stopping the others, so
+  // that workers failing in the same tick are all failures, not "stopped"
+  // (the agent picks the root cause among them by their error records).
+  std::optional<size_t> first_failed;
   for (size_t i = 0; i < workers_.size(); ++i) {
     Worker& w = *workers_[i];
     if (w.ended) continue;
@@ -178,10 +182,11 @@ void WorkerGroup::reap() {
     w.exit.exit_code = status->exit_code;
     w.exit.signal = status->signal;
     w.exit.stopped = w.stop_sent;
-    if (!status->ok() && !w.stop_sent && !outcome_.root_cause) {
-      outcome_.root_cause = i;
-      stop(SIGTERM);
-    }
+    if (!status->ok() && !w.stop_sent && !first_failed) first_failed = i;
+  }
+  if (first_failed && !outcome_.root_cause) {
+    outcome_.root_cause = first_failed;
+    stop(SIGTERM);
   }
 }
 

@@ -5,7 +5,12 @@
 
 #include <filesystem>
 #include <map>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
 #include <thread>
+#include <utility>
 
 #include "dtrain/comm.h"
 #include "dtrain/errors.h"
@@ -142,6 +147,8 @@ void form_pair(const std::string& method) {
         o.init_method = method;
         o.rank = r;
         o.world_size = 2;
+        o.local_rank = r;
+        o.local_world_size = 2;  // both ranks on this node
         o.store_timeout = std::chrono::seconds(20);
         ProcessGroup pg = init_process_group(o);
         EXPECT_DOUBLE_EQ(all_reduce_sum(pg, 1.5), 3.0);
@@ -168,6 +175,36 @@ TEST(InitProcessGroup, FileMethodOnASharedPath) {
   std::filesystem::remove(path);
   form_pair("file://" + path.string());
   std::filesystem::remove(path);
+}
+
+// The output and exit status of `command` run by sh, stderr included.
+std::pair<int, std::string> run_shell(const std::string& command) {
+  std::string out;
+  FILE* p = ::popen((command + " 2>&1").c_str(), "r");
+  if (!p) return {-1, "popen failed"};
+  char buf[4096];
+  while (size_t n = std::fread(buf, 1, sizeof(buf), p)) out.append(buf, n);
+  int status = ::pclose(p);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+// As on a fresh container whose hostname is in no hosts file nor DNS: this
+// test binary runs the file:// test again in a UTS namespace with a made-up
+// hostname (root only: skipped where unshare is not permitted).
+TEST(InitProcessGroup, FileMethodWorksWhenTheHostnameDoesNotResolve) {
+  if (run_shell("unshare --uts true").first != 0) {
+    GTEST_SKIP() << "unshare --uts is not permitted here (needs root)";
+  }
+  const std::string name = "dtrain-unresolvable-" + std::to_string(::getpid());
+  auto [code, out] = run_shell(
+      "timeout 120 unshare --uts sh -c 'hostname " + name + " && getent hosts " + name +
+      "; exec /proc/" + std::to_string(::getpid()) +
+      "/exe --gtest_filter=InitProcessGroup.FileMethodOnASharedPath'");
+  EXPECT_EQ(code, 0) << out;
+  EXPECT_NE(out.find("[  PASSED  ] 1 test"), std::string::npos) << out;
+  EXPECT_EQ(out.find(name + "\n"), std::string::npos) << "the made-up name resolves: " << out;
+  // One node: loopback, silently (the warning is for multi-node groups).
+  EXPECT_EQ(out.find("warning"), std::string::npos) << out;
 }
 
 TEST(InitProcessGroup, UnreachableStoreTimesOutNamingTheAddress) {

@@ -194,14 +194,18 @@ TEST_P(DdpWorldSize, NoSyncAccumulationMatchesOneProcessOnAllMicroBatches) {
   run_ranks(world, [&](const ProcessGroup& pg) {
     Net& net = nets[pg.rank()];
     DistributedDataParallel ddp(net.ptr(), pg);
+    // As with PyTorch's no_sync(), it is the forward that runs in the scope.
     for (int m = 0; m < micro; ++m) {
-      auto loss = torch::mse_loss(ddp.forward(shard(d.x[m], pg.rank())),
-                                  shard(d.y[m], pg.rank())) / micro;
+      auto step = [&] {
+        torch::mse_loss(ddp.forward(shard(d.x[m], pg.rank())), shard(d.y[m], pg.rank()))
+            .div(micro)
+            .backward();
+      };
       if (m + 1 < micro) {
         auto guard = ddp.no_sync();
-        loss.backward();
+        step();
       } else {
-        loss.backward();
+        step();
       }
     }
     got[pg.rank()] = grads(net);

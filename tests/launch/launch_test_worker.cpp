@@ -8,6 +8,8 @@
 //   rank R STEP...                            runs the next step only when RANK == R
 //   attempt N STEP...                         runs the next step only when
 //                                             TORCHELASTIC_RESTART_COUNT == N
+//   world N STEP...                           runs the next step only when
+//                                             WORLD_SIZE == N
 //   errorfile TEXT                            writes a torchelastic error record
 //                                             with message TEXT to TORCHELASTIC_ERROR_FILE
 
@@ -48,6 +50,7 @@ bool connect_to_master() {
 int main(int argc, char** argv) {
   int only_rank = -1;
   int only_attempt = -1;
+  int only_world = -1;
   for (int i = 1; i < argc; ++i) {
     std::string step = argv[i];
     std::string arg = (i + 1 < argc) ? argv[i + 1] : "";
@@ -61,11 +64,17 @@ int main(int argc, char** argv) {
       only_attempt = std::stoi(arg);
       continue;
     }
+    if (step == "world") {
+      only_world = std::stoi(arg);
+      continue;
+    }
     bool skip = (only_rank >= 0 && std::to_string(only_rank) != env("RANK")) ||
                 (only_attempt >= 0 &&
-                 std::to_string(only_attempt) != env("TORCHELASTIC_RESTART_COUNT"));
+                 std::to_string(only_attempt) != env("TORCHELASTIC_RESTART_COUNT")) ||
+                (only_world >= 0 && std::to_string(only_world) != env("WORLD_SIZE"));
     only_rank = -1;
     only_attempt = -1;
+    only_world = -1;
     if (skip) continue;
     if (step == "print") {
       std::printf("%s\n", arg.c_str());

@@ -127,10 +127,11 @@ class ElasticTest : public ::testing::Test {
 
 // A whole node's agent is SIGKILLed (its workers die with it). The survivor's
 // worker fails, it re-rendezvouses, and with MIN = 1 still met it finishes
-// alone from the last checkpoint.
+// alone from the last checkpoint, with --max-restarts 0: a lost node spends
+// no restart.
 void ElasticTest::lost_node_scenario(const std::string& backend) {
-  auto a = agent(0, elastic_flags(backend, "1:2", 3), synthetic_training("lost", 4), "a");
-  auto b = agent(1, elastic_flags(backend, "1:2", 3), synthetic_training("lost", 4), "b");
+  auto a = agent(0, elastic_flags(backend, "1:2", 0), synthetic_training("lost", 4), "a");
+  auto b = agent(1, elastic_flags(backend, "1:2", 0), synthetic_training("lost", 4), "b");
   ASSERT_TRUE(eventually([&] { return count_checkpoints(dir_.file("lost-ckpt")) >= 1; },
                          seconds(90)))
       << a->output() << b->output();
@@ -139,7 +140,9 @@ void ElasticTest::lost_node_scenario(const std::string& backend) {
   ASSERT_NE(a->wait(seconds(180)), -1) << a->output();
   EXPECT_EQ(a->exit_code(), 0) << a->output();
   EXPECT_EQ(last_metric(dir_.file("lost.jsonl"), "world_size"), 1) << a->output();
-  EXPECT_THAT(a->output(), HasSubstr("restarting the group"));
+  // Its worker failed first (restart not spent), or the agent saw the loss first.
+  EXPECT_THAT(a->output(), ::testing::AnyOf(HasSubstr("without spending a restart"),
+                                            HasSubstr("membership changed")));
 }
 
 // Node 0 starts alone (MIN = 1, a 1 s last call) and trains; node 1 arrives

@@ -1,10 +1,12 @@
 // The elastic agent inside dtrain::launch(): restarts after failures, the
 // root cause with the worker's error record, per-attempt log directories,
-// multi-node rounds with agents as threads, and rendezvous errors.
+// multi-node rounds with agents as threads, and rendezvous errors; and the
+// pure decision behind them (decide_round, choose_root_cause).
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <csignal>
 #include <filesystem>
 #include <optional>
 #include <thread>
@@ -12,6 +14,8 @@
 #include "dtrain/errors.h"
 #include "dtrain/launch.h"
 #include "dtrain/store.h"
+#include "launch/rendezvous.h"
+#include "launch/round_decision.h"
 #include "launch_test_util.h"
 
 namespace dtrain {
@@ -230,6 +234,224 @@ TEST(Restarts, ElasticOptionsAreCheckedBeforeAnythingStarts) {
   o.max_restarts = -1;
   EXPECT_THAT([&] { launch(o); },
               ::testing::ThrowsMessage<InvalidArgument>(HasSubstr("--max-restarts")));
+}
+
+// --- decide_round: what a round's end leads to, and what it costs ---------
+
+using detail::decide_round;
+using detail::RoundAction;
+using detail::RoundFacts;
+
+RoundFacts failed_round(int restarts, int max_restarts, int nodes = 2) {
+  RoundFacts f;
+  f.worker_failed = true;
+  f.restarts = restarts;
+  f.max_restarts = max_restarts;
+  f.num_nodes = nodes;
+  return f;
+}
+
+TEST(DecideRound, WorkerFailureWithRestartsLeftRestartsAndSpendsOne) {
+  auto d = decide_round(failed_round(0, 1));
+  EXPECT_EQ(d.action, RoundAction::kRestart);
+  EXPECT_TRUE(d.counts_restart);
+  EXPECT_TRUE(d.record_failure);
+  EXPECT_FALSE(d.close);
+}
+
+TEST(DecideRound, WorkerFailureCausedByALostNodeRestartsWithoutSpendingOne) {
+  RoundFacts f = failed_round(0, 0);  // no restart left: would give up otherwise
+  f.node_lost = true;
+  auto d = decide_round(f);
+  EXPECT_EQ(d.action, RoundAction::kRestart);
+  EXPECT_FALSE(d.counts_restart);
+  EXPECT_FALSE(d.close);
+}
+
+TEST(DecideRound, WorkerFailureWithoutRestartsLeftGivesUpClosingAndLingering) {
+  auto d = decide_round(failed_round(2, 2));
+  EXPECT_EQ(d.action, RoundAction::kGiveUp);
+  EXPECT_FALSE(d.counts_restart);
+  EXPECT_TRUE(d.record_failure);
+  EXPECT_TRUE(d.close);
+  EXPECT_TRUE(d.linger);
+}
+
+TEST(DecideRound, MembershipChangeRestartsWithoutSpendingOne) {
+  RoundFacts f;
+  f.membership_changed = true;
+  f.max_restarts = 0;
+  f.num_nodes = 3;
+  auto d = decide_round(f);
+  EXPECT_EQ(d.action, RoundAction::kRestart);
+  EXPECT_FALSE(d.counts_restart);
+  EXPECT_FALSE(d.record_failure);
+}
+
+TEST(DecideRound, SignalStopsWhateverElseHappened) {
+  RoundFacts f = failed_round(0, 3);
+  f.signalled = true;
+  auto d = decide_round(f);
+  EXPECT_EQ(d.action, RoundAction::kStop);
+  EXPECT_FALSE(d.counts_restart);
+  EXPECT_FALSE(d.close);
+}
+
+TEST(DecideRound, SuccessWaitsAtTheExitBarrierAndLingersOnlyWithSeveralNodes) {
+  RoundFacts f;
+  f.all_succeeded = true;
+  f.num_nodes = 2;
+  auto d = decide_round(f);
+  EXPECT_EQ(d.action, RoundAction::kFinish);
+  EXPECT_TRUE(d.exit_barrier);
+  EXPECT_TRUE(d.linger);
+  f.num_nodes = 1;
+  d = decide_round(f);
+  EXPECT_EQ(d.action, RoundAction::kFinish);
+  EXPECT_FALSE(d.exit_barrier);
+  EXPECT_FALSE(d.linger);
+}
+
+TEST(DecideRound, WorkersEndingWithoutAReasonCloseTheRunInsteadOfLooping) {
+  RoundFacts f;  // stopped, but no failure, signal or membership change
+  auto d = decide_round(f);
+  EXPECT_EQ(d.action, RoundAction::kAbort);
+  EXPECT_TRUE(d.close);
+}
+
+// --- choose_root_cause ------------------------------------------------------
+
+using detail::choose_root_cause;
+using detail::ErrorRecord;
+
+WorkerExit exited(int rank, int code, bool stopped = false, int signal = 0) {
+  WorkerExit w;
+  w.rank = w.local_rank = rank;
+  w.exit_code = signal ? -1 : code;
+  w.signal = signal;
+  w.stopped = stopped;
+  return w;
+}
+
+std::optional<ErrorRecord> record_at(double timestamp) {
+  ErrorRecord r;
+  r.message = "failed";
+  r.timestamp = timestamp;
+  return r;
+}
+
+TEST(RootCause, IsTheEarliestErrorRecordNotTheLowestRankReapedFirst) {
+  // Ranks 0 and 1 were reaped in the same tick; rank 1 failed first.
+  std::vector<WorkerExit> exits{exited(0, 1), exited(1, 1), exited(2, 0)};
+  std::vector<std::optional<ErrorRecord>> records{record_at(1000.5), record_at(1000.2),
+                                                  std::nullopt};
+  EXPECT_EQ(choose_root_cause(exits, records), 1u);
+}
+
+TEST(RootCause, AStoppedWorkerWhoseRecordIsEarlierIsTheRootCause) {
+  // Rank 1 recorded its error, then was still exiting when rank 0's failure
+  // made the agent stop it.
+  std::vector<WorkerExit> exits{exited(0, 1), exited(1, 1, /*stopped=*/true),
+                                exited(2, -1, /*stopped=*/true, SIGTERM)};
+  std::vector<std::optional<ErrorRecord>> records{record_at(50), record_at(40), std::nullopt};
+  EXPECT_EQ(choose_root_cause(exits, records), 1u);
+}
+
+TEST(RootCause, ASignalWithoutARecordComesFirstAnExitWithoutOneLast) {
+  std::vector<WorkerExit> exits{exited(0, 3), exited(1, 1), exited(2, -1, false, SIGSEGV)};
+  std::vector<std::optional<ErrorRecord>> records{std::nullopt, record_at(7), std::nullopt};
+  EXPECT_EQ(choose_root_cause(exits, records), 2u);
+  exits[2] = exited(2, 0);
+  EXPECT_EQ(choose_root_cause(exits, records), 1u);
+  records[1].reset();
+  EXPECT_EQ(choose_root_cause(exits, records), 0u);  // no records: the lowest rank
+}
+
+TEST(RootCause, PeerFailuresAreRecognisedByTypeOrByC10dsText) {
+  ErrorRecord r;
+  r.error_type = "dtrain::PeerLostError";
+  EXPECT_TRUE(detail::is_peer_failure(r));
+  r.error_type = "";
+  r.message = "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:598] "
+              "Connection closed by peer [10.0.0.2]:4711";
+  EXPECT_TRUE(detail::is_peer_failure(r));
+  r.error_type = "dtrain::DataError";
+  r.message = "shard 7 is truncated";
+  EXPECT_FALSE(detail::is_peer_failure(r));
+}
+
+// --- a lost node, seen by a real agent --------------------------------------
+
+// An agent and a second participant that joins the round through the
+// rendezvous API and then leaves without a word (as a dead node does, its
+// heartbeat stops). The agent's worker fails the way Gloo makes it fail when
+// a peer dies; with --max-restarts 0 the run still goes on, in a smaller
+// group, because the restart is not counted.
+TEST(Restarts, WorkersFailingBecauseANodeWasLostDoNotSpendARestart) {
+  TempDir dir;
+  const int port = free_port();
+  ASSERT_GT(port, 0);
+  WorkerRun a(dir, 1,
+              {"world", "2", "errorfile",
+               "dtrain::PeerLostError: rank 0: allreduce of gradient bucket 0: Connection closed "
+               "by peer",
+               "world", "2", "exit", "1", "env", "WORLD_SIZE"});
+  const std::string conf =
+      "join_timeout=20,last_call_timeout=1,heartbeat_interval=0.2,missed_heartbeats=3";
+  a.options.rdzv_backend = "c10d";
+  a.options.rdzv_endpoint = "127.0.0.1:" + std::to_string(port);
+  a.options.min_nodes = 1;
+  a.options.max_nodes = 2;
+  a.options.run_id = "lost";
+  a.options.max_restarts = 0;
+  a.options.log_dir = dir.file("logs");
+  a.options.rdzv_conf = conf + ",is_host=true";
+  std::optional<LaunchResult> ra;
+  std::string error;
+  std::thread ta([&] {
+    try {
+      ra = launch(a.options);
+    } catch (const Error& e) {
+      error = e.what();
+    }
+  });
+  detail::RendezvousConfig c;
+  c.backend = "c10d";
+  c.endpoint = a.options.rdzv_endpoint;
+  c.run_id = "lost";
+  c.min_nodes = 1;
+  c.max_nodes = 2;
+  c.apply_conf(conf + ",is_host=false,timeout=10");
+  // Join once the agent hosts the store, well within its last call.
+  for (int i = 0; i < 200 && port_is_free(port); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  std::string other_error;
+  try {
+    auto other = detail::make_rendezvous(c);
+    detail::RendezvousInfo round = other->next_rendezvous();
+    EXPECT_EQ(round.num_nodes, 2);
+    // Leave once the agent's worker has failed (its error record is there),
+    // so that the loss is found after the failure, not before.
+    const std::string record = dir.file("logs/lost/attempt_0/0/error.json");
+    for (int i = 0; i < 200 && !fs::exists(record); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    EXPECT_TRUE(fs::exists(record));
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  } catch (const std::exception& e) {  // `other` is gone: its heartbeat stops
+    other_error = e.what();
+  }
+  ta.join();
+  EXPECT_EQ(other_error, "");
+  ASSERT_TRUE(ra) << error << a.err();
+  EXPECT_TRUE(ra->succeeded()) << joined(ra->summary()) << a.err();
+  EXPECT_EQ(ra->restarts, 0);
+  EXPECT_EQ(ra->rounds, 2);
+  EXPECT_THAT(a.err(), HasSubstr("after a node of the round was lost; restarting the group "
+                                 "without spending a restart (0 of 0)"));
+  // The second round is the smaller group.
+  EXPECT_THAT(read_file(dir.file("logs/lost/attempt_1/0/stdout.log")), HasSubstr("WORLD_SIZE=1\n"));
 }
 
 }  // namespace
