@@ -33,6 +33,7 @@ Endpoint::Endpoint(NodeOptions options) : options_(std::move(options)) {}
 Endpoint::~Endpoint() {
   stop_ = true;
   if (thread_.joinable()) thread_.join();
+  if (!failure().empty()) van_.set_linger(200);  // Note [No hang at exit] (van.cpp)
 }
 
 void Endpoint::log(const std::string& line) const {
@@ -60,6 +61,12 @@ std::string Endpoint::describe(int id) const {
   const NodeInfo& n = it->second;
   if (n.role == Role::kScheduler) return cat("scheduler (", host_port(n), ")");
   return cat(role_name(n.role), " ", id_to_rank(id), " (", host_port(n), ")");
+}
+
+bool Endpoint::known(int id) const {
+  if (id == kEmpty) return false;
+  std::lock_guard<std::mutex> lock(mu_);
+  return nodes_.count(id) > 0;
 }
 
 int Endpoint::group_size(int group) const {
@@ -210,12 +217,13 @@ void Endpoint::receive_loop() {
                 ": ", got->error));
       } else if (!got->msg.meta.control.empty()) {
         handle_control(got->msg);
-      } else if (handler_) {
-        handler_(got->msg);
+      } else if (handler_ && known(got->msg.meta.sender)) {
+        handler_(got->msg);  // data only from nodes of the table
       }
-      // Only nodes that send heartbeats are watched (Note [Failure detection]).
+      // Only nodes of the table that send heartbeats are watched (Note
+      // [Failure detection]); a stranger's messages change nothing.
       const int sender = got->msg.meta.sender;
-      if (options_.role == Role::kScheduler && sender != kEmpty && sender != kScheduler &&
+      if (options_.role == Role::kScheduler && sender != kScheduler && known(sender) &&
           (last_seen_.count(sender) || got->msg.meta.control.cmd == Command::kHeartbeat)) {
         last_seen_[sender] = Clock::now();
       }
@@ -342,7 +350,16 @@ void Endpoint::handle_barrier(Message& msg) {
     return;
   }
   if (options_.role != Role::kScheduler) return;
-  if (group <= 0 || group > kAllGroups) {
+  if (!known(msg.meta.sender)) {
+    return log(cat("dropped a barrier request from ", msg.meta.sender == kEmpty
+                                                           ? std::string("an unnamed peer")
+                                                           : identity(msg.meta.sender),
+                   ", which is not in the node table"));
+  }
+  const int sender = msg.meta.sender;
+  const int own_group =
+      sender == kScheduler ? kScheduler : (is_server_id(sender) ? kServerGroup : kWorkerGroup);
+  if (group <= 0 || group > kAllGroups || !(group & own_group)) {
     return log(cat("dropped a barrier request for group ", group, " from ", describe(msg.meta.sender)));
   }
   if (++barrier_count_[group] < group_size(group)) return;
@@ -369,7 +386,7 @@ void Endpoint::handle_heartbeat(Message& msg) {
     if (msg.meta.sender == kScheduler) last_ack_ = Clock::now();
     return;
   }
-  if (msg.meta.sender == kEmpty) return;
+  if (!known(msg.meta.sender)) return;
   Message ack;
   ack.meta.control.cmd = Command::kHeartbeat;
   {

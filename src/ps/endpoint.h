@@ -133,6 +133,7 @@ class Endpoint {
   void fail(const std::string& why);
   void log(const std::string& line) const;
   int group_size(int group) const;
+  bool known(int id) const;  // in the node table
   std::vector<int> group_ids(int group) const;
 
   NodeOptions options_;

@@ -11,17 +11,19 @@
 namespace dtrain::ps {
 namespace {
 
-// Linger on close: long enough to flush a final reply, short enough that a
-// dead peer never holds the process (Note [No hang at exit]).
-constexpr int kLingerMs = 2000;
+// Note [No hang at exit]
+// Closing a socket waits up to its linger period to flush queued messages.
+// After a normal end that is a final reply or barrier answer to a live peer
+// (2 s, plenty); after a failure some queue leads to the dead node and would
+// always use the whole period, so the endpoint shortens it (200 ms: enough
+// for the scheduler's TERMINATE notices to live nodes to leave).
 // Frames beyond this make the message malformed; it bounds what a bad sender
 // can make us hold (ps-lite messages have 1 meta + at most 3 data frames).
 constexpr size_t kMaxFrames = 16;
 
 std::string zmq_error() { return zmq_strerror(zmq_errno()); }
 
-void close_socket(void* s) {
-  int linger = kLingerMs;
+void close_socket(void* s, int linger) {
   zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof(linger));
   zmq_close(s);
 }
@@ -36,10 +38,10 @@ Van::Van() {
 Van::~Van() {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    for (auto& [id, s] : senders_) close_socket(s);
+    for (auto& [id, s] : senders_) close_socket(s, linger_ms_);
     senders_.clear();
   }
-  if (receiver_) close_socket(receiver_);
+  if (receiver_) close_socket(receiver_, 0);
   zmq_ctx_term(context_);
 }
 
@@ -84,7 +86,7 @@ void Van::connect(int peer_id, const std::string& host, int port, int my_id) {
   }
   std::lock_guard<std::mutex> lock(mu_);
   auto it = senders_.find(peer_id);
-  if (it != senders_.end()) close_socket(it->second);
+  if (it != senders_.end()) close_socket(it->second, linger_ms_);
   senders_[peer_id] = s;
 }
 

@@ -7,6 +7,7 @@
 // send(), connect() and disconnect() may be called from any thread (they
 // serialise on an internal mutex and never wait on the network: ZeroMQ queues).
 
+#include <atomic>
 #include <chrono>
 #include <map>
 #include <memory>
@@ -45,8 +46,11 @@ class Van {
   /// Waits up to `timeout` for a message. nullopt on timeout.
   std::optional<Received> recv(std::chrono::milliseconds timeout);
 
-  /// Bytes sent and received so far (frames, without identities).
+  /// Bytes sent so far (frames, without identities).
   uint64_t bytes_sent() const;
+
+  /// How long closing waits to flush queued messages (Note [No hang at exit]).
+  void set_linger(int ms) { linger_ms_ = ms; }
 
  private:
   void* context_ = nullptr;
@@ -54,6 +58,7 @@ class Van {
   mutable std::mutex mu_;  // guards senders_ and bytes_sent_
   std::map<int, void*> senders_;
   uint64_t bytes_sent_ = 0;
+  std::atomic<int> linger_ms_{2000};
 };
 
 }  // namespace dtrain::ps
