@@ -74,6 +74,14 @@ struct OptimizerSpec {
   static OptimizerSpec parse(std::string_view text);
 };
 
+/// MXNet's 2-bit gradient compression with error feedback: each worker keeps
+/// a residual per key and sends only +threshold, −threshold or 0 per value
+/// (16 values per float); what is not sent stays in the residual.
+struct GradientCompression {
+  std::string type = "none";  ///< "none" or "2bit"
+  float threshold = 0.5f;     ///< > 0
+};
+
 struct KVStoreOptions {
   /// Deadline of every push, pull, pushpull, init, barrier and close.
   std::chrono::milliseconds timeout{120000};
@@ -138,6 +146,10 @@ class KVStore {
   /// one, dist_sync servers store the sum of each round's pushes and
   /// dist_async servers add each push to the stored value.
   virtual void set_optimizer(const OptimizerSpec& spec) = 0;
+  /// Compresses every later push (dist stores; set before the first init).
+  /// Throws InvalidArgument for an unknown type, a threshold <= 0, a call
+  /// after init, or a local store.
+  virtual void set_gradient_compression(const GradientCompression& spec) = 0;
   /// Ends the job: a worker barrier, rank 0 stops the servers, a barrier of
   /// every node. Called by the destructor when not called before.
   virtual void close() = 0;

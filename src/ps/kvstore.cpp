@@ -67,6 +67,10 @@ class LocalKVStore : public KVStore {
     m.meta.body = spec.serialize();
     call(m, "set_optimizer");
   }
+  void set_gradient_compression(const GradientCompression&) override {
+    throw InvalidArgument("gradient compression needs a dist kvstore; the local store has no "
+                          "network to save");
+  }
   void close() override {}
 
  private:

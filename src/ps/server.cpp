@@ -6,6 +6,7 @@
 
 #include "common/strings.h"
 #include "dtrain/errors.h"
+#include "ps/compression.h"
 #include "ps/half.h"
 
 namespace dtrain::ps {
@@ -121,8 +122,17 @@ void KVServer::handle_command(const Message& msg) {
     case ServerCommand::kSetMultiPrecision: break;
     case ServerCommand::kStopServer: stop_requested_ = true; break;
     case ServerCommand::kSyncMode: sync_ = true; break;
-    case ServerCommand::kSetGradientCompression:
-      return refuse(m, "gradient compression is not implemented by dtrain's server yet");
+    case ServerCommand::kSetGradientCompression: {
+      int type = 0;
+      float threshold = threshold_;
+      if (!decode_compression_params(m.body, &type, &threshold) || type == 1) {
+        return refuse(m, cat("kSetGradientCompression: '", m.body, "' is not '0' (none) or "
+                             "'2,<threshold>' (2-bit; 1-bit is not served)"));
+      }
+      compression_ = type;
+      threshold_ = threshold;
+      break;
+    }
     default: return refuse(m, cat("unknown command ", m.head));
   }
   Message ack;
@@ -159,31 +169,53 @@ void KVServer::handle_pslite_default(const Message& msg) {
 void KVServer::handle_mxnet(const Message& msg) {
   const Meta& m = msg.meta;
   int request_type = 0, dtype = 0;
-  if (!depair_command(m.head, &request_type, &dtype) || request_type != 0 ||
-      (dtype != kMshadowFloat32 && dtype != kMshadowFloat16)) {
+  const bool compressed_ok = request_type_ok(m.head, &request_type, &dtype);
+  if (!compressed_ok) {
     return refuse(m, cat("command ", m.head, " is not a default push/pull of float32 (0) or "
-                         "float16 (5); row-sparse and compressed requests are not served"));
+                         "float16 (5), nor a 2-bit compressed float32 push (3); row-sparse "
+                         "requests are not served"));
   }
   std::vector<uint64_t> keys;
-  if (!frame_as(msg.data[0], &keys) || keys.size() != 1) {
-    return refuse(m, "an MXNet request carries exactly one uint64 key");
+  if (!frame_as(msg.data[0], &keys) || keys.empty() || keys.size() > 2) {
+    return refuse(m, "an MXNet request carries one uint64 key (two for a compressed push)");
   }
   const uint64_t begin = key_range_begin(options_.rank, options_.num_servers);
   const uint64_t span = kMaxKey / static_cast<uint64_t>(options_.num_servers);
-  if (keys[0] < begin || keys[0] - begin >= span || keys[0] - begin > INT32_MAX) {
-    return refuse(m, cat("key ", keys[0], " is outside this server's range [", begin, ", ",
-                         begin + span, ")"));
+  for (uint64_t k : keys) {
+    if (k < begin || k - begin >= span || k - begin > INT32_MAX) {
+      return refuse(m, cat("key ", k, " is outside this server's range [", begin, ", ",
+                           begin + span, ")"));
+    }
   }
-  const int key = static_cast<int>(keys[0] - begin);
+  const uint64_t ps_key = keys.back();
+  const int key = static_cast<int>(ps_key - begin);
   if (!m.push) {
+    if (keys.size() != 1) return refuse(m, "a pull carries one key");
     if (!store_.count(key)) return refuse(m, cat("key ", key, " is not initialised: call init first"));
-    return respond(m, keys[0], dtype, m.pull);
+    return respond(m, ps_key, dtype, m.pull);
   }
   std::vector<int32_t> lens;
   if (msg.data.size() != 3 || m.data_type[2] != DataType::kInt32 || !frame_as(msg.data[2], &lens) ||
-      lens.size() != 1 || lens[0] < 0 || static_cast<size_t>(lens[0]) != msg.data[1].size()) {
-    return refuse(m, cat("key ", key, ": a push needs one int32 length equal to the values' bytes"));
+      lens.size() != keys.size() || lens.back() < 0 ||
+      static_cast<size_t>(lens.back()) != msg.data[1].size()) {
+    return refuse(m, cat("key ", key, ": a push needs one int32 length per key, the last equal to "
+                         "the values' bytes"));
   }
+  if (request_type == 2) {  // Note [2-bit compression]
+    if (compression_ != kCompressionTwoBit) {
+      return refuse(m, cat("key ", key, ": a compressed push, but no 2-bit compression was set "
+                           "(kSetGradientCompression)"));
+    }
+    const size_t original = static_cast<size_t>(keys[0] - begin);
+    if (keys.size() != 2 || lens[0] != 0 || msg.data[1].size() != compressed_floats(original) * 4) {
+      return refuse(m, cat("key ", key, ": a compressed push needs a length-0 size key and ",
+                           "ceil(n/16) floats of values"));
+    }
+    std::vector<float> recved(original);
+    dequantize_2bit(msg.data[1].data(), original, threshold_, recved.data());
+    return accept_push(m, key, ps_key, kMshadowFloat32, std::move(recved));
+  }
+  if (keys.size() != 1) return refuse(m, "a default push carries one key");
   const size_t elem = dtype_size(dtype);
   if (msg.data[1].size() % elem != 0) {
     return refuse(m, cat("key ", key, ": ", msg.data[1].size(), " bytes is not a whole number of ",
@@ -191,11 +223,21 @@ void KVServer::handle_mxnet(const Message& msg) {
   }
   std::vector<float> recved(msg.data[1].size() / elem);
   to_float(msg.data[1].data(), recved.size(), dtype, recved.data());
+  accept_push(m, key, ps_key, dtype, std::move(recved));
+}
 
+bool KVServer::request_type_ok(int head, int* request_type, int* dtype) const {
+  if (!depair_command(head, request_type, dtype)) return false;
+  if (*request_type == 0) return *dtype == kMshadowFloat32 || *dtype == kMshadowFloat16;
+  return *request_type == 2 && *dtype == kMshadowFloat32;
+}
+
+void KVServer::accept_push(const Meta& m, int key, uint64_t ps_key, int dtype,
+                           std::vector<float> recved) {
   auto it = store_.find(key);
   if (it == store_.end()) {  // the first push initialises
     store_[key] = std::move(recved);
-    return respond(m, keys[0], dtype, m.pull);
+    return respond(m, ps_key, dtype, m.pull);
   }
   if (it->second.size() != recved.size()) {
     return refuse(m, cat("key ", key, " holds ", it->second.size(), " values here but the push has ",
@@ -203,7 +245,7 @@ void KVServer::handle_mxnet(const Message& msg) {
   }
   if (!sync_) {
     apply(key, recved, false);
-    return respond(m, keys[0], dtype, m.pull);
+    return respond(m, ps_key, dtype, m.pull);
   }
   UpdateBuf& buf = updates_[key];
   if (buf.requests.empty()) {
@@ -211,7 +253,7 @@ void KVServer::handle_mxnet(const Message& msg) {
   } else {
     for (size_t i = 0; i < recved.size(); ++i) buf.merged[i] += recved[i];
   }
-  buf.requests.push_back(Pending{m, keys[0], dtype});
+  buf.requests.push_back(Pending{m, ps_key, dtype});
   if (static_cast<int>(buf.requests.size()) < options_.num_workers) return;
   apply(key, buf.merged, true);
   std::vector<Pending> done = std::move(buf.requests);

@@ -15,10 +15,12 @@
 // simple_app requests are commands (head): kController 0 (here: the body is
 // a dtrain OptimizerSpec), kSetMultiPrecision 1 (acknowledged: the master
 // copy is always fp32), kStopServer 2, kSyncMode 3, kSetGradientCompression
-// 4 (refused: not implemented). Data requests carry one key, the worker's
-// key plus this server's key-range start (kMaxKey/S·rank), and the command
-// Cantor-pairs the request type (only 0, default push/pull, is supported)
-// and the mshadow dtype (0 float32, 2 float16): head 0 is fp32, head 5 fp16.
+// 4 ("2,<threshold>": Note [2-bit compression]). Data requests carry one
+// key, the worker's key plus this server's key-range start (kMaxKey/S·rank),
+// and the command
+// Cantor-pairs the request type (0 default push/pull, 2 compressed; 1,
+// row-sparse, is refused) and the mshadow dtype (0 float32, 2 float16):
+// head 0 is fp32, 5 fp16, 3 a compressed fp32 push.
 // The first push of a key initialises it. Later pushes: in sync mode the
 // server sums the pushes of a key until W have arrived, then updates (the
 // optimizer if one is set, else stored = sum) and answers every pending
@@ -100,6 +102,8 @@ class KVServer {
   void handle_command(const Message& msg);
   void handle_mxnet(const Message& msg);
   void handle_pslite_default(const Message& msg);
+  bool request_type_ok(int head, int* request_type, int* dtype) const;
+  void accept_push(const Meta& m, int key, uint64_t ps_key, int dtype, std::vector<float> recved);
   void apply(int key, const std::vector<float>& update, bool sum_round);
   void respond(const Meta& req, uint64_t ps_key, int dtype, bool with_data);
   void refuse(const Meta& req, const std::string& why);
@@ -109,6 +113,8 @@ class KVServer {
   bool sync_ = false;
   bool stop_requested_ = false;
   bool has_optimizer_ = false;
+  int compression_ = 0;  // kCompressionNone or kCompressionTwoBit (compression.h)
+  float threshold_ = 0.5f;
   OptimizerSpec optimizer_;
   std::unordered_map<int, std::vector<float>> store_;
   std::unordered_map<int, std::vector<float>> momentum_;

@@ -14,6 +14,7 @@
 
 #include "common/strings.h"
 #include "dtrain/errors.h"
+#include "ps/compression.h"
 #include "ps/handle.h"
 #include "ps/roles.h"
 #include "ps/server.h"
@@ -26,6 +27,7 @@ struct Part {
   uint64_t ps_key;
   size_t offset;  // elements
   size_t count;
+  uint64_t size_key = 0;  // compressed pushes: range start + count
 };
 
 size_t elem_size(KVDType t) { return t == KVDType::kFloat16 ? 2 : 4; }
@@ -73,6 +75,27 @@ class DistKVStore : public KVStore {
     check_open();
     return send_data(key, nullptr, &out, "pull");
   }
+  void set_gradient_compression(const GradientCompression& spec) override {
+    check_open();
+    if (spec.type != "none" && spec.type != "2bit") {
+      throw InvalidArgument(cat("unknown gradient compression '", spec.type, "'; use none or 2bit"));
+    }
+    if (spec.type == "2bit" && !(spec.threshold > 0)) {
+      throw InvalidArgument(cat("2-bit compression threshold ", spec.threshold, " must be > 0"));
+    }
+    if (!keys_.empty()) {
+      throw InvalidArgument("set gradient compression before the first init (MXNet's rule: keys "
+                            "are placed for compressed pushes at init)");
+    }
+    compress_ = spec.type == "2bit";
+    threshold_ = spec.threshold;
+    if (rank() == 0) {
+      command(ServerCommand::kSetGradientCompression,
+              encode_compression_params(compress_ ? kCompressionTwoBit : kCompressionNone, threshold_));
+    }
+    node_.barrier(kWorkerGroup, timeout_);
+  }
+
   KVHandle pushpull_async(int key, ConstValues grad, Values out) override {
     check_open();
     if (grad.count != out.count || grad.dtype != out.dtype) {
@@ -80,7 +103,7 @@ class DistKVStore : public KVStore {
                                 dtype_name(grad.dtype), ") and the output (", out.count, " ",
                                 dtype_name(out.dtype), ") differ"));
     }
-    if (!sync_) {  // async servers answer a push at once: push, then pull
+    if (!sync_ || compress_) {  // async or compressed: push, then pull
       send_data(key, &grad, nullptr, "pushpull").wait(timeout_);
       return send_data(key, nullptr, &out, "pushpull");
     }
@@ -138,14 +161,35 @@ class DistKVStore : public KVStore {
     }
     std::vector<Part> parts;
     const int S = config_.node.num_servers;
-    if (count < config_.bigarray_bound) {
+    if (compress_ && count >= config_.bigarray_bound) {
+      // MXNet's EncodeCompressedKey: parts on multiples of 16 values.
+      const size_t compr = compressed_floats(count);
+      size_t done_compr = 0, done = 0;
+      for (int i = 0; i < S; ++i) {
+        size_t part_compr = 0, part = 0;
+        if (i == S - 1) {
+          part_compr = compr - done_compr;
+          part = count - done;
+        } else {
+          part_compr = static_cast<size_t>(std::round(static_cast<double>(compr) / S * (i + 1))) -
+                       static_cast<size_t>(std::round(static_cast<double>(compr) / S * i));
+          part = std::min(part_compr * 16, count - done);
+        }
+        parts.push_back(Part{server_rank_to_id(i), key_range_begin(i, S) + key, done, part,
+                             key_range_begin(i, S) + part});
+        done_compr += part_compr;
+        done += part;
+      }
+    } else if (count < config_.bigarray_bound) {
       const int server = static_cast<int>((static_cast<int64_t>(key) * 9973) % S);
-      parts.push_back(Part{server_rank_to_id(server), key_range_begin(server, S) + key, 0, count});
+      parts.push_back(Part{server_rank_to_id(server), key_range_begin(server, S) + key, 0, count,
+                           key_range_begin(server, S) + count});
     } else {
       for (int i = 0; i < S; ++i) {
         const auto lo = static_cast<size_t>(std::round(static_cast<double>(count) / S * i));
         const auto hi = static_cast<size_t>(std::round(static_cast<double>(count) / S * (i + 1)));
-        parts.push_back(Part{server_rank_to_id(i), key_range_begin(i, S) + key, lo, hi - lo});
+        parts.push_back(Part{server_rank_to_id(i), key_range_begin(i, S) + key, lo, hi - lo,
+                             key_range_begin(i, S) + (hi - lo)});
       }
     }
     (void)dtype;
@@ -164,6 +208,12 @@ class DistKVStore : public KVStore {
     const size_t count = push ? push->count : pull->count;
     const KVDType dtype = push ? push->dtype : pull->dtype;
     const auto& parts = std::string(op) == "init" ? place(key, count, dtype) : known(key, count, op);
+    const bool compressed = compress_ && push && std::string(op) != "init";
+    if (compressed && dtype != KVDType::kFloat32) {
+      throw InvalidArgument(cat(op, " of key ", key, ": 2-bit compression takes float32 values"));
+    }
+    std::vector<float>& residual = residual_[compressed ? key : -1];
+    if (compressed && residual.size() != count) residual.assign(count, 0.0f);
     auto state = std::make_shared<KVHandle::State>();
     state->what = cat(op, " of key ", key, " (", describe_parts(parts), ")");
     state->remaining = static_cast<int>(parts.size());
@@ -183,14 +233,17 @@ class DistKVStore : public KVStore {
       msg.meta.pull = pull != nullptr;
       msg.meta.head = data_command(0, mshadow(dtype));
       msg.meta.timestamp = ts;
-      msg.add_data(&p.ps_key, 1, DataType::kUint64);
-      if (push) {
+      if (compressed) {
+        add_compressed_push(msg, p, static_cast<const float*>(push->data), residual.data());
+      } else if (push) {
+        msg.add_data(&p.ps_key, 1, DataType::kUint64);
         const char* bytes = static_cast<const char*>(push->data) + p.offset * elem_size(dtype);
         const int32_t len = static_cast<int32_t>(p.count * elem_size(dtype));
         msg.add_data(bytes, static_cast<size_t>(len), DataType::kChar);
         msg.add_data(&len, 1, DataType::kInt32);
       } else {
         static const char kNothing = 0;  // a pull's empty values frame
+        msg.add_data(&p.ps_key, 1, DataType::kUint64);
         msg.add_data(&kNothing, 0, DataType::kChar);
       }
       if (!node_.send(p.server_id, msg)) {
@@ -198,6 +251,18 @@ class DistKVStore : public KVStore {
       }
     }
     return KVHandle(state);
+  }
+
+  // Note [2-bit compression]: a size key of length 0, then the data key.
+  void add_compressed_push(Message& msg, const Part& p, const float* grad, float* residual) const {
+    const uint64_t keys[2] = {p.size_key, p.ps_key};
+    const int32_t lens[2] = {0, static_cast<int32_t>(compressed_floats(p.count) * 4)};
+    std::string bytes(static_cast<size_t>(lens[1]), '\0');
+    quantize_2bit(grad + p.offset, residual + p.offset, p.count, threshold_, bytes.data());
+    msg.meta.head = data_command(2, kMshadowFloat32);
+    msg.add_data(keys, 2, DataType::kUint64);
+    msg.add_data(bytes.data(), bytes.size(), DataType::kChar);
+    msg.add_data(lens, 2, DataType::kInt32);
   }
 
   std::string describe_parts(const std::vector<Part>& parts) const {
@@ -296,6 +361,9 @@ class DistKVStore : public KVStore {
   bool sync_;
   Millis timeout_;
   bool closed_ = false;
+  bool compress_ = false;  // 2-bit (Note [2-bit compression])
+  float threshold_ = 0.5f;
+  std::map<int, std::vector<float>> residual_;  // key -> error feedback
   std::map<int, std::pair<size_t, std::vector<Part>>> keys_;  // key -> (count, parts)
   std::mutex mu_;  // guards pending_
   std::map<int, Request> pending_;

@@ -7,6 +7,7 @@
 
 #include "cluster.h"
 #include "dtrain/errors.h"
+#include "ps/compression.h"
 
 namespace dtrain {
 namespace {
@@ -117,6 +118,35 @@ TEST(PsCluster, Float16PushesAndPullsRoundTrip) {
     uint16_t out[3] = {};
     kv.pushpull(5, ConstValues(one_and_half, 3), Values(out, 3));
     for (uint16_t h : out) ASSERT_EQ(h, 0x4200);  // 3.0
+  });
+}
+
+TEST(PsCluster, TwoBitCompressedPushesSumWhatEachWorkersResidualReleases) {
+  const int workers = 2, steps = 6;
+  const size_t n = 100;  // split over both servers on multiples of 16 (bound 40)
+  auto grad_of = [](int rank, size_t i) { return 0.1f * float(i % 7) - 0.3f + 0.05f * float(rank); };
+  // Reference: each worker's quantizer, run here on its own residual.
+  std::vector<std::vector<float>> want(steps, std::vector<float>(n, 0.0f));
+  for (int r = 0; r < workers; ++r) {
+    std::vector<float> residual(n, 0.0f), grad(n), sent(n);
+    std::vector<char> bytes(ps::compressed_floats(n) * 4);
+    for (size_t i = 0; i < n; ++i) grad[i] = grad_of(r, i);
+    for (int step = 0; step < steps; ++step) {
+      // Parts start on multiples of 16, so quantizing part by part is quantizing the whole.
+      ps::quantize_2bit(grad.data(), residual.data(), n, 0.5f, bytes.data());
+      ps::dequantize_2bit(bytes.data(), n, 0.5f, sent.data());
+      for (size_t i = 0; i < n; ++i) want[step][i] += sent[i];
+    }
+  }
+  run_job(2, workers, true, 40, [&](KVStore& kv) {
+    kv.set_gradient_compression({"2bit", 0.5f});
+    kv.init(9, std::vector<float>(n, 0.0f));
+    std::vector<float> grad(n), out(n);
+    for (size_t i = 0; i < n; ++i) grad[i] = grad_of(kv.rank(), i);
+    for (int step = 0; step < steps; ++step) {
+      kv.pushpull(9, grad, out);
+      for (size_t i = 0; i < n; ++i) ASSERT_EQ(out[i], want[step][i]) << "step " << step << " element " << i;
+    }
   });
 }
 

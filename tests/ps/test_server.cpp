@@ -4,6 +4,7 @@
 #include <cstring>
 #include <random>
 
+#include "ps/compression.h"
 #include "ps/half.h"
 #include "ps/server.h"
 
@@ -203,6 +204,40 @@ TEST(PsServer, HalfConversionRoundsToNearestEven) {
   EXPECT_EQ(float_to_half(std::ldexp(1.0f, -24)), 0x0001);
   EXPECT_EQ(float_to_half(1.0f + std::ldexp(1.0f, -11)), 0x3c00);  // tie -> even
   for (int h = 0; h < 0x7c00; ++h) ASSERT_EQ(float_to_half(half_to_float(h)), h) << h;
+}
+
+}  // namespace
+}  // namespace dtrain::ps
+
+namespace dtrain::ps {
+namespace {
+
+TEST(PsCompression, TwoBitQuantizationMatchesMxnetsBitLayoutAndKeepsTheResidual) {
+  const float grad[5] = {0.6f, -0.7f, 0.2f, 0.0f, 1.2f};
+  float residual[5] = {};
+  char out[4];
+  quantize_2bit(grad, residual, 5, 0.5f, out);
+  // values 0..3 in byte 0 (bits 7-6, 5-4, 3-2, 1-0), value 4 in byte 1.
+  EXPECT_EQ(static_cast<uint8_t>(out[0]), 0xc0 | 0x20);  // +t, -t, 0, 0
+  EXPECT_EQ(static_cast<uint8_t>(out[1]), 0xc0);         // +t
+  EXPECT_EQ(out[2], 0);
+  EXPECT_EQ(out[3], 0);
+  EXPECT_FLOAT_EQ(residual[0], 0.1f);
+  EXPECT_FLOAT_EQ(residual[1], -0.2f);
+  EXPECT_FLOAT_EQ(residual[2], 0.2f);
+  EXPECT_FLOAT_EQ(residual[4], 0.7f);
+  float back[5];
+  dequantize_2bit(out, 5, 0.5f, back);
+  EXPECT_EQ(std::vector<float>(back, back + 5), (std::vector<float>{0.5f, -0.5f, 0, 0, 0.5f}));
+  EXPECT_EQ(compressed_floats(16), 1u);
+  EXPECT_EQ(compressed_floats(17), 2u);
+  EXPECT_EQ(encode_compression_params(kCompressionTwoBit, 0.5f), "2,0.500000");
+  int type = 0;
+  float t = 0;
+  ASSERT_TRUE(decode_compression_params("2,0.25", &type, &t));
+  EXPECT_EQ(type, 2);
+  EXPECT_EQ(t, 0.25f);
+  EXPECT_FALSE(decode_compression_params("2,-1", &type, &t));
 }
 
 }  // namespace
