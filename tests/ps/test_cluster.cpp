@@ -150,6 +150,28 @@ TEST(PsCluster, TwoBitCompressedPushesSumWhatEachWorkersResidualReleases) {
   });
 }
 
+TEST(PsCluster, APushThatNoOtherWorkerMatchesTimesOutNamingTheKey) {
+  run_job(1, 2, true, 100, [&](KVStore& kv) {
+    kv.init(4, std::vector<float>(3, 0.0f));
+    if (kv.rank() == 0) {
+      try {
+        kv.push_async(4, std::vector<float>(3, 1.0f)).wait(std::chrono::milliseconds(500));
+        ADD_FAILURE() << "the round completed without worker 1";
+      } catch (const TimeoutError& e) {
+        EXPECT_NE(std::string(e.what()).find("push of key 4 (on server 0) did not complete within 0.5 s"),
+                  std::string::npos)
+            << e.what();
+      }
+    }
+    kv.barrier();
+    if (kv.rank() == 1) kv.push(4, std::vector<float>(3, 2.0f));  // completes the round
+    kv.barrier();
+    std::vector<float> out(3);
+    kv.pull(4, out);
+    EXPECT_EQ(out, (std::vector<float>(3, 3.0f)));
+  });
+}
+
 TEST(PsCluster, CreateRejectsUnknownTypesWithTheList) {
   try {
     KVStore::create("dist_snyc");

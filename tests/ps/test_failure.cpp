@@ -26,6 +26,7 @@ void kill_and_check(const std::string& victim, const std::string& named) {
   ASSERT_TRUE(Job::wait_for_text(w_a, "running", std::chrono::seconds(30))) << read_file(w_a.log);
   ASSERT_TRUE(Job::wait_for_text(w_b, "running", std::chrono::seconds(30))) << read_file(w_b.log);
   Child* target = &server;
+  if (victim == "scheduler") target = &job.children().front();
   if (victim == "worker1") {
     target = read_file(w_a.log).find("worker 1 running") != std::string::npos ? &w_a : &w_b;
   }
@@ -53,6 +54,10 @@ TEST(PsFailure, KillingTheServerEndsEveryOtherProcessNonZeroNamingIt) {
 
 TEST(PsFailure, KillingAWorkerEndsEveryOtherProcessNonZeroNamingIt) {
   kill_and_check("worker1", "worker 1 (127.0.0.1:");
+}
+
+TEST(PsFailure, KillingTheSchedulerEndsEveryOtherProcessNonZeroNamingIt) {
+  kill_and_check("scheduler", "the scheduler (127.0.0.1:");
 }
 
 TEST(PsFailure, AFinishedJobEndsEveryProcessWithZero) {
