@@ -50,8 +50,8 @@ void add_ps_command(CLI::App& root, int* exit_code) {
       "ps", "Run a parameter-server scheduler or server of a DMLC_* job (MXNet kvstore, ps-lite)");
   ps->require_subcommand(1);
   for (const char* role : {"scheduler", "server"}) {
-    CLI::App* sub = ps->add_subcommand(role, std::string("Serve as the job's ") + role +
-                                                 " until the job ends");
+    CLI::App* sub =
+        ps->add_subcommand(role, std::string("Serve as the job's ") + role + " until the job ends");
     sub->add_option("--heartbeat-interval", f->heartbeat_interval,
                     "Seconds between heartbeats; PS_HEARTBEAT_INTERVAL overrides")
         ->capture_default_str()

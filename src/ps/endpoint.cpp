@@ -90,8 +90,8 @@ void Endpoint::start() {
   const bool scheduler = options_.role == Role::kScheduler;
   const std::string address = cat(options_.scheduler_host, ":", options_.scheduler_port);
   if (scheduler) {
-    bound_port_ = van_.bind(options_.bind_any ? "0.0.0.0" : options_.scheduler_host,
-                            options_.scheduler_port);
+    bound_port_ =
+        van_.bind(options_.bind_any ? "0.0.0.0" : options_.scheduler_host, options_.scheduler_port);
     my_id_ = kScheduler;
     NodeInfo self{Role::kScheduler, kScheduler, options_.scheduler_host, bound_port_, false, 0};
     {
@@ -121,8 +121,8 @@ void Endpoint::start() {
     if (now >= deadline) {
       const std::string why =
           scheduler ? cat("the scheduler on ", address, " saw ", registered_.load(), " of ",
-                          options_.num_servers + options_.num_workers,
-                          " nodes register within ", seconds(options_.connect_timeout),
+                          options_.num_servers + options_.num_workers, " nodes register within ",
+                          seconds(options_.connect_timeout),
                           " s; start DMLC_NUM_SERVER servers and DMLC_NUM_WORKER workers")
                     : cat(describe(), " got no node table from the scheduler at ", address,
                           " within ", seconds(options_.connect_timeout),
@@ -133,12 +133,13 @@ void Endpoint::start() {
     }
     if (now >= next_log) {
       lock.unlock();
-      const auto waited = std::chrono::duration_cast<Millis>(now - deadline) + options_.connect_timeout;
-      log(scheduler ? cat("waiting for nodes to register (", registered_.load(), " of ",
-                          options_.num_servers + options_.num_workers, " after ", seconds(waited),
-                          " s)")
-                    : cat("waiting for the scheduler at ", address, " (up to ",
-                          seconds(options_.connect_timeout), " s)"));
+      const auto waited =
+          std::chrono::duration_cast<Millis>(now - deadline) + options_.connect_timeout;
+      log(scheduler
+              ? cat("waiting for nodes to register (", registered_.load(), " of ",
+                    options_.num_servers + options_.num_workers, " after ", seconds(waited), " s)")
+              : cat("waiting for the scheduler at ", address, " (up to ",
+                    seconds(options_.connect_timeout), " s)"));
       lock.lock();
       next_log = now + kWaitLogPeriod;
     }
@@ -235,18 +236,26 @@ void Endpoint::receive_loop() {
 void Endpoint::handle_control(Message& msg) {
   const Meta& m = msg.meta;
   switch (m.control.cmd) {
-    case Command::kAddNode: handle_add_node(msg); break;
-    case Command::kBarrier: handle_barrier(msg); break;
-    case Command::kHeartbeat: handle_heartbeat(msg); break;
+    case Command::kAddNode:
+      handle_add_node(msg);
+      break;
+    case Command::kBarrier:
+      handle_barrier(msg);
+      break;
+    case Command::kHeartbeat:
+      handle_heartbeat(msg);
+      break;
     case Command::kTerminate:
       if (m.sender == kScheduler && options_.role != Role::kScheduler) {
         const std::string_view body = m.body;
         fail(body.substr(0, kLostPrefix.size()) == kLostPrefix
                  ? std::string(body.substr(kLostPrefix.size()))
-                 : cat("the scheduler ended the job: ", m.body.empty() ? "no reason given" : m.body));
+                 : cat("the scheduler ended the job: ",
+                       m.body.empty() ? "no reason given" : m.body));
       }
       break;
-    default: log(cat("dropped a control message with unknown command ", static_cast<int>(m.control.cmd)));
+    default:
+      log(cat("dropped a control message with unknown command ", static_cast<int>(m.control.cmd)));
   }
 }
 
@@ -258,8 +267,9 @@ void Endpoint::handle_add_node(Message& msg) {
     for (const auto& n : ctrl.node) {
       if (n.hostname == options_.host && n.port == bound_port_) me = n.id;
     }
-    if (me == kEmpty) return fail(cat(describe(), ": the scheduler's node table does not list ",
-                                      options_.host, ":", bound_port_));
+    if (me == kEmpty)
+      return fail(cat(describe(), ": the scheduler's node table does not list ", options_.host, ":",
+                      bound_port_));
     my_id_ = me;
     for (const auto& n : ctrl.node) {
       if (n.role == options_.role && n.id != me) continue;  // same role: never talk
@@ -312,9 +322,9 @@ void Endpoint::handle_add_node(Message& msg) {
       node.id = server_rank_to_id(server_rank++);
     } else {
       if (wish_rank >= 0 && wish_rank != worker_rank) {
-        return fail(cat("the scheduler cannot give worker ", host_port(node), " DMLC_WORKER_ID=",
-                        wish_rank, ": worker ids must be distinct and below DMLC_NUM_WORKER=",
-                        options_.num_workers));
+        return fail(
+            cat("the scheduler cannot give worker ", host_port(node), " DMLC_WORKER_ID=", wish_rank,
+                ": worker ids must be distinct and below DMLC_NUM_WORKER=", options_.num_workers));
       }
       node.id = worker_rank_to_id(worker_rank++);
     }
@@ -351,16 +361,17 @@ void Endpoint::handle_barrier(Message& msg) {
   }
   if (options_.role != Role::kScheduler) return;
   if (!known(msg.meta.sender)) {
-    return log(cat("dropped a barrier request from ", msg.meta.sender == kEmpty
-                                                           ? std::string("an unnamed peer")
-                                                           : identity(msg.meta.sender),
-                   ", which is not in the node table"));
+    return log(
+        cat("dropped a barrier request from ",
+            msg.meta.sender == kEmpty ? std::string("an unnamed peer") : identity(msg.meta.sender),
+            ", which is not in the node table"));
   }
   const int sender = msg.meta.sender;
   const int own_group =
       sender == kScheduler ? kScheduler : (is_server_id(sender) ? kServerGroup : kWorkerGroup);
   if (group <= 0 || group > kAllGroups || !(group & own_group)) {
-    return log(cat("dropped a barrier request for group ", group, " from ", describe(msg.meta.sender)));
+    return log(
+        cat("dropped a barrier request for group ", group, " from ", describe(msg.meta.sender)));
   }
   if (++barrier_count_[group] < group_size(group)) return;
   barrier_count_[group] = 0;
@@ -407,23 +418,24 @@ void Endpoint::periodic(Clock::time_point now) {
     if (now >= next_heartbeat_) {
       Message hb;
       hb.meta.control.cmd = Command::kHeartbeat;
-      hb.meta.control.node.push_back(NodeInfo{options_.role, my_id_, options_.host, bound_port_, false, 0});
+      hb.meta.control.node.push_back(
+          NodeInfo{options_.role, my_id_, options_.host, bound_port_, false, 0});
       hb.meta.timestamp = new_timestamp();
       van_.send(kScheduler, hb);
       next_heartbeat_ = now + options_.heartbeat_interval;
     }
     if (now - last_ack_ > options_.heartbeat_timeout) {
-      fail(cat(describe(), ": the scheduler (", options_.scheduler_host, ":", options_.scheduler_port,
-               ") has not answered heartbeats for ", seconds(options_.heartbeat_timeout),
-               " s; it died or the network is down"));
+      fail(cat(describe(), ": the scheduler (", options_.scheduler_host, ":",
+               options_.scheduler_port, ") has not answered heartbeats for ",
+               seconds(options_.heartbeat_timeout), " s; it died or the network is down"));
     }
     return;
   }
   for (const auto& [id, seen] : last_seen_) {
     if (id == kScheduler || now - seen <= options_.heartbeat_timeout) continue;
-    const std::string why = cat(describe(id), " sent no heartbeat for ",
-                                seconds(options_.heartbeat_timeout),
-                                " s: it died or hangs; ending the job");
+    const std::string why =
+        cat(describe(id), " sent no heartbeat for ", seconds(options_.heartbeat_timeout),
+            " s: it died or hangs; ending the job");
     Message term;
     term.meta.control.cmd = Command::kTerminate;
     term.meta.body = cat(kLostPrefix, why);

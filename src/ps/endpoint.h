@@ -111,7 +111,9 @@ class Endpoint {
   /// Throws PeerLostError with the failure text, if any.
   void check_failure() const;
   /// Called once, on the receive thread, when a failure is first recorded.
-  void set_failure_callback(std::function<void(const std::string&)> cb) { on_failure_ = std::move(cb); }
+  void set_failure_callback(std::function<void(const std::string&)> cb) {
+    on_failure_ = std::move(cb);
+  }
 
   int my_id() const { return my_id_; }
   int rank() const { return id_to_rank(my_id_); }
@@ -157,10 +159,10 @@ class Endpoint {
 
   // Receive-thread state.
   std::vector<std::pair<NodeInfo, int>> pending_;  // scheduler: ADD_NODEs, requested rank
-  std::map<int, int> barrier_count_;     // scheduler: group -> arrivals
-  std::atomic<int> registered_{0};   // scheduler: pending_.size(), for messages
+  std::map<int, int> barrier_count_;               // scheduler: group -> arrivals
+  std::atomic<int> registered_{0};                 // scheduler: pending_.size(), for messages
   std::map<int, std::chrono::steady_clock::time_point> last_seen_;  // scheduler: heartbeating nodes
-  std::chrono::steady_clock::time_point last_ack_{};                 // others
+  std::chrono::steady_clock::time_point last_ack_{};                // others
   std::chrono::steady_clock::time_point next_heartbeat_{};
   int all_barriers_done_ = 0;  // scheduler: released group-7 barriers; the 2nd is the final one
   int my_all_barriers_ = 0;    // this node's completed group-7 barriers (under barrier_mu_)

@@ -30,8 +30,8 @@ namespace {
 std::string required(const EnvLookup& env, const std::string& name, const std::string& fix) {
   auto v = env(name);
   if (!v || v->empty()) {
-    throw InvalidArgument(cat("environment variable ", name, " is ", v ? "empty" : "not set",
-                              "; ", fix));
+    throw InvalidArgument(
+        cat("environment variable ", name, " is ", v ? "empty" : "not set", "; ", fix));
   }
   return *v;
 }
@@ -42,7 +42,8 @@ long long integer(const std::string& name, const std::string& value, long long l
     throw InvalidArgument(cat("environment variable ", name, "='", value, "' is not an integer"));
   }
   if (x < lo || x > hi) {
-    throw InvalidArgument(cat("environment variable ", name, "=", x, " is outside [", lo, ", ", hi, "]"));
+    throw InvalidArgument(
+        cat("environment variable ", name, "=", x, " is outside [", lo, ", ", hi, "]"));
   }
   return x;
 }
@@ -116,8 +117,8 @@ JobConfig job_config_from_env(const KVStoreOptions& base, const EnvLookup& env,
   } else if (role == "worker") {
     n.role = Role::kWorker;
   } else {
-    throw InvalidArgument(cat("environment variable DMLC_ROLE='", role,
-                              "' is not scheduler, server or worker"));
+    throw InvalidArgument(
+        cat("environment variable DMLC_ROLE='", role, "' is not scheduler, server or worker"));
   }
   n.scheduler_host = required(env, "DMLC_PS_ROOT_URI", launch_fix);
   n.scheduler_port = static_cast<int>(
@@ -136,7 +137,8 @@ JobConfig job_config_from_env(const KVStoreOptions& base, const EnvLookup& env,
   }
   if (auto k8s = env("DMLC_USE_KUBERNETES")) {
     if (*k8s != "0" && *k8s != "1") {
-      throw InvalidArgument(cat("environment variable DMLC_USE_KUBERNETES='", *k8s, "' is not 0 or 1"));
+      throw InvalidArgument(
+          cat("environment variable DMLC_USE_KUBERNETES='", *k8s, "' is not 0 or 1"));
     }
     n.bind_any = *k8s == "1";
   }

@@ -14,8 +14,8 @@ namespace dtrain {
 struct KVHandle::State {
   std::mutex mu;
   std::condition_variable cv;
-  std::string what;        // "push of key 3", for messages
-  int remaining = 0;       // responses still expected
+  std::string what;   // "push of key 3", for messages
+  int remaining = 0;  // responses still expected
   bool done = false;
   bool lost = false;       // error is a dead node (PeerLostError)
   bool abandoned = false;  // the caller gave up waiting: write nothing more

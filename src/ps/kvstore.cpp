@@ -26,7 +26,8 @@ namespace {
 class LocalKVStore : public KVStore {
  public:
   explicit LocalKVStore(Millis timeout)
-      : timeout_(timeout), server_(ServerOptions{0, 1, 1}, [this](int, const Message& m) { reply_ = m; }) {
+      : timeout_(timeout),
+        server_(ServerOptions{0, 1, 1}, [this](int, const Message& m) { reply_ = m; }) {
     Message sync;
     sync.meta.simple_app = true;
     sync.meta.head = static_cast<int>(ServerCommand::kSyncMode);
@@ -68,8 +69,9 @@ class LocalKVStore : public KVStore {
     call(m, "set_optimizer");
   }
   void set_gradient_compression(const GradientCompression&) override {
-    throw InvalidArgument("gradient compression needs a dist kvstore; the local store has no "
-                          "network to save");
+    throw InvalidArgument(
+        "gradient compression needs a dist kvstore; the local store has no "
+        "network to save");
   }
   void close() override {}
 
@@ -78,7 +80,8 @@ class LocalKVStore : public KVStore {
     const auto* v = server_.stored(key);
     if (!v) throw InvalidArgument(cat(op, " of key ", key, " before init: call init first"));
     if (v->size() != count) {
-      throw InvalidArgument(cat(op, " of key ", key, " with ", count, " values; it holds ", v->size()));
+      throw InvalidArgument(
+          cat(op, " of key ", key, " with ", count, " values; it holds ", v->size()));
     }
   }
   void data(int key, const ConstValues* push, Values* pull, const char* op) {
@@ -144,9 +147,14 @@ std::unique_ptr<KVStore> KVStore::create(const std::string& type, KVStoreOptions
   const EnvLookup lookup = env ? env : ps::process_environment();
   const ps::JobConfig config = ps::job_config_from_env(options, lookup);
   switch (config.node.role) {
-    case ps::Role::kScheduler: ps::run_scheduler(config.node); std::exit(0);
-    case ps::Role::kServer: ps::run_server(config.node); std::exit(0);
-    case ps::Role::kWorker: break;
+    case ps::Role::kScheduler:
+      ps::run_scheduler(config.node);
+      std::exit(0);
+    case ps::Role::kServer:
+      ps::run_server(config.node);
+      std::exit(0);
+    case ps::Role::kWorker:
+      break;
   }
   return ps::connect_worker(config, type == "dist_sync", options.timeout);
 }

@@ -22,7 +22,8 @@ OptimizerSpec OptimizerSpec::parse(std::string_view text) {
   for (auto& w : split(text, ' ')) {
     if (!w.empty()) words.push_back(w);
   }
-  if (words.empty()) throw InvalidArgument("empty optimizer spec; expected e.g. 'sgd lr=0.1 momentum=0.9'");
+  if (words.empty())
+    throw InvalidArgument("empty optimizer spec; expected e.g. 'sgd lr=0.1 momentum=0.9'");
   if (words[0] != "sgd") {
     throw InvalidArgument(cat("unknown optimizer '", words[0], "' in '", text,
                               "'; the servers run 'sgd' (with momentum and wd)"));
@@ -30,7 +31,8 @@ OptimizerSpec OptimizerSpec::parse(std::string_view text) {
   for (size_t i = 1; i < words.size(); ++i) {
     const auto eq = words[i].find('=');
     double v = 0;
-    if (eq == std::string::npos || !parse_double(words[i].substr(eq + 1), &v) || !std::isfinite(v)) {
+    if (eq == std::string::npos || !parse_double(words[i].substr(eq + 1), &v) ||
+        !std::isfinite(v)) {
       throw InvalidArgument(cat("optimizer spec field '", words[i], "' is not name=number"));
     }
     const std::string field = words[i].substr(0, eq);
@@ -43,8 +45,8 @@ OptimizerSpec OptimizerSpec::parse(std::string_view text) {
     } else if (field == "rescale_grad") {
       spec.rescale_grad = v;
     } else {
-      throw InvalidArgument(cat("unknown optimizer spec field '", field,
-                                "'; known: lr, momentum, wd, rescale_grad"));
+      throw InvalidArgument(
+          cat("unknown optimizer spec field '", field, "'; known: lr, momentum, wd, rescale_grad"));
     }
   }
   return spec;

@@ -97,11 +97,16 @@ class Reader {
     uint64_t ignored = 0;
     std::string_view ignored_bytes;
     switch (wire_type) {
-      case kVarint: return varint(&ignored);
-      case kLengthDelimited: return length_delimited(&ignored_bytes);
-      case kFixed64: return advance(8);
-      case kFixed32: return advance(4);
-      default: return fail(cat("unsupported wire type ", wire_type));
+      case kVarint:
+        return varint(&ignored);
+      case kLengthDelimited:
+        return length_delimited(&ignored_bytes);
+      case kFixed64:
+        return advance(8);
+      case kFixed32:
+        return advance(4);
+      default:
+        return fail(cat("unsupported wire type ", wire_type));
     }
   }
   // Reads a field's tag; false at the end or on error.
@@ -151,18 +156,30 @@ bool decode_node(std::string_view bytes, NodeInfo* n, std::string* error) {
   while (!r.done() && r.tag(&field, &wt)) {
     bool ok = true;
     switch (field) {
-      case 1: ok = read_int(r, wt, field, &role); has_role = true; break;
-      case 2: ok = read_int(r, wt, field, &n->id); break;
+      case 1:
+        ok = read_int(r, wt, field, &role);
+        has_role = true;
+        break;
+      case 2:
+        ok = read_int(r, wt, field, &n->id);
+        break;
       case 3: {
         std::string_view s;
         ok = r.expect(wt, kLengthDelimited, field) && r.length_delimited(&s);
         n->hostname = std::string(s);
         break;
       }
-      case 4: ok = read_int(r, wt, field, &n->port); break;
-      case 5: ok = read_bool(r, wt, field, &n->is_recovery); break;
-      case 10: ok = read_int(r, wt, field, &n->customer_id); break;
-      default: ok = r.skip(wt);
+      case 4:
+        ok = read_int(r, wt, field, &n->port);
+        break;
+      case 5:
+        ok = read_bool(r, wt, field, &n->is_recovery);
+        break;
+      case 10:
+        ok = read_int(r, wt, field, &n->customer_id);
+        break;
+      default:
+        ok = r.skip(wt);
     }
     if (!ok) break;
   }
@@ -180,7 +197,10 @@ bool decode_control(std::string_view bytes, Control* c, std::string* error) {
   while (!r.done() && r.tag(&field, &wt)) {
     bool ok = true;
     switch (field) {
-      case 1: ok = read_int(r, wt, field, &cmd); has_cmd = true; break;
+      case 1:
+        ok = read_int(r, wt, field, &cmd);
+        has_cmd = true;
+        break;
       case 2: {
         std::string_view s;
         ok = r.expect(wt, kLengthDelimited, field) && r.length_delimited(&s);
@@ -191,9 +211,14 @@ bool decode_control(std::string_view bytes, Control* c, std::string* error) {
         }
         break;
       }
-      case 3: ok = read_int(r, wt, field, &c->barrier_group); break;
-      case 4: ok = r.expect(wt, kVarint, field) && r.varint(&c->msg_sig); break;
-      default: ok = r.skip(wt);
+      case 3:
+        ok = read_int(r, wt, field, &c->barrier_group);
+        break;
+      case 4:
+        ok = r.expect(wt, kVarint, field) && r.varint(&c->msg_sig);
+        break;
+      default:
+        ok = r.skip(wt);
     }
     if (!ok) break;
   }
@@ -225,9 +250,12 @@ bool decode_data_types(Reader& r, int wt, std::vector<DataType>* out, std::strin
 
 const char* role_name(Role role) {
   switch (role) {
-    case Role::kServer: return "server";
-    case Role::kWorker: return "worker";
-    case Role::kScheduler: return "scheduler";
+    case Role::kServer:
+      return "server";
+    case Role::kWorker:
+      return "worker";
+    case Role::kScheduler:
+      return "scheduler";
   }
   return "unknown";
 }
@@ -256,7 +284,7 @@ std::string encode_meta(const Meta& m) {
 
 std::optional<Meta> decode_meta(std::string_view bytes, std::string* error) {
   Meta m;
-  m.head = 0;         // protobuf's default for an absent optional int32
+  m.head = 0;  // protobuf's default for an absent optional int32
   m.customer_id = 0;
   Reader r(bytes);
   int field = 0, wt = 0;
@@ -265,7 +293,9 @@ std::optional<Meta> decode_meta(std::string_view bytes, std::string* error) {
     bool ok = true;
     std::string_view s;
     switch (field) {
-      case 1: ok = read_int(r, wt, field, &m.head); break;
+      case 1:
+        ok = read_int(r, wt, field, &m.head);
+        break;
       case 2:
         ok = r.expect(wt, kLengthDelimited, field) && r.length_delimited(&s);
         m.body = std::string(s);
@@ -277,20 +307,39 @@ std::optional<Meta> decode_meta(std::string_view bytes, std::string* error) {
           return std::nullopt;
         }
         break;
-      case 4: ok = read_bool(r, wt, field, &m.request); break;
-      case 5: ok = read_bool(r, wt, field, &m.push); break;
-      case 6: ok = read_bool(r, wt, field, &m.simple_app); break;
-      case 7: ok = read_int(r, wt, field, &m.app_id); break;
-      case 8: ok = read_int(r, wt, field, &m.timestamp); break;
+      case 4:
+        ok = read_bool(r, wt, field, &m.request);
+        break;
+      case 5:
+        ok = read_bool(r, wt, field, &m.push);
+        break;
+      case 6:
+        ok = read_bool(r, wt, field, &m.simple_app);
+        break;
+      case 7:
+        ok = read_int(r, wt, field, &m.app_id);
+        break;
+      case 8:
+        ok = read_int(r, wt, field, &m.timestamp);
+        break;
       case 9:
         ok = decode_data_types(r, wt, &m.data_type, &nested_error);
         if (!ok && !nested_error.empty()) return *error = nested_error, std::nullopt;
         break;
-      case 10: ok = read_int(r, wt, field, &m.customer_id); break;
-      case 11: ok = read_int(r, wt, field, &m.data_size); break;
-      case 12: ok = read_bool(r, wt, field, &m.pull); break;
-      case 13: ok = read_int(r, wt, field, &m.priority); break;
-      default: ok = r.skip(wt);
+      case 10:
+        ok = read_int(r, wt, field, &m.customer_id);
+        break;
+      case 11:
+        ok = read_int(r, wt, field, &m.data_size);
+        break;
+      case 12:
+        ok = read_bool(r, wt, field, &m.pull);
+        break;
+      case 13:
+        ok = read_int(r, wt, field, &m.priority);
+        break;
+      default:
+        ok = r.skip(wt);
     }
     if (!ok) break;
   }

@@ -61,7 +61,17 @@ enum class Command : int {
 
 /// ps-lite's DataType values (meta.data_type).
 enum class DataType : int {
-  kChar = 0, kInt8, kInt16, kInt32, kInt64, kUint8, kUint16, kUint32, kUint64, kFloat, kDouble,
+  kChar = 0,
+  kInt8,
+  kInt16,
+  kInt32,
+  kInt64,
+  kUint8,
+  kUint16,
+  kUint32,
+  kUint64,
+  kFloat,
+  kDouble,
   kOther
 };
 

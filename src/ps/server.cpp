@@ -98,8 +98,8 @@ void KVServer::handle(const Message& msg) {
   if (msg.data.empty()) return refuse(m, "a data request without keys");
   if (msg.data.size() < 2 || msg.data.size() > 3 || m.data_type.size() != msg.data.size()) {
     return refuse(m, cat("a data request needs keys, values and optional lengths frames, with "
-                         "their types; got ", msg.data.size(), " frames and ",
-                         m.data_type.size(), " types"));
+                         "their types; got ",
+                         msg.data.size(), " frames and ", m.data_type.size(), " types"));
   }
   if (m.data_type[0] != DataType::kUint64) return refuse(m, "the keys frame is not uint64");
   if (m.data_type[1] == DataType::kChar) return handle_mxnet(msg);
@@ -119,21 +119,28 @@ void KVServer::handle_command(const Message& msg) {
         return refuse(m, cat("kController: ", e.what()));
       }
       break;
-    case ServerCommand::kSetMultiPrecision: break;
-    case ServerCommand::kStopServer: stop_requested_ = true; break;
-    case ServerCommand::kSyncMode: sync_ = true; break;
+    case ServerCommand::kSetMultiPrecision:
+      break;
+    case ServerCommand::kStopServer:
+      stop_requested_ = true;
+      break;
+    case ServerCommand::kSyncMode:
+      sync_ = true;
+      break;
     case ServerCommand::kSetGradientCompression: {
       int type = 0;
       float threshold = threshold_;
       if (!decode_compression_params(m.body, &type, &threshold) || type == 1) {
-        return refuse(m, cat("kSetGradientCompression: '", m.body, "' is not '0' (none) or "
+        return refuse(m, cat("kSetGradientCompression: '", m.body,
+                             "' is not '0' (none) or "
                              "'2,<threshold>' (2-bit; 1-bit is not served)"));
       }
       compression_ = type;
       threshold_ = threshold;
       break;
     }
-    default: return refuse(m, cat("unknown command ", m.head));
+    default:
+      return refuse(m, cat("unknown command ", m.head));
   }
   Message ack;
   ack.meta = reply_meta(m);
@@ -171,7 +178,8 @@ void KVServer::handle_mxnet(const Message& msg) {
   int request_type = 0, dtype = 0;
   const bool compressed_ok = request_type_ok(m.head, &request_type, &dtype);
   if (!compressed_ok) {
-    return refuse(m, cat("command ", m.head, " is not a default push/pull of float32 (0) or "
+    return refuse(m, cat("command ", m.head,
+                         " is not a default push/pull of float32 (0) or "
                          "float16 (5), nor a 2-bit compressed float32 push (3); row-sparse "
                          "requests are not served"));
   }
@@ -183,27 +191,30 @@ void KVServer::handle_mxnet(const Message& msg) {
   const uint64_t span = kMaxKey / static_cast<uint64_t>(options_.num_servers);
   for (uint64_t k : keys) {
     if (k < begin || k - begin >= span || k - begin > INT32_MAX) {
-      return refuse(m, cat("key ", k, " is outside this server's range [", begin, ", ",
-                           begin + span, ")"));
+      return refuse(
+          m, cat("key ", k, " is outside this server's range [", begin, ", ", begin + span, ")"));
     }
   }
   const uint64_t ps_key = keys.back();
   const int key = static_cast<int>(ps_key - begin);
   if (!m.push) {
     if (keys.size() != 1) return refuse(m, "a pull carries one key");
-    if (!store_.count(key)) return refuse(m, cat("key ", key, " is not initialised: call init first"));
+    if (!store_.count(key))
+      return refuse(m, cat("key ", key, " is not initialised: call init first"));
     return respond(m, ps_key, dtype, m.pull);
   }
   std::vector<int32_t> lens;
   if (msg.data.size() != 3 || m.data_type[2] != DataType::kInt32 || !frame_as(msg.data[2], &lens) ||
       lens.size() != keys.size() || lens.back() < 0 ||
       static_cast<size_t>(lens.back()) != msg.data[1].size()) {
-    return refuse(m, cat("key ", key, ": a push needs one int32 length per key, the last equal to "
+    return refuse(m, cat("key ", key,
+                         ": a push needs one int32 length per key, the last equal to "
                          "the values' bytes"));
   }
   if (request_type == 2) {  // Note [2-bit compression]
     if (compression_ != kCompressionTwoBit) {
-      return refuse(m, cat("key ", key, ": a compressed push, but no 2-bit compression was set "
+      return refuse(m, cat("key ", key,
+                           ": a compressed push, but no 2-bit compression was set "
                            "(kSetGradientCompression)"));
     }
     const size_t original = static_cast<size_t>(keys[0] - begin);
@@ -240,8 +251,9 @@ void KVServer::accept_push(const Meta& m, int key, uint64_t ps_key, int dtype,
     return respond(m, ps_key, dtype, m.pull);
   }
   if (it->second.size() != recved.size()) {
-    return refuse(m, cat("key ", key, " holds ", it->second.size(), " values here but the push has ",
-                         recved.size(), "; every push of a key must have its init size"));
+    return refuse(m,
+                  cat("key ", key, " holds ", it->second.size(), " values here but the push has ",
+                      recved.size(), "; every push of a key must have its init size"));
   }
   if (!sync_) {
     apply(key, recved, false);
@@ -276,7 +288,8 @@ void KVServer::apply(int key, const std::vector<float>& update, bool sum_round) 
   if (mom.size() != w.size()) mom.assign(w.size(), 0.0f);
   for (size_t i = 0; i < w.size(); ++i) {
     const double g = o.rescale_grad * update[i];
-    mom[i] = static_cast<float>(o.momentum * mom[i] - o.learning_rate * (g + o.weight_decay * w[i]));
+    mom[i] =
+        static_cast<float>(o.momentum * mom[i] - o.learning_rate * (g + o.weight_decay * w[i]));
     w[i] += mom[i];
   }
 }
@@ -285,9 +298,9 @@ void KVServer::respond(const Meta& req, uint64_t ps_key, int dtype, bool with_da
   Message res;
   res.meta = reply_meta(req);
   if (with_data) {
-    const std::string bytes = from_float(store_[static_cast<int>(
-                                             ps_key - key_range_begin(options_.rank, options_.num_servers))],
-                                         dtype);
+    const std::string bytes = from_float(
+        store_[static_cast<int>(ps_key - key_range_begin(options_.rank, options_.num_servers))],
+        dtype);
     const int32_t len = static_cast<int32_t>(bytes.size());
     res.add_data(&ps_key, 1, DataType::kUint64);
     res.meta.data_type.push_back(DataType::kChar);

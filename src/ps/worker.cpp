@@ -78,20 +78,23 @@ class DistKVStore : public KVStore {
   void set_gradient_compression(const GradientCompression& spec) override {
     check_open();
     if (spec.type != "none" && spec.type != "2bit") {
-      throw InvalidArgument(cat("unknown gradient compression '", spec.type, "'; use none or 2bit"));
+      throw InvalidArgument(
+          cat("unknown gradient compression '", spec.type, "'; use none or 2bit"));
     }
     if (spec.type == "2bit" && !(spec.threshold > 0)) {
       throw InvalidArgument(cat("2-bit compression threshold ", spec.threshold, " must be > 0"));
     }
     if (!keys_.empty()) {
-      throw InvalidArgument("set gradient compression before the first init (MXNet's rule: keys "
-                            "are placed for compressed pushes at init)");
+      throw InvalidArgument(
+          "set gradient compression before the first init (MXNet's rule: keys "
+          "are placed for compressed pushes at init)");
     }
     compress_ = spec.type == "2bit";
     threshold_ = spec.threshold;
     if (rank() == 0) {
-      command(ServerCommand::kSetGradientCompression,
-              encode_compression_params(compress_ ? kCompressionTwoBit : kCompressionNone, threshold_));
+      command(
+          ServerCommand::kSetGradientCompression,
+          encode_compression_params(compress_ ? kCompressionTwoBit : kCompressionNone, threshold_));
     }
     node_.barrier(kWorkerGroup, timeout_);
   }
@@ -199,7 +202,8 @@ class DistKVStore : public KVStore {
   const std::vector<Part>& known(int key, size_t count, const char* op) {
     auto it = keys_.find(key);
     if (it == keys_.end()) {
-      throw InvalidArgument(cat(op, " of key ", key, " before init(", key, ", ...): call init first"));
+      throw InvalidArgument(
+          cat(op, " of key ", key, " before init(", key, ", ...): call init first"));
     }
     return place(key, count, KVDType::kFloat32);
   }
@@ -207,7 +211,8 @@ class DistKVStore : public KVStore {
   KVHandle send_data(int key, const ConstValues* push, Values* pull, const char* op) {
     const size_t count = push ? push->count : pull->count;
     const KVDType dtype = push ? push->dtype : pull->dtype;
-    const auto& parts = std::string(op) == "init" ? place(key, count, dtype) : known(key, count, op);
+    const auto& parts =
+        std::string(op) == "init" ? place(key, count, dtype) : known(key, count, op);
     const bool compressed = compress_ && push && std::string(op) != "init";
     if (compressed && dtype != KVDType::kFloat32) {
       throw InvalidArgument(cat(op, " of key ", key, ": 2-bit compression takes float32 values"));
@@ -363,9 +368,9 @@ class DistKVStore : public KVStore {
   bool closed_ = false;
   bool compress_ = false;  // 2-bit (Note [2-bit compression])
   float threshold_ = 0.5f;
-  std::map<int, std::vector<float>> residual_;  // key -> error feedback
+  std::map<int, std::vector<float>> residual_;                // key -> error feedback
   std::map<int, std::pair<size_t, std::vector<Part>>> keys_;  // key -> (count, parts)
-  std::mutex mu_;  // guards pending_
+  std::mutex mu_;                                             // guards pending_
   std::map<int, Request> pending_;
   Endpoint node_;  // last: its receive thread ends before the members above go
 };

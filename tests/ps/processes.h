@@ -24,7 +24,6 @@ namespace dtrain::testing {
 using Clock = std::chrono::steady_clock;
 using Env = std::map<std::string, std::string>;
 
-
 struct Child {
   pid_t pid = -1;
   std::string name;
@@ -58,8 +57,8 @@ class Job {
     Child c;
     c.name = name;
     static int serial = 0;
-    c.log = ::testing::TempDir() + "ps_" + std::to_string(::getpid()) + "_" + std::to_string(serial++) +
-            "_" + name + ".log";
+    c.log = ::testing::TempDir() + "ps_" + std::to_string(::getpid()) + "_" +
+            std::to_string(serial++) + "_" + name + ".log";
     // Created here, not in the child, so the parent never reads a stale file.
     std::ofstream(c.log, std::ios::trunc).close();
     std::vector<std::string> vars;

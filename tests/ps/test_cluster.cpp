@@ -124,7 +124,9 @@ TEST(PsCluster, Float16PushesAndPullsRoundTrip) {
 TEST(PsCluster, TwoBitCompressedPushesSumWhatEachWorkersResidualReleases) {
   const int workers = 2, steps = 6;
   const size_t n = 100;  // split over both servers on multiples of 16 (bound 40)
-  auto grad_of = [](int rank, size_t i) { return 0.1f * float(i % 7) - 0.3f + 0.05f * float(rank); };
+  auto grad_of = [](int rank, size_t i) {
+    return 0.1f * float(i % 7) - 0.3f + 0.05f * float(rank);
+  };
   // Reference: each worker's quantizer, run here on its own residual.
   std::vector<std::vector<float>> want(steps, std::vector<float>(n, 0.0f));
   for (int r = 0; r < workers; ++r) {
@@ -145,7 +147,8 @@ TEST(PsCluster, TwoBitCompressedPushesSumWhatEachWorkersResidualReleases) {
     for (size_t i = 0; i < n; ++i) grad[i] = grad_of(kv.rank(), i);
     for (int step = 0; step < steps; ++step) {
       kv.pushpull(9, grad, out);
-      for (size_t i = 0; i < n; ++i) ASSERT_EQ(out[i], want[step][i]) << "step " << step << " element " << i;
+      for (size_t i = 0; i < n; ++i)
+        ASSERT_EQ(out[i], want[step][i]) << "step " << step << " element " << i;
     }
   });
 }
@@ -158,8 +161,9 @@ TEST(PsCluster, APushThatNoOtherWorkerMatchesTimesOutNamingTheKey) {
         kv.push_async(4, std::vector<float>(3, 1.0f)).wait(std::chrono::milliseconds(500));
         ADD_FAILURE() << "the round completed without worker 1";
       } catch (const TimeoutError& e) {
-        EXPECT_NE(std::string(e.what()).find("push of key 4 (on server 0) did not complete within 0.5 s"),
-                  std::string::npos)
+        EXPECT_NE(
+            std::string(e.what()).find("push of key 4 (on server 0) did not complete within 0.5 s"),
+            std::string::npos)
             << e.what();
       }
     }
@@ -202,7 +206,8 @@ TEST(PsCluster, WorkerStartedBeforeTheSchedulerWaitsForIt) {
   std::thread late_job([&] {
     try {
       std::this_thread::sleep_for(std::chrono::milliseconds(1500));
-      std::thread server([&] { ps::run_server(testing::node_options(ps::Role::kServer, port, 1, 1)); });
+      std::thread server(
+          [&] { ps::run_server(testing::node_options(ps::Role::kServer, port, 1, 1)); });
       ps::run_scheduler(testing::node_options(ps::Role::kScheduler, port, 1, 1));
       server.join();
     } catch (...) {

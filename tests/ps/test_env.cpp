@@ -20,8 +20,10 @@ EnvLookup lookup(const Env& env) {
 }
 
 Env worker_env() {
-  return {{"DMLC_ROLE", "worker"},       {"DMLC_PS_ROOT_URI", "127.0.0.1"},
-          {"DMLC_PS_ROOT_PORT", "9091"}, {"DMLC_NUM_SERVER", "2"},
+  return {{"DMLC_ROLE", "worker"},
+          {"DMLC_PS_ROOT_URI", "127.0.0.1"},
+          {"DMLC_PS_ROOT_PORT", "9091"},
+          {"DMLC_NUM_SERVER", "2"},
           {"DMLC_NUM_WORKER", "3"}};
 }
 

@@ -44,7 +44,8 @@ void kill_and_check(const std::string& victim, const std::string& named) {
     if (&c == target) continue;
     const std::string log = read_file(c.log);
     EXPECT_TRUE(WIFEXITED(c.status) && WEXITSTATUS(c.status) == 1) << c.name << ": " << log;
-    EXPECT_NE(log.find(named), std::string::npos) << c.name << " does not name " << named << ": " << log;
+    EXPECT_NE(log.find(named), std::string::npos)
+        << c.name << " does not name " << named << ": " << log;
   }
 }
 
@@ -70,7 +71,8 @@ TEST(PsFailure, AFinishedJobEndsEveryProcessWithZero) {
   }
   ASSERT_TRUE(job.wait_all(std::chrono::seconds(60)));
   for (const auto& c : job.children()) {
-    EXPECT_TRUE(WIFEXITED(c.status) && WEXITSTATUS(c.status) == 0) << c.name << ": " << read_file(c.log);
+    EXPECT_TRUE(WIFEXITED(c.status) && WEXITSTATUS(c.status) == 0)
+        << c.name << ": " << read_file(c.log);
   }
 }
 
@@ -84,8 +86,9 @@ TEST(PsFailure, BadDmlcVariablesAreOneLineAndExitTwo) {
   ASSERT_TRUE(job.wait_all(std::chrono::seconds(20)));
   const std::string log = read_file(c.log), log2 = read_file(c2.log);
   EXPECT_TRUE(WIFEXITED(c.status) && WEXITSTATUS(c.status) == 2) << log;
-  EXPECT_EQ(log, "ps_node: error: environment variable DMLC_PS_ROOT_URI is not set; set it as "
-                 "MXNet's launch.py or an MXJob does (docs/ps.md)\n");
+  EXPECT_EQ(log,
+            "ps_node: error: environment variable DMLC_PS_ROOT_URI is not set; set it as "
+            "MXNet's launch.py or an MXJob does (docs/ps.md)\n");
   EXPECT_TRUE(WIFEXITED(c2.status) && WEXITSTATUS(c2.status) == 2) << log2;
   EXPECT_NE(log2.find("DMLC_NUM_SERVER=0"), std::string::npos) << log2;
   EXPECT_EQ(std::count(log2.begin(), log2.end(), '\n'), 1) << log2;

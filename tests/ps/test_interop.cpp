@@ -24,7 +24,8 @@ std::string pslite_binary() {
 void run_mixed(bool pslite_scheduler, bool pslite_servers, bool pslite_workers, int servers,
                int workers) {
   const std::string pslite = pslite_binary();
-  if (pslite.empty()) GTEST_SKIP() << "set DTRAIN_PSLITE_TEST_KV_APP to a locally built ps-lite tests/test_kv_app";
+  if (pslite.empty())
+    GTEST_SKIP() << "set DTRAIN_PSLITE_TEST_KV_APP to a locally built ps-lite tests/test_kv_app";
   const std::string node = std::string(DTRAIN_BINARY_DIR) + "/tests/ps/ps_node";
   const int port = free_port();
   Job job;
@@ -35,22 +36,32 @@ void run_mixed(bool pslite_scheduler, bool pslite_servers, bool pslite_workers, 
     return e;
   };
   job.spawn("scheduler", env("scheduler"), pslite_scheduler ? pslite : node);
-  for (int s = 0; s < servers; ++s) job.spawn("server" + std::to_string(s), env("server"), pslite_servers ? pslite : node);
-  for (int w = 0; w < workers; ++w) job.spawn("worker" + std::to_string(w), env("worker"), pslite_workers ? pslite : node);
+  for (int s = 0; s < servers; ++s)
+    job.spawn("server" + std::to_string(s), env("server"), pslite_servers ? pslite : node);
+  for (int w = 0; w < workers; ++w)
+    job.spawn("worker" + std::to_string(w), env("worker"), pslite_workers ? pslite : node);
   ASSERT_TRUE(job.wait_all(std::chrono::seconds(60)));
   for (const auto& c : job.children()) {
-    EXPECT_TRUE(WIFEXITED(c.status) && WEXITSTATUS(c.status) == 0) << c.name << ": " << read_file(c.log);
+    EXPECT_TRUE(WIFEXITED(c.status) && WEXITSTATUS(c.status) == 0)
+        << c.name << ": " << read_file(c.log);
     if (pslite_workers && c.name.rfind("worker", 0) == 0) {
-      EXPECT_NE(read_file(c.log).find("error: 0, 0"), std::string::npos) << c.name << ": " << read_file(c.log);
+      EXPECT_NE(read_file(c.log).find("error: 0, 0"), std::string::npos)
+          << c.name << ": " << read_file(c.log);
     }
   }
 }
 
-TEST(PsInterop, PsLiteWorkersRunAgainstDtrainsSchedulerAndServers) { run_mixed(false, false, true, 2, 2); }
+TEST(PsInterop, PsLiteWorkersRunAgainstDtrainsSchedulerAndServers) {
+  run_mixed(false, false, true, 2, 2);
+}
 
-TEST(PsInterop, PsLiteServersAndWorkersRunUnderDtrainsScheduler) { run_mixed(false, true, true, 3, 2); }
+TEST(PsInterop, PsLiteServersAndWorkersRunUnderDtrainsScheduler) {
+  run_mixed(false, true, true, 3, 2);
+}
 
-TEST(PsInterop, DtrainServersAndWorkersRunUnderPsLitesScheduler) { run_mixed(true, false, false, 2, 3); }
+TEST(PsInterop, DtrainServersAndWorkersRunUnderPsLitesScheduler) {
+  run_mixed(true, false, false, 2, 3);
+}
 
 }  // namespace
 }  // namespace dtrain

@@ -26,7 +26,7 @@ TEST(PsProtocol, BarrierRequestEncodesAsPsLiteWritesIt) {
   m.timestamp = 5;
   m.control.cmd = Command::kBarrier;
   m.control.barrier_group = kWorkerGroup;
-  const std::string want = bytes({0x08}) + kEmptyVarint +            // head = kEmpty
+  const std::string want = bytes({0x08}) + kEmptyVarint +              // head = kEmpty
                            bytes({0x1a, 0x04, 0x08, 0x03, 0x18, 0x04,  // control{cmd 3, group 4}
                                   0x20, 0x01,                          // request
                                   0x28, 0x00, 0x30, 0x00,              // push, simple_app
@@ -65,10 +65,11 @@ TEST(PsProtocol, PushRequestPacksDataTypesAndCountsDataSize) {
   msg.add_data(&key, 1, DataType::kUint64);
   msg.add_data(vals, 16, DataType::kChar);
   msg.add_data(&len, 1, DataType::kInt32);
-  const std::string want = bytes({0x08, 0x05, 0x20, 0x01, 0x28, 0x01, 0x30, 0x00, 0x38, 0x00,
-                                  0x40, 0x07, 0x4a, 0x03, 0x08, 0x00, 0x03,  // data_type [8,0,3]
-                                  0x50, 0x00, 0x58, 0x1c,                    // data_size 28
-                                  0x60, 0x00, 0x68, 0x00});
+  const std::string want =
+      bytes({0x08, 0x05, 0x20, 0x01, 0x28, 0x01, 0x30, 0x00, 0x38,
+             0x00, 0x40, 0x07, 0x4a, 0x03, 0x08, 0x00, 0x03,  // data_type [8,0,3]
+             0x50, 0x00, 0x58, 0x1c,                          // data_size 28
+             0x60, 0x00, 0x68, 0x00});
   EXPECT_EQ(encode_meta(msg.meta), want);
 }
 
@@ -76,7 +77,8 @@ TEST(PsProtocol, NegativeInt32IsATenByteVarint) {
   Meta m;
   m.head = -1;
   const std::string enc = encode_meta(m);
-  EXPECT_EQ(enc.substr(0, 11), bytes({0x08, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01}));
+  EXPECT_EQ(enc.substr(0, 11),
+            bytes({0x08, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01}));
   std::string error;
   auto back = decode_meta(enc, &error);
   ASSERT_TRUE(back) << error;
@@ -124,8 +126,8 @@ TEST(PsProtocol, DecodingReversesEncodingOfEveryField) {
 
 TEST(PsProtocol, DecoderAcceptsFieldsOutOfOrderAndSkipsUnknownFields) {
   // timestamp 9, an unknown fixed32 field 20, an unknown string field 21, head 4.
-  const std::string in = bytes({0x40, 0x09, 0xa5, 0x01, 1, 2, 3, 4, 0xaa, 0x01, 0x02, 'h', 'i',
-                                0x08, 0x04});
+  const std::string in =
+      bytes({0x40, 0x09, 0xa5, 0x01, 1, 2, 3, 4, 0xaa, 0x01, 0x02, 'h', 'i', 0x08, 0x04});
   std::string error;
   auto d = decode_meta(in, &error);
   ASSERT_TRUE(d) << error;

@@ -19,7 +19,10 @@ struct Sent {
 class ServerHarness {
  public:
   explicit ServerHarness(int workers, int rank = 0, int servers = 1)
-      : server({rank, servers, workers}, [this](int to, const Message& m) { sent.push_back({to, m}); }),
+      : server({rank, servers, workers},
+               [this](int to, const Message& m) {
+                 sent.push_back({to, m});
+               }),
         begin(key_range_begin(rank, servers)) {}
 
   Message request(int worker, bool push, bool pull, int key, const std::vector<float>& vals) {
@@ -35,8 +38,8 @@ class ServerHarness {
     const uint64_t k = begin + static_cast<uint64_t>(key);
     m.add_data(&k, 1, DataType::kUint64);
     static const char kNothing = 0;
-    m.add_data(vals.empty() ? &kNothing : reinterpret_cast<const char*>(vals.data()), vals.size() * 4,
-               DataType::kChar);
+    m.add_data(vals.empty() ? &kNothing : reinterpret_cast<const char*>(vals.data()),
+               vals.size() * 4, DataType::kChar);
     if (push) {
       const int32_t len = static_cast<int32_t>(vals.size() * 4);
       m.add_data(&len, 1, DataType::kInt32);
@@ -185,11 +188,22 @@ TEST(PsServer, MutatedRequestsNeverCrashTheServer) {
   for (int i = 0; i < 5000; ++i) {
     Message m = h.request(rng() % 2, rng() % 2, rng() % 2, static_cast<int>(rng() % 3), {1, 2, 3});
     switch (rng() % 5) {
-      case 0: m.data[rng() % m.data.size()].resize(rng() % 20); break;
-      case 1: m.meta.head = static_cast<int>(rng()) - 1000; break;
-      case 2: m.meta.data_type.resize(rng() % 4, DataType::kOther); break;
-      case 3: m.data.resize(rng() % 5); break;
-      default: m.meta.simple_app = true; m.meta.head = static_cast<int>(rng() % 8); m.meta.body = "x";
+      case 0:
+        m.data[rng() % m.data.size()].resize(rng() % 20);
+        break;
+      case 1:
+        m.meta.head = static_cast<int>(rng()) - 1000;
+        break;
+      case 2:
+        m.meta.data_type.resize(rng() % 4, DataType::kOther);
+        break;
+      case 3:
+        m.data.resize(rng() % 5);
+        break;
+      default:
+        m.meta.simple_app = true;
+        m.meta.head = static_cast<int>(rng() % 8);
+        m.meta.body = "x";
     }
     h.server.handle(m);
   }
