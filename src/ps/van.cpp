@@ -1,5 +1,8 @@
 #include "ps/van.h"
 
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
 #include <zmq.h>
 
 #include <cerrno>
@@ -22,6 +25,20 @@ namespace {
 constexpr size_t kMaxFrames = 16;
 
 std::string zmq_error() { return zmq_strerror(zmq_errno()); }
+
+// `host` as a dotted IPv4 address ("localhost" -> "127.0.0.1"); "" if it
+// does not resolve.
+std::string numeric_ipv4(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  if (getaddrinfo(host.c_str(), nullptr, &hints, &res) != 0 || !res) return "";
+  char buf[INET_ADDRSTRLEN] = {};
+  inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(res->ai_addr)->sin_addr, buf, sizeof(buf));
+  freeaddrinfo(res);
+  return buf;
+}
 
 void close_socket(void* s, int linger) {
   zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof(linger));
@@ -49,12 +66,22 @@ int Van::bind(const std::string& host, int port) {
   receiver_ = zmq_socket(context_, ZMQ_ROUTER);
   if (!receiver_) throw DistError(cat("cannot create a ZeroMQ socket: ", zmq_error()));
   const std::string where = host.empty() ? "*" : host;
-  const std::string addr = port == 0 ? cat("tcp://", where, ":*") : cat("tcp://", where, ":", port);
-  if (zmq_bind(receiver_, addr.c_str()) != 0) {
-    throw StoreError(cat("cannot listen on ", where, ":", port, ": ", zmq_error(),
-                         port != 0 ? " (is another job or scheduler using the port? pick a free "
-                                     "DMLC_PS_ROOT_PORT)"
-                                   : ""));
+  // ZeroMQ binds interface names and addresses, not host names: resolve one.
+  const std::string ip = where == "*" ? where : numeric_ipv4(where);
+  const std::string addr = port == 0 ? cat("tcp://", ip, ":*") : cat("tcp://", ip, ":", port);
+  if (ip.empty() || zmq_bind(receiver_, addr.c_str()) != 0) {
+    const bool unresolved = ip.empty();
+    const int err = unresolved ? 0 : zmq_errno();
+    std::string why = unresolved ? std::string("the name does not resolve to an IPv4 address")
+                                 : std::string(zmq_strerror(err));
+    if (err == EADDRINUSE) {
+      why += " (another job or scheduler uses the port? pick a free DMLC_PS_ROOT_PORT)";
+    } else if (err == EADDRNOTAVAIL) {
+      why += cat(" (", ip,
+                 " is not an address of this machine; in Kubernetes set "
+                 "DMLC_USE_KUBERNETES=1 so the scheduler binds 0.0.0.0)");
+    }
+    throw StoreError(cat("cannot listen on ", where, ":", port, ": ", why));
   }
   char endpoint[256] = {};
   size_t len = sizeof(endpoint);

@@ -240,6 +240,55 @@ TEST(PsCluster, WorkerWithoutASchedulerFailsNamingTheAddressItTried) {
   }
 }
 
+TEST(PsCluster, AHostNameSchedulerAddressIsResolvedForBinding) {
+  const int port = testing::free_port();
+  auto opts = [&](ps::Role role) {
+    auto o = testing::node_options(role, port, 1, 1);
+    o.scheduler_host = "localhost";
+    return o;
+  };
+  std::exception_ptr err;
+  std::thread scheduler([&] {
+    try {
+      ps::run_scheduler(opts(ps::Role::kScheduler));
+    } catch (...) {
+      err = std::current_exception();
+    }
+  });
+  std::thread server([&] { ps::run_server(opts(ps::Role::kServer)); });
+  ps::JobConfig c;
+  c.node = opts(ps::Role::kWorker);
+  auto kv = ps::connect_worker(c, true, std::chrono::seconds(20));
+  kv->init(0, std::vector<float>{2});
+  kv->close();
+  scheduler.join();
+  server.join();
+  if (err) std::rethrow_exception(err);
+}
+
+TEST(PsCluster, WorkersGetTheRanksTheyAskForWithDmlcWorkerId) {
+  const int port = testing::free_port();
+  std::thread scheduler(
+      [&] { ps::run_scheduler(testing::node_options(ps::Role::kScheduler, port, 1, 3)); });
+  std::thread server([&] { ps::run_server(testing::node_options(ps::Role::kServer, port, 1, 3)); });
+  std::vector<int> ranks(3, -1);
+  std::vector<std::thread> workers;
+  for (int wish : {2, 0, 1}) {
+    workers.emplace_back([&, wish] {
+      ps::JobConfig c;
+      c.node = testing::node_options(ps::Role::kWorker, port, 1, 3);
+      c.node.worker_id = wish;
+      auto kv = ps::connect_worker(c, true, std::chrono::seconds(20));
+      ranks[wish] = kv->rank();
+      kv->close();
+    });
+  }
+  for (auto& t : workers) t.join();
+  scheduler.join();
+  server.join();
+  EXPECT_EQ(ranks, (std::vector<int>{0, 1, 2}));
+}
+
 TEST(PsCluster, SchedulerPortInUseIsNamed) {
   const int port = testing::free_port();
   int fd = ::socket(AF_INET, SOCK_STREAM, 0);
@@ -254,6 +303,8 @@ TEST(PsCluster, SchedulerPortInUseIsNamed) {
     FAIL() << "expected StoreError";
   } catch (const StoreError& e) {
     EXPECT_NE(std::string(e.what()).find(cat_port(port)), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("pick a free DMLC_PS_ROOT_PORT"), std::string::npos)
+        << e.what();
   }
   ::close(fd);
 }
