@@ -133,7 +133,8 @@ class KVStore {
   virtual int num_workers() const = 0;
 
   /// Sets key's initial value: rank 0's value is stored, then all workers
-  /// meet in a barrier. Every worker must call it with the same size.
+  /// meet in a barrier. Every worker must call it once per key, with the
+  /// same size; a second init of a key is InvalidArgument.
   virtual void init(int key, ConstValues value) = 0;
   virtual KVHandle push_async(int key, ConstValues grad) = 0;
   virtual KVHandle pull_async(int key, Values out) = 0;
@@ -151,7 +152,9 @@ class KVStore {
   /// after init, or a local store.
   virtual void set_gradient_compression(const GradientCompression& spec) = 0;
   /// Ends the job: a worker barrier, rank 0 stops the servers, a barrier of
-  /// every node. Called by the destructor when not called before.
+  /// every node. Called by the destructor when not called before, except
+  /// while an exception unwinds: then the worker just leaves, and the others
+  /// fail within the heartbeat timeout naming it rather than wait.
   virtual void close() = 0;
 
   void push(int key, ConstValues grad) { push_async(key, grad).wait(timeout()); }

@@ -10,6 +10,8 @@
 // in the command head (Note [MXNet's server]).
 #include <cmath>
 #include <cstring>
+#include <exception>
+#include <iostream>
 #include <map>
 
 #include "common/strings.h"
@@ -47,11 +49,29 @@ class DistKVStore : public KVStore {
     node_.barrier(kWorkerGroup, timeout_);
   }
 
+  // Note [Leaving on an exception]: destroyed while an exception unwinds
+  // (this worker failed), the store does not meet the others in close()'s
+  // barriers, which they would never reach; it just stops, so the scheduler
+  // sees its heartbeats end and fails the job within the heartbeat timeout,
+  // naming this worker, instead of every worker waiting out its timeout.
   ~DistKVStore() override {
+    if (std::uncaught_exceptions() > 0 && !closed_) {
+      log("leaving the job without close(): an exception is unwinding");
+      return;
+    }
     try {
       close();
     } catch (const std::exception& e) {
-      if (config_.node.log) config_.node.log(cat("kvstore close failed: ", e.what()));
+      log(cat("kvstore close failed: ", e.what()));
+    }
+  }
+
+  void log(const std::string& line) const {
+    const std::string text = cat("[dtrain ps ", node_.describe(), "] ", line);
+    if (config_.node.log) {
+      config_.node.log(text);
+    } else {
+      std::cerr << text << std::endl;
     }
   }
 
@@ -62,6 +82,7 @@ class DistKVStore : public KVStore {
 
   void init(int key, ConstValues value) override {
     check_open();
+    if (keys_.count(key)) throw InvalidArgument(cat("key ", key, " is already initialised"));
     place(key, value.count, value.dtype);
     if (rank() == 0) send_data(key, &value, nullptr, "init").wait(timeout_);
     node_.barrier(kWorkerGroup, timeout_);

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <functional>
 #include <numeric>
 
 #include "cluster.h"
@@ -174,6 +175,53 @@ TEST(PsCluster, APushThatNoOtherWorkerMatchesTimesOutNamingTheKey) {
     kv.pull(4, out);
     EXPECT_EQ(out, (std::vector<float>(3, 3.0f)));
   });
+}
+
+TEST(PsCluster, AWorkerFailingWithAnExceptionEndsTheJobForTheOthersNamingIt) {
+  const int port = testing::free_port();
+  auto opts = [&](ps::Role role) {
+    auto o = testing::node_options(role, port, 1, 2);
+    o.heartbeat_interval = std::chrono::milliseconds(200);
+    o.heartbeat_timeout = std::chrono::milliseconds(1000);
+    return o;
+  };
+  std::string scheduler_error, server_error, survivor_error;
+  auto catch_text = [](const std::function<void()>& fn, std::string* out) {
+    try {
+      fn();
+    } catch (const PeerLostError& e) {
+      *out = e.what();
+    }
+  };
+  std::thread scheduler([&] {
+    catch_text([&] { ps::run_scheduler(opts(ps::Role::kScheduler)); }, &scheduler_error);
+  });
+  std::thread server(
+      [&] { catch_text([&] { ps::run_server(opts(ps::Role::kServer)); }, &server_error); });
+  std::vector<std::thread> workers;
+  for (int w = 0; w < 2; ++w) {
+    workers.emplace_back([&, w] {
+      ps::JobConfig c;
+      c.node = opts(ps::Role::kWorker);
+      c.node.worker_id = w;
+      try {
+        auto kv = ps::connect_worker(c, true, std::chrono::seconds(30));
+        kv->init(0, std::vector<float>(2, 0.0f));
+        if (w == 1) throw std::runtime_error("worker 1's own bug");  // kv is destroyed unwinding
+        std::vector<float> out(2);
+        for (int step = 0; step < 1000; ++step) kv->pushpull(0, std::vector<float>(2, 1.0f), out);
+      } catch (const PeerLostError& e) {
+        survivor_error = e.what();
+      } catch (const std::runtime_error&) {
+      }
+    });
+  }
+  for (auto& t : workers) t.join();
+  scheduler.join();
+  server.join();
+  for (const std::string* text : {&survivor_error, &scheduler_error, &server_error}) {
+    EXPECT_NE(text->find("worker 1 (127.0.0.1:"), std::string::npos) << *text;
+  }
 }
 
 TEST(PsCluster, CreateRejectsUnknownTypesWithTheList) {
