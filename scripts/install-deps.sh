@@ -14,12 +14,13 @@ set -euo pipefail
 # libjpeg62-turbo-dev: libturbojpeg0-dev's CMake config (libjpeg-turbo::*)
 # refers to libjpeg.a/libjpeg.so from it, but does not depend on it.
 # libzmq3-dev: ZeroMQ, the parameter server's transport (ps-lite's wire
-# protocol runs on ROUTER/DEALER sockets; src/ps, docs/ps.md).
+# protocol runs on ROUTER/DEALER sockets; src/ps, docs/ps.md); pkgconf:
+# CMake finds libzmq through pkg-config.
 readonly BUILD_PACKAGES=(
   build-essential cmake ninja-build ccache clang-format
   libtorch-dev libgloo-dev libcli11-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  zlib1g-dev libturbojpeg0-dev libjpeg62-turbo-dev libpng-dev libzmq3-dev
+  zlib1g-dev libturbojpeg0-dev libjpeg62-turbo-dev libpng-dev libzmq3-dev pkgconf
 )
 # Run time, data and the tests: the dataset, the PyTorch peer for the
 # benchmark, process and network tools, MPI and etcd for the launcher's
