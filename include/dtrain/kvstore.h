@@ -11,7 +11,7 @@
 //   kv->init(0, weights);                             // rank 0's value wins
 //   kv->set_optimizer(dtrain::OptimizerSpec::parse("sgd lr=0.1 momentum=0.9"));
 //   for (...) { kv->pushpull(0, grad, weights); }     // blocking, with timeout
-//   kv->close();                                      // end of the job
+//   kv->close();                                      // this worker is done
 //
 // Thread safety: a KVStore may be used from one thread at a time; handles
 // may be waited on from any thread. Blocking: every call that waits has a
@@ -151,10 +151,14 @@ class KVStore {
   /// Throws InvalidArgument for an unknown type, a threshold <= 0, a call
   /// after init, or a local store.
   virtual void set_gradient_compression(const GradientCompression& spec) = 0;
-  /// Ends the job: a worker barrier, rank 0 stops the servers, a barrier of
-  /// every node. Called by the destructor when not called before, except
-  /// while an exception unwinds: then the worker just leaves, and the others
-  /// fail within the heartbeat timeout naming it rather than wait.
+  /// Leaves the job: the servers and the scheduler stop counting this
+  /// worker (so workers that run longer, e.g. an uneven last epoch, are not
+  /// held up), rank 0 sends MXNet's stop command, and the worker waits in
+  /// the final barrier until every node has finished (bounded by failure
+  /// detection, not by `timeout`). Pending handles must be waited on first.
+  /// Called by the destructor when not called before, except while an
+  /// exception unwinds: then the worker just leaves, and the others fail
+  /// within the heartbeat timeout naming it rather than wait.
   virtual void close() = 0;
 
   void push(int key, ConstValues grad) { push_async(key, grad).wait(timeout()); }

@@ -19,6 +19,9 @@ constexpr Millis kTick{50};
 constexpr Millis kWaitLogPeriod{5000};
 // The body prefix of a TERMINATE that reports a dead node.
 constexpr std::string_view kLostPrefix = "dtrain-lost: ";
+// The body of a worker's HEARTBEAT that says it has finished (Note [Leaving
+// early]); ps-lite's scheduler takes it for a plain heartbeat.
+constexpr std::string_view kLeaveBody = "dtrain-leave";
 // The body prefix of a worker's requested rank in ADD_NODE.
 constexpr std::string_view kWorkerIdPrefix = "dtrain-worker-id=";
 
@@ -180,6 +183,16 @@ void Endpoint::barrier(int group, Millis timeout) {
 }
 
 bool Endpoint::send(int recver, const Message& msg) { return van_.send(recver, msg); }
+
+void Endpoint::leave_worker_group() {
+  Message note;
+  note.meta.control.cmd = Command::kHeartbeat;
+  note.meta.control.node.push_back(
+      NodeInfo{options_.role, my_id_, options_.host, bound_port_, false, 0});
+  note.meta.body = std::string(kLeaveBody);
+  note.meta.timestamp = new_timestamp();
+  van_.send(kScheduler, note);
+}
 
 void Endpoint::finish() {
   std::lock_guard<std::mutex> lock(mu_);
@@ -373,7 +386,15 @@ void Endpoint::handle_barrier(Message& msg) {
     return log(
         cat("dropped a barrier request for group ", group, " from ", describe(msg.meta.sender)));
   }
-  if (++barrier_count_[group] < group_size(group)) return;
+  ++barrier_count_[group];
+  try_release(group, msg.meta.app_id, msg.meta.customer_id);
+}
+
+void Endpoint::try_release(int group, int app_id, int customer_id) {
+  // Workers that left (Note [Leaving early]) no longer count in the worker
+  // group's barriers; every node still joins the final barrier of all groups.
+  const int departed = group == kWorkerGroup ? static_cast<int>(departed_.size()) : 0;
+  if (barrier_count_[group] == 0 || barrier_count_[group] < group_size(group) - departed) return;
   barrier_count_[group] = 0;
   if (group == kAllGroups && ++all_barriers_done_ == 2) {
     // The final barrier: the job is ending, silence is no longer death.
@@ -382,11 +403,12 @@ void Endpoint::handle_barrier(Message& msg) {
   }
   Message res;
   res.meta.request = false;
-  res.meta.app_id = msg.meta.app_id;
-  res.meta.customer_id = msg.meta.customer_id;
+  res.meta.app_id = app_id;
+  res.meta.customer_id = customer_id;
   res.meta.control.cmd = Command::kBarrier;
   res.meta.control.barrier_group = group;
   for (int id : group_ids(group)) {
+    if (group == kWorkerGroup && departed_.count(id)) continue;
     res.meta.timestamp = new_timestamp();
     van_.send(id, res);
   }
@@ -398,6 +420,11 @@ void Endpoint::handle_heartbeat(Message& msg) {
     return;
   }
   if (!known(msg.meta.sender)) return;
+  if (msg.meta.body == kLeaveBody && is_worker_id(msg.meta.sender)) {
+    departed_.insert(msg.meta.sender);
+    log(cat(describe(msg.meta.sender), " has finished; worker barriers go on without it"));
+    try_release(kWorkerGroup, 0, 0);
+  }
   Message ack;
   ack.meta.control.cmd = Command::kHeartbeat;
   {

@@ -17,6 +17,16 @@
 // (group 7) after which it stops: the scheduler and servers end when every
 // worker has finished.
 //
+// Note [Leaving early]
+// A worker that finishes while others still train (an uneven last epoch)
+// must not hang them. Its close() tells every server (command
+// kWorkerLeaving, a dtrain extension ps-lite's and MXNet's servers just
+// acknowledge), which from then on complete sync rounds with one push fewer,
+// and the scheduler (a HEARTBEAT with body "dtrain-leave", which ps-lite's
+// scheduler takes for a plain heartbeat), whose worker-group barriers then
+// count one worker fewer. The worker then waits in the final barrier of all
+// groups, heartbeating, until the last worker closes.
+//
 // Note [Failure detection]
 // ps-lite sends no heartbeats by default and never notices a dead node.
 // Here every non-scheduler node sends HEARTBEAT to the scheduler every
@@ -38,6 +48,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -100,6 +111,11 @@ class Endpoint {
   /// PeerLostError when a node dies. One barrier at a time per node.
   void barrier(int group, Millis timeout);
 
+  /// Worker: tells the scheduler this worker has finished, so the remaining
+  /// workers' barriers no longer wait for it (Note [Leaving early]). The
+  /// worker must still join the final barrier of all groups.
+  void leave_worker_group();
+
   /// Queues a message to node `recver`. False if there is no such peer.
   bool send(int recver, const Message& msg);
 
@@ -135,7 +151,8 @@ class Endpoint {
   void fail(const std::string& why);
   void log(const std::string& line) const;
   int group_size(int group) const;
-  bool known(int id) const;  // in the node table
+  bool known(int id) const;                                  // in the node table
+  void try_release(int group, int app_id, int customer_id);  // scheduler
   std::vector<int> group_ids(int group) const;
 
   NodeOptions options_;
@@ -160,6 +177,7 @@ class Endpoint {
   // Receive-thread state.
   std::vector<std::pair<NodeInfo, int>> pending_;  // scheduler: ADD_NODEs, requested rank
   std::map<int, int> barrier_count_;               // scheduler: group -> arrivals
+  std::set<int> departed_;                         // scheduler: workers that have finished
   std::atomic<int> registered_{0};                 // scheduler: pending_.size(), for messages
   std::map<int, std::chrono::steady_clock::time_point> last_seen_;  // scheduler: heartbeating nodes
   std::chrono::steady_clock::time_point last_ack_{};                // others

@@ -127,6 +127,14 @@ void KVServer::handle_command(const Message& msg) {
     case ServerCommand::kSyncMode:
       sync_ = true;
       break;
+    case ServerCommand::kWorkerLeaving:
+      if (is_worker_id(m.sender)) departed_.insert(m.sender);
+      for (auto& [key, buf] : updates_) {
+        if (!buf.requests.empty() && static_cast<int>(buf.requests.size()) >= active_workers()) {
+          complete_round(key);
+        }
+      }
+      break;
     case ServerCommand::kSetGradientCompression: {
       int type = 0;
       float threshold = threshold_;
@@ -266,7 +274,11 @@ void KVServer::accept_push(const Meta& m, int key, uint64_t ps_key, int dtype,
     for (size_t i = 0; i < recved.size(); ++i) buf.merged[i] += recved[i];
   }
   buf.requests.push_back(Pending{m, ps_key, dtype});
-  if (static_cast<int>(buf.requests.size()) < options_.num_workers) return;
+  if (static_cast<int>(buf.requests.size()) >= active_workers()) complete_round(key);
+}
+
+void KVServer::complete_round(int key) {
+  UpdateBuf& buf = updates_[key];
   apply(key, buf.merged, true);
   std::vector<Pending> done = std::move(buf.requests);
   buf.requests.clear();

@@ -34,6 +34,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -56,6 +57,8 @@ enum class ServerCommand : int {
   kStopServer = 2,
   kSyncMode = 3,
   kSetGradientCompression = 4,
+  /// dtrain's extension: the sending worker has finished (Note [Leaving early]).
+  kWorkerLeaving = 100,
 };
 constexpr int kMshadowFloat32 = 0;
 constexpr int kMshadowFloat16 = 2;
@@ -105,6 +108,8 @@ class KVServer {
   bool request_type_ok(int head, int* request_type, int* dtype) const;
   void accept_push(const Meta& m, int key, uint64_t ps_key, int dtype, std::vector<float> recved);
   void apply(int key, const std::vector<float>& update, bool sum_round);
+  int active_workers() const { return options_.num_workers - static_cast<int>(departed_.size()); }
+  void complete_round(int key);
   void respond(const Meta& req, uint64_t ps_key, int dtype, bool with_data);
   void refuse(const Meta& req, const std::string& why);
 
@@ -120,6 +125,7 @@ class KVServer {
   std::unordered_map<int, std::vector<float>> momentum_;
   std::unordered_map<int, UpdateBuf> updates_;
   std::unordered_map<uint64_t, float> default_store_;  // ps-lite's default handle
+  std::set<int> departed_;  // workers that have finished (Note [Leaving early])
 };
 
 }  // namespace dtrain::ps

@@ -150,13 +150,25 @@ class DistKVStore : public KVStore {
     node_.barrier(kWorkerGroup, timeout_);
   }
 
+  // Note [Leaving early] (endpoint.h): the servers and the scheduler stop
+  // counting this worker, then it waits for the others in the final barrier
+  // (bounded by the others' progress: failure detection, not a timeout).
   void close() override {
     if (closed_) return;
     closed_ = true;
     node_.check_failure();
-    node_.barrier(kWorkerGroup, timeout_);
-    if (rank() == 0) command(ServerCommand::kStopServer, "");
-    node_.barrier(kAllGroups, timeout_);
+    try {
+      command(ServerCommand::kWorkerLeaving, "");
+    } catch (const TimeoutError&) {
+      throw;
+    } catch (const PeerLostError&) {
+      throw;
+    } catch (const DistError& e) {  // a server without the extension: leave as before
+      log(cat("a server refused the early-leave notice (", e.what(), ")"));
+    }
+    node_.leave_worker_group();
+    if (rank() == 0) command(ServerCommand::kStopServer, "");  // MXNet's servers need it
+    node_.barrier(kAllGroups, Millis::max());
     node_.finish();
   }
 

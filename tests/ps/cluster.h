@@ -8,6 +8,7 @@
 
 #include <exception>
 #include <functional>
+#include <iostream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -81,6 +82,16 @@ inline void run_job(int servers, int workers, bool sync, size_t bigarray_bound,
     });
   }
   for (auto& t : threads) t.join();
+  // Every node's failure, for the log; the first one is rethrown.
+  for (size_t i = 0; i < errors.size(); ++i) {
+    if (!errors[i]) continue;
+    try {
+      std::rethrow_exception(errors[i]);
+    } catch (const std::exception& e) {
+      std::cerr << "node " << i << " (0 scheduler, then servers, then workers): " << e.what()
+                << std::endl;
+    }
+  }
   for (auto& e : errors) {
     if (e) std::rethrow_exception(e);
   }

@@ -224,6 +224,24 @@ TEST(PsCluster, AWorkerFailingWithAnExceptionEndsTheJobForTheOthersNamingIt) {
   }
 }
 
+TEST(PsCluster, AWorkerThatFinishesEarlyDoesNotHangTheOthers) {
+  // Rank 0 runs 5 steps, ranks 1 and 2 run 6 (an uneven last epoch). Round k
+  // sums the pushes of the workers still running: r + 1 from each.
+  run_job(2, 3, true, 50, [&](KVStore& kv) {
+    kv.init(1, std::vector<float>(80, 0.0f));  // split over both servers
+    std::vector<float> out(80);
+    auto steps_of = [](int rank) { return rank == 0 ? 5 : 6; };
+    const int steps = steps_of(kv.rank());
+    for (int k = 0; k < steps; ++k) {
+      kv.pushpull(1, std::vector<float>(80, float(kv.rank() + 1)), out);
+      float want = 0;
+      for (int r = 0; r < 3; ++r) want += steps_of(r) > k ? float(r + 1) : 0.0f;
+      for (float v : out) ASSERT_EQ(v, want) << "rank " << kv.rank() << " step " << k;
+    }
+    if (kv.rank() > 0) kv.barrier();  // the workers still running meet without rank 0
+  });
+}
+
 TEST(PsCluster, CreateRejectsUnknownTypesWithTheList) {
   try {
     KVStore::create("dist_snyc");
