@@ -27,6 +27,9 @@ readonly BUILD_PACKAGES=(
 # later rendezvous back ends, debootstrap for the trixie (LibTorch 2.6) stage.
 readonly RUN_PACKAGES=(
   dataset-fashion-mnist python3-torch python3-torchvision python3-numpy
+  # python3-jsonschema, python3-yaml: tests/deploy validates deploy/kubernetes
+  # against the operators' CRD schemas (strict JSON Schema validation).
+  python3-jsonschema python3-yaml
   hyperfine iproute2 procps etcd-server openmpi-bin libopenmpi-dev debootstrap
 )
 readonly PACKAGES=("${BUILD_PACKAGES[@]}" "${RUN_PACKAGES[@]}")
