@@ -6,7 +6,12 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <sys/wait.h>
+
 #include <algorithm>
+#include <csignal>
+#include <filesystem>
+#include <sstream>
 
 #include <CLI/CLI.hpp>
 
@@ -85,6 +90,65 @@ TEST(PsLaunch, PsServersOnSeveralNodesIsRefusedNamingTheAlternative) {
   o.command = {"true"};
   EXPECT_THAT([&] { launch(o); },
               ::testing::ThrowsMessage<InvalidArgument>(HasSubstr("one node only")));
+}
+
+/// The pids whose parent is `parent` (from /proc/<pid>/stat).
+std::vector<int> children_of(int parent) {
+  std::vector<int> pids;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::string stat = testing::read_file(entry.path().string() + "/stat");
+    auto close = stat.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream rest(stat.substr(close + 2));
+    std::string state;
+    int ppid = 0;
+    rest >> state >> ppid;
+    if (ppid == parent && state != "Z") pids.push_back(std::stoi(name));
+  }
+  return pids;
+}
+
+TEST(PsLaunch, SigtermToTheLauncherStopsTheSchedulerServersAndWorkersAndExits143) {
+  TempDir dir;
+  WorkerRun run(dir, 2, {});
+  run.options.ps_servers = 1;
+  run.options.handle_signals = true;
+  run.options.command = ps_node_command({"PS_NODE_STEPS=0"});  // train until stopped
+  const int launcher = ::fork();
+  if (launcher == 0) {
+    int code = 70;
+    try {
+      code = launch(run.options).exit_code();
+    } catch (...) {
+    }
+    ::_exit(code);
+  }
+  std::vector<int> pids;  // 2 workers, the scheduler and the server
+  bool running = testing::eventually(
+      [&] {
+        pids = children_of(launcher);
+        return pids.size() == 4 && run.err().find("worker 1 running") != std::string::npos;
+      },
+      std::chrono::seconds(20));
+  if (!running) ::kill(launcher, SIGKILL);
+  ASSERT_TRUE(running) << run.err();
+  ::kill(launcher, SIGTERM);
+  int status = 0;
+  bool ended = testing::eventually([&] { return ::waitpid(launcher, &status, WNOHANG) == launcher; },
+                                   std::chrono::seconds(15));
+  if (!ended) {
+    ::kill(launcher, SIGKILL);
+    ::waitpid(launcher, &status, 0);
+  }
+  ASSERT_TRUE(ended) << "the launcher did not exit after SIGTERM";
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 128 + SIGTERM);
+  for (int pid : pids) {
+    EXPECT_TRUE(testing::eventually([&] { return !process_alive(pid); }, std::chrono::seconds(5)))
+        << "pid " << pid << " outlived the launcher";
+  }
 }
 
 /// Parses `args` as `dtrain run ...` and returns the exit code the callback stored.
