@@ -13,11 +13,14 @@ set -euo pipefail
 # (libprotobuf-dev, libgoogle-glog-dev, libgflags-dev, python3-dev).
 # libjpeg62-turbo-dev: libturbojpeg0-dev's CMake config (libjpeg-turbo::*)
 # refers to libjpeg.a/libjpeg.so from it, but does not depend on it.
+# libzmq3-dev: ZeroMQ, the parameter server's transport (ps-lite's wire
+# protocol runs on ROUTER/DEALER sockets; src/ps, docs/ps.md); pkgconf:
+# CMake finds libzmq through pkg-config.
 readonly BUILD_PACKAGES=(
   build-essential cmake ninja-build ccache clang-format
   libtorch-dev libgloo-dev libcli11-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  zlib1g-dev libturbojpeg0-dev libjpeg62-turbo-dev libpng-dev
+  zlib1g-dev libturbojpeg0-dev libjpeg62-turbo-dev libpng-dev libzmq3-dev pkgconf
 )
 # Run time, data and the tests: the dataset, the PyTorch peer for the
 # benchmark, process and network tools, MPI and etcd for the launcher's
@@ -25,6 +28,9 @@ readonly BUILD_PACKAGES=(
 # torch wheel of the LibTorch 2.x stage (scripts/cuda-torch.sh).
 readonly RUN_PACKAGES=(
   dataset-fashion-mnist python3-torch python3-torchvision python3-numpy
+  # python3-jsonschema, python3-yaml: tests/deploy validates deploy/kubernetes
+  # against the operators' CRD schemas (strict JSON Schema validation).
+  python3-jsonschema python3-yaml
   hyperfine iproute2 procps etcd-server openmpi-bin libopenmpi-dev python3-venv
 )
 readonly PACKAGES=("${BUILD_PACKAGES[@]}" "${RUN_PACKAGES[@]}")

@@ -121,10 +121,28 @@ struct LaunchOptions {
   /// once) and the result reports the signal. At most one launch() with this
   /// set may run at a time in a process (the signal self-pipe is global).
   bool handle_signals = true;
+
+  /// A parameter-server job on this node (MXNet's `tools/launch.py
+  /// --launcher local`): besides the nproc_per_node workers, start one
+  /// scheduler and ps_servers servers, each running `command` (as in MXNet,
+  /// the same program serves every role: KVStore::create serves the
+  /// scheduler and server roles). Every process gets DMLC_PS_ROOT_URI=
+  /// 127.0.0.1, DMLC_PS_ROOT_PORT (a free port, fresh each round),
+  /// DMLC_NUM_SERVER=ps_servers, DMLC_NUM_WORKER=nproc_per_node and
+  /// DMLC_ROLE; workers also get DMLC_WORKER_ID=RANK and the torchrun
+  /// variables. The scheduler and servers are watched like workers (output
+  /// tagged "[scheduler]: " / "[server<r>]: ", a failure stops the group and
+  /// is named as the root cause, restarts restart them too). 0: none.
+  /// REQUIRES: >= 0; > 0 only on a single node (max_nodes == 1).
+  int ps_servers = 0;
 };
 
 /// How one worker ended.
 struct WorkerExit {
+  /// "worker", or "scheduler" / "server" for the nodes of a
+  /// parameter-server job (LaunchOptions::ps_servers); rank is then the
+  /// server's rank (0 for the scheduler) and local_rank -1.
+  std::string role = "worker";
   int rank = -1;
   int local_rank = -1;
   int pid = -1;
@@ -179,7 +197,9 @@ struct LaunchResult {
   int exit_code() const;
   /// Human-readable lines, empty on success: one per worker that failed or was
   /// stopped ("worker rank 1 (pid 4242) failed: exit code 3"), then the root
-  /// cause ("root cause: worker rank 1 (pid 4242) failed first: exit code 3")
+  /// cause ("root cause: worker rank 1 (pid 4242) failed first: exit code 3";
+  /// in a parameter-server job "scheduler (pid …)" / "server 1 (pid …)" name
+  /// those roles and the others are counted as "other process(es) stopped")
   /// or the launcher's signal.
   std::vector<std::string> summary() const;
 };

@@ -4,7 +4,8 @@
 //              [--rdzv-backend static|c10d|etcd] [--rdzv-endpoint HOST:PORT]
 //              [--rdzv-id ID] [--rdzv-conf K=V,...] [--max-restarts K]
 //              [--node-rank R] [--master-addr A] [--master-port P]
-//              [--log-dir DIR] [--monitor-interval S] -- PROGRAM [ARGS...]
+//              [--log-dir DIR] [--monitor-interval S] [--ps-servers S]
+//              -- PROGRAM [ARGS...]
 //
 // torchrun's spellings are accepted (--nproc_per_node, --master_port, ...), as
 // are the PET_* environment variables Kubeflow sets. The program may also
@@ -173,6 +174,12 @@ void add_run_command(CLI::App& root, int* exit_code) {
                   "Also write each worker's output and error record to "
                   "DIR/<run id>/attempt_<n>/<local rank>/")
       ->envname("PET_LOG_DIR");
+  cmd->add_option("--ps-servers,--ps_servers", o.ps_servers,
+                  "Parameter-server job on this node (MXNet's launch.py --launcher local): also "
+                  "start a scheduler and S servers running PROGRAM with DMLC_ROLE, "
+                  "DMLC_PS_ROOT_URI/PORT, DMLC_NUM_SERVER/WORKER set; 0: none")
+      ->check(at_least(0))
+      ->capture_default_str();
   // CLI11 (2.1) hands "--" back to the parent app unless a positional is still
   // open; this one rejects every value, so it never consumes an argument and
   // prefix_command() leaves "--" and the program in remaining().

@@ -25,6 +25,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <csignal>
 #include <filesystem>
 #include <system_error>
@@ -68,10 +69,11 @@ class TempDir {
   std::string path_;
 };
 
-/// <root>/<run_id>/attempt_<n>/<local_rank>, created.
+/// <root>/<run_id>/attempt_<n>/<name>, created; name is the local rank, or
+/// "scheduler" / "server<r>" in a parameter-server job.
 std::string attempt_dir(const std::string& root, const std::string& run_id, int attempt,
-                        int local_rank) {
-  fs::path dir = fs::path(root) / run_id / cat("attempt_", attempt) / std::to_string(local_rank);
+                        const std::string& name) {
+  fs::path dir = fs::path(root) / run_id / cat("attempt_", attempt) / name;
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) throw Error(cat("cannot create the log directory '", dir.string(), "': ", ec.message()));
@@ -150,11 +152,38 @@ struct RoundPlan {
   std::vector<std::string> error_files;  // by local rank
 };
 
+/// Adds one process to `plan`: its log directory, error file and output logs.
+void add_spec(RoundPlan& plan, WorkerSpec spec, const LaunchOptions& o, int attempt,
+              const std::string& error_root, const std::string& dir_name) {
+  const std::string dir =
+      attempt_dir(o.log_dir.value_or(error_root), o.log_dir ? o.run_id : "", attempt, dir_name);
+  const std::string error_file = dir + "/error.json";
+  std::error_code ec;
+  fs::remove(error_file, ec);  // a stale record must not be taken for this round's
+  spec.process.env.push_back(cat("TORCHELASTIC_ERROR_FILE=", error_file));
+  if (o.log_dir) {
+    spec.stdout_log = dir + "/stdout.log";
+    spec.stderr_log = dir + "/stderr.log";
+  }
+  plan.error_files.push_back(error_file);
+  plan.specs.push_back(std::move(spec));
+}
+
+// Note [Parameter-server job]
+// With ps_servers > 0 a round also runs MXNet's scheduler and servers, as
+// `tools/launch.py --launcher local` does: the same command in every process,
+// told its role by DMLC_ROLE. They join the worker group after the workers
+// (so exits[i] is still local rank i for the workers) and are supervised
+// exactly like them: one failure stops everyone and is the root cause; a
+// restart restarts the whole job on a fresh scheduler port (the servers'
+// state is not kept across rounds: workers init their keys again).
 RoundPlan plan_round(const LaunchOptions& o, const std::string& program,
                      const std::vector<std::string>& base, const RendezvousInfo& info,
                      int attempt, int restarts, const std::string& error_root) {
   RoundPlan plan;
   JobInfo job{info.master_addr, info.master_port, o.run_id};
+  PsJob ps{0, o.ps_servers, o.nproc_per_node};
+  if (o.ps_servers > 0) ps.scheduler_port = pick_free_port();
   for (int local_rank = 0; local_rank < o.nproc_per_node; ++local_rank) {
     WorkerIdentity who;
     who.local_rank = local_rank;
@@ -170,19 +199,22 @@ RoundPlan plan_round(const LaunchOptions& o, const std::string& program,
     spec.local_rank = local_rank;
     spec.process.path = program;
     spec.process.argv = o.command;
-    const std::string dir = attempt_dir(o.log_dir.value_or(error_root),
-                                        o.log_dir ? o.run_id : "", attempt, local_rank);
-    const std::string error_file = dir + "/error.json";
-    std::error_code ec;
-    fs::remove(error_file, ec);  // a stale record must not be taken for this round's
     spec.process.env = worker_environment(base, who, job);
-    spec.process.env.push_back(cat("TORCHELASTIC_ERROR_FILE=", error_file));
-    if (o.log_dir) {
-      spec.stdout_log = dir + "/stdout.log";
-      spec.stderr_log = dir + "/stderr.log";
+    if (o.ps_servers > 0) {
+      spec.process.env = ps_environment(spec.process.env, ps, "worker", who.rank);
     }
-    plan.error_files.push_back(error_file);
-    plan.specs.push_back(std::move(spec));
+    add_spec(plan, std::move(spec), o, attempt, error_root, std::to_string(local_rank));
+  }
+  for (int r = -1; r < o.ps_servers && o.ps_servers > 0; ++r) {
+    WorkerSpec spec;
+    spec.role = r < 0 ? "scheduler" : "server";
+    spec.rank = std::max(r, 0);
+    spec.local_rank = -1;
+    spec.process.path = program;
+    spec.process.argv = o.command;
+    spec.process.env = ps_environment(base, ps, spec.role, spec.rank);
+    const std::string name = r < 0 ? spec.role : cat(spec.role, r);
+    add_spec(plan, std::move(spec), o, attempt, error_root, name);
   }
   return plan;
 }
@@ -363,7 +395,8 @@ LaunchResult launch(const LaunchOptions& raw_options, ProcessControl& control) {
     if (decision.record_failure) {
       const WorkerExit& rc = *result.root_cause;
       best_effort([&] {
-        rdzv->record_failure(cat("worker rank ", rc.rank, " on node ", info.node_rank, " (",
+        const std::string who = rc.role == "worker" ? "worker rank " : rc.role + " ";
+        rdzv->record_failure(cat(who, rc.rank, " on node ", info.node_rank, " (",
                                  rc.node_addr.empty() ? "local" : rc.node_addr, ", pid ", rc.pid,
                                  ") failed: ", rc.describe(),
                                  rc.error_message.empty() ? "" : ": " + first_line(rc.error_message)));
@@ -381,7 +414,9 @@ LaunchResult launch(const LaunchOptions& raw_options, ProcessControl& control) {
         for (const auto& line : result.summary()) result.recovered_failures.push_back(line);
         if (decision.counts_restart) ++result.restarts;
         note(o.stderr_fd,
-             cat("worker rank ", result.root_cause->rank, " failed (", result.root_cause->describe(),
+             cat(result.root_cause->role == "worker" ? "worker rank "
+                                                     : result.root_cause->role + " ",
+                 result.root_cause->rank, " failed (", result.root_cause->describe(),
                  facts.node_lost ? ") after a node of the round was lost; restarting the group "
                                    "without spending a restart ("
                                  : "); restarting the group (restart ",

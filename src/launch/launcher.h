@@ -63,6 +63,25 @@ bool sets_omp_num_threads(const std::vector<std::string>& base, int local_world_
 std::vector<std::string> worker_environment(const std::vector<std::string>& base,
                                             const WorkerIdentity& worker, const JobInfo& job);
 
+/// Where the nodes of a parameter-server job (LaunchOptions::ps_servers)
+/// meet: the scheduler's port on 127.0.0.1 and the job's size.
+struct PsJob {
+  int scheduler_port = 0;
+  int num_servers = 0;
+  int num_workers = 0;
+};
+
+/// `base` with MXNet's variables for one node of `job` set (replacing
+/// entries with the same names): DMLC_ROLE=`role` ("scheduler", "server" or
+/// "worker"), DMLC_PS_ROOT_URI=127.0.0.1, DMLC_PS_ROOT_PORT,
+/// DMLC_NUM_SERVER, DMLC_NUM_WORKER, and for a worker DMLC_WORKER_ID=`rank`.
+std::vector<std::string> ps_environment(const std::vector<std::string>& base, const PsJob& job,
+                                        const std::string& role, int rank);
+
+/// A TCP port on 127.0.0.1 that was free a moment ago (bind to port 0, then
+/// close). Throws Error when no socket can be bound.
+int pick_free_port();
+
 /// This process's environment as "KEY=VALUE" entries.
 std::vector<std::string> current_environment();
 

@@ -1,6 +1,9 @@
 // The torchrun worker environment (shared/CONTRACTS.md) and the resolution of
 // the launcher's options.
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cctype>
@@ -25,6 +28,20 @@ std::string generate_run_id() {
     id += hex[rd() % 16];
   }
   return id;
+}
+
+/// `base` with `vars` set: entries with the same names are replaced.
+std::vector<std::string> set_variables(const std::vector<std::string>& base,
+                                       const std::map<std::string, std::string>& vars) {
+  std::vector<std::string> env;
+  env.reserve(base.size() + vars.size());
+  for (const auto& entry : base) {
+    auto eq = entry.find('=');
+    if (eq != std::string::npos && vars.count(entry.substr(0, eq))) continue;
+    env.push_back(entry);
+  }
+  for (const auto& [key, value] : vars) env.push_back(cat(key, "=", value));
+  return env;
 }
 
 }  // namespace
@@ -56,6 +73,15 @@ LaunchOptions resolve_launch_options(const LaunchOptions& options) {
   }
   if (o.max_restarts < 0) {
     throw InvalidArgument(cat("--max-restarts must not be negative, got ", o.max_restarts));
+  }
+  if (o.ps_servers < 0) {
+    throw InvalidArgument(cat("--ps-servers must not be negative, got ", o.ps_servers));
+  }
+  if (o.ps_servers > 0 && o.max_nodes > 1) {
+    throw InvalidArgument(
+        cat("--ps-servers starts a parameter-server job on one node only, not on ", o.max_nodes,
+            " nodes: run `dtrain ps scheduler|server` and the workers with the DMLC_* variables "
+            "on each node (or an MXJob)"));
   }
   if (o.min_nodes < 1 || o.max_nodes < o.min_nodes) {
     throw InvalidArgument(cat("--nnodes ", o.min_nodes, ":", o.max_nodes,
@@ -124,16 +150,37 @@ std::vector<std::string> worker_environment(const std::vector<std::string>& base
       {"TORCHELASTIC_USE_AGENT_STORE", "True"},
   };
   if (sets_omp_num_threads(base, worker.local_world_size)) vars["OMP_NUM_THREADS"] = "1";
+  return set_variables(base, vars);
+}
 
-  std::vector<std::string> env;
-  env.reserve(base.size() + vars.size());
-  for (const auto& entry : base) {
-    auto eq = entry.find('=');
-    if (eq != std::string::npos && vars.count(entry.substr(0, eq))) continue;
-    env.push_back(entry);
+std::vector<std::string> ps_environment(const std::vector<std::string>& base, const PsJob& job,
+                                        const std::string& role, int rank) {
+  std::map<std::string, std::string> vars = {
+      {"DMLC_ROLE", role},
+      {"DMLC_PS_ROOT_URI", "127.0.0.1"},
+      {"DMLC_PS_ROOT_PORT", std::to_string(job.scheduler_port)},
+      {"DMLC_NUM_SERVER", std::to_string(job.num_servers)},
+      {"DMLC_NUM_WORKER", std::to_string(job.num_workers)},
+  };
+  if (role == "worker") vars["DMLC_WORKER_ID"] = std::to_string(rank);
+  return set_variables(base, vars);
+}
+
+int pick_free_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) throw Error("cannot create a socket to pick a free port for the ps scheduler");
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  int port = -1;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+    port = ntohs(addr.sin_port);
   }
-  for (const auto& [key, value] : vars) env.push_back(cat(key, "=", value));
-  return env;
+  ::close(fd);
+  if (port < 0) throw Error("cannot bind 127.0.0.1:0 to pick a free port for the ps scheduler");
+  return port;
 }
 
 std::vector<std::string> current_environment() {

@@ -69,9 +69,12 @@ WorkerGroup::~WorkerGroup() = default;
 void WorkerGroup::start(std::vector<WorkerSpec> specs) {
   for (auto& spec : specs) {
     auto worker = std::make_unique<Worker>();
+    worker->exit.role = spec.role;
     worker->exit.rank = spec.rank;
     worker->exit.local_rank = spec.local_rank;
-    std::string prefix = cat("[rank", spec.rank, "]: ");
+    std::string prefix = spec.role == "worker"      ? cat("[rank", spec.rank, "]: ")
+                         : spec.role == "scheduler" ? std::string("[scheduler]: ")
+                                                    : cat("[", spec.role, spec.rank, "]: ");
     Fd child_out, child_err;  // the child's ends, closed here once it has started
     spec.process.stdout_fd = attach(worker->out, child_out, prefix, options_.stdout_fd,
                                     spec.stdout_log, options_.tag_output);

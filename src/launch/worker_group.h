@@ -21,6 +21,9 @@ namespace dtrain::detail {
 class SignalWatch;
 
 struct WorkerSpec {
+  /// "worker", or "scheduler" / "server" (WorkerExit::role): names the
+  /// output tag "[rank<N>]: ", "[scheduler]: " or "[server<N>]: ".
+  std::string role = "worker";
   int rank = 0;
   int local_rank = 0;
   /// stdout_fd / stderr_fd are filled in by the group.
@@ -33,7 +36,7 @@ struct WorkerSpec {
 struct WorkerGroupOptions {
   std::chrono::milliseconds stop_grace_period = std::chrono::seconds(5);
   std::chrono::milliseconds monitor_interval = std::chrono::milliseconds(100);
-  /// Prefix relayed lines with "[rank<N>]: ".
+  /// Prefix relayed lines with "[rank<N>]: " (see WorkerSpec::role).
   bool tag_output = true;
   /// Destinations of the relayed output (borrowed).
   int stdout_fd = 1;

@@ -42,6 +42,11 @@ Result dtrain(const std::string& args, int timeout_s = 120) {
   return run_bounded(DTRAIN_BINARY_DIR "/dtrain " + args, timeout_s);
 }
 
+// Runs the dtrain binary with shell variable assignments `env` before it.
+Result dtrain_with_env(const std::string& env, const std::string& args, int timeout_s = 60) {
+  return run_bounded("env " + env + DTRAIN_BINARY_DIR "/dtrain " + args, timeout_s);
+}
+
 /// A tiny learnable MNIST-shaped dataset of 28x28 images.
 void write_tiny_dataset(const fs::path& dir, uint32_t train, uint32_t test) {
   dtrain::testing::write_tiny_dataset(dir, train, test, 28, 1);
@@ -229,3 +234,47 @@ TEST_F(Cli, MpirunWithoutTheStoreAddressFailsNamingTheVariablesAndTheFix) {
 }
 
 }  // namespace
+
+// ---- dtrain ps ---------------------------------------------------------------
+
+// DMLC_* for a local job on `port` (shell assignments).
+std::string dmlc_env(int port, int servers, int workers) {
+  return "DMLC_PS_ROOT_URI=127.0.0.1 DMLC_PS_ROOT_PORT=" + std::to_string(port) +
+         " DMLC_NUM_SERVER=" + std::to_string(servers) + " DMLC_NUM_WORKER=" +
+         std::to_string(workers) + " ";
+}
+
+int free_tcp_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  socklen_t len = sizeof(a);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+TEST_F(Cli, PsSchedulerAndServerServeAJobAndExitZeroWhenItEnds) {
+  const int port = free_tcp_port();
+  const std::string env = dmlc_env(port, 1, 2);
+  const std::string node = DTRAIN_BINARY_DIR "/tests/ps/ps_node";
+  const std::string dtrain_bin = DTRAIN_BINARY_DIR "/dtrain";
+  // Every process is waited for; the shell's exit status sums their failures.
+  const std::string script =
+      "rc=0; " + env + dtrain_bin + " ps scheduler & s=$!; " + env + dtrain_bin +
+      " ps server & v=$!; " + env + "DMLC_ROLE=worker PS_NODE_STEPS=5 " + node + " & a=$!; " + env +
+      "DMLC_ROLE=worker PS_NODE_STEPS=5 " + node + " & b=$!; " +
+      "for p in $s $v $a $b; do wait $p || rc=$((rc+1)); done; exit $rc";
+  Result r = run_bounded("bash -c '" + script + "'", 60);
+  EXPECT_EQ(r.code, 0) << r.output;
+}
+
+TEST_F(Cli, PsServerWithoutServersInTheJobIsAOneLineUsageError) {
+  Result r = dtrain_with_env(dmlc_env(9, 0, 1), "ps server");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_EQ(r.output,
+            "dtrain ps server: error: environment variable DMLC_NUM_SERVER=0: a dist kvstore needs "
+            "at least one server (use the 'local' kvstore for a single process)\n");
+}

@@ -1,0 +1,178 @@
+#pragma once
+// Parameter-server training with MXNet's kvstore semantics over ps-lite's
+// wire protocol (docs/ps.md).
+//
+// A job has one scheduler, S servers holding the parameters and W workers
+// that push gradients and pull weights. Every process runs the same program
+// with its role in DMLC_ROLE (MXNet's and Kubeflow MXJob's contract):
+//
+//   auto kv = dtrain::KVStore::create("dist_sync");   // scheduler, server:
+//                                                     // serve, then exit(0)
+//   kv->init(0, weights);                             // rank 0's value wins
+//   kv->set_optimizer(dtrain::OptimizerSpec::parse("sgd lr=0.1 momentum=0.9"));
+//   for (...) { kv->pushpull(0, grad, weights); }     // blocking, with timeout
+//   kv->close();                                      // this worker is done
+//
+// Thread safety: a KVStore may be used from one thread at a time; handles
+// may be waited on from any thread. Blocking: every call that waits has a
+// deadline (KVStoreOptions::timeout) and fails with TimeoutError naming the
+// key and operation; a dead node fails every pending call with
+// PeerLostError naming its role, rank and host.
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace dtrain {
+
+/// Looks up an environment variable; nullopt when unset (as in comm.h).
+using EnvLookup = std::function<std::optional<std::string>(const std::string&)>;
+
+/// Element types a kvstore moves: MXNet's float32 and float16 commands.
+enum class KVDType { kFloat32, kFloat16 };
+
+/// A caller-owned array a call reads. fp16 values are IEEE half bit patterns.
+struct ConstValues {
+  const void* data = nullptr;
+  size_t count = 0;
+  KVDType dtype = KVDType::kFloat32;
+  ConstValues() = default;
+  ConstValues(const float* p, size_t n) : data(p), count(n) {}
+  ConstValues(const std::vector<float>& v) : data(v.data()), count(v.size()) {}  // NOLINT
+  ConstValues(const uint16_t* p, size_t n) : data(p), count(n), dtype(KVDType::kFloat16) {}
+};
+
+/// A caller-owned array a call writes; it must outlive the handle's wait.
+struct Values {
+  void* data = nullptr;
+  size_t count = 0;
+  KVDType dtype = KVDType::kFloat32;
+  Values() = default;
+  Values(float* p, size_t n) : data(p), count(n) {}
+  Values(std::vector<float>& v) : data(v.data()), count(v.size()) {}  // NOLINT
+  Values(uint16_t* p, size_t n) : data(p), count(n), dtype(KVDType::kFloat16) {}
+};
+
+/// The update the servers apply to a key's weights w with the summed
+/// gradient g (MXNet's SGD): g' = rescale_grad·g;
+/// mom = momentum·mom − learning_rate·(g' + weight_decay·w); w += mom.
+/// Serialised as "sgd lr=0.1 momentum=0.9 wd=0.0001 rescale_grad=1".
+struct OptimizerSpec {
+  std::string name = "sgd";
+  double learning_rate = 0.01;
+  double momentum = 0.0;
+  double weight_decay = 0.0;
+  double rescale_grad = 1.0;
+
+  std::string serialize() const;
+  /// Throws InvalidArgument naming the bad field ("unknown optimizer 'adam'").
+  static OptimizerSpec parse(std::string_view text);
+};
+
+/// MXNet's 2-bit gradient compression with error feedback: each worker keeps
+/// a residual per key and sends only +threshold, −threshold or 0 per value
+/// (16 values per float); what is not sent stays in the residual.
+struct GradientCompression {
+  std::string type = "none";  ///< "none" or "2bit"
+  float threshold = 0.5f;     ///< > 0
+};
+
+struct KVStoreOptions {
+  /// Deadline of every push, pull, pushpull, init, barrier and close.
+  std::chrono::milliseconds timeout{120000};
+  /// Heartbeat period and the silence after which a node is declared dead
+  /// (env: PS_HEARTBEAT_INTERVAL, PS_HEARTBEAT_TIMEOUT, in seconds).
+  std::chrono::milliseconds heartbeat_interval{1000};
+  std::chrono::milliseconds heartbeat_timeout{5000};
+  /// How long a node waits for the scheduler's node table at start.
+  std::chrono::milliseconds connect_timeout{60000};
+  /// Arrays of at least this many elements are split over all servers
+  /// (env: MXNET_KVSTORE_BIGARRAY_BOUND).
+  size_t bigarray_bound = 1000000;
+  /// Where log lines go; empty: stderr.
+  std::function<void(const std::string&)> log;
+};
+
+/// A pending push, pull or pushpull.
+class KVHandle {
+ public:
+  struct State;
+  KVHandle() = default;
+  explicit KVHandle(std::shared_ptr<State> state) : state_(std::move(state)) {}
+  /// Blocks until done. Throws TimeoutError after `timeout` (naming the key
+  /// and operation), PeerLostError when a node died, DistError when a server
+  /// rejected the request. Waiting again after success returns at once.
+  void wait(std::chrono::milliseconds timeout) const;
+  bool is_completed() const;
+
+ private:
+  std::shared_ptr<State> state_;
+};
+
+class KVStore {
+ public:
+  virtual ~KVStore() = default;
+
+  /// "local" (this process only), "dist_sync" (servers sum the W pushes of a
+  /// key, then update), "dist_async" (servers apply each push at once).
+  /// "dist_device_sync" is recognised but not implemented yet. Anything else:
+  /// InvalidArgument listing the types. Dist types read DMLC_* from `env`
+  /// (docs/ps.md); with DMLC_ROLE=scheduler or server, create() serves that
+  /// role and then exits the process with status 0 when the job ends
+  /// (MXNet's contract; Note [Serving from create] in src/ps/kvstore.cpp).
+  static std::unique_ptr<KVStore> create(const std::string& type, KVStoreOptions options = {},
+                                         const EnvLookup& env = {});
+
+  virtual std::string type() const = 0;
+  virtual int rank() const = 0;
+  virtual int num_workers() const = 0;
+
+  /// Sets key's initial value: rank 0's value is stored, then all workers
+  /// meet in a barrier. Every worker must call it once per key, with the
+  /// same size; a second init of a key is InvalidArgument.
+  virtual void init(int key, ConstValues value) = 0;
+  virtual KVHandle push_async(int key, ConstValues grad) = 0;
+  virtual KVHandle pull_async(int key, Values out) = 0;
+  virtual KVHandle pushpull_async(int key, ConstValues grad, Values out) = 0;
+  /// init, then pull: every worker ends with rank 0's value in `out`.
+  virtual void broadcast(int key, ConstValues value, Values out) = 0;
+  /// Blocks until every worker has called barrier().
+  virtual void barrier() = 0;
+  /// Runs `spec` on the servers (sent by rank 0; others ignore it). Without
+  /// one, dist_sync servers store the sum of each round's pushes and
+  /// dist_async servers add each push to the stored value.
+  virtual void set_optimizer(const OptimizerSpec& spec) = 0;
+  /// Compresses every later push (dist stores; set before the first init).
+  /// Throws InvalidArgument for an unknown type, a threshold <= 0, a call
+  /// after init, or a local store.
+  virtual void set_gradient_compression(const GradientCompression& spec) = 0;
+  /// Leaves the job: the servers and the scheduler stop counting this
+  /// worker (so workers that run longer, e.g. an uneven last epoch, are not
+  /// held up), rank 0 sends MXNet's stop command, and the worker waits in
+  /// the final barrier until every node has finished (bounded by failure
+  /// detection, not by `timeout`). Pending handles must be waited on first.
+  /// Called by the destructor when not called before, except while an
+  /// exception unwinds: then the worker just leaves, and the others fail
+  /// within the heartbeat timeout naming it rather than wait.
+  virtual void close() = 0;
+
+  void push(int key, ConstValues grad) { push_async(key, grad).wait(timeout()); }
+  void pull(int key, Values out) { pull_async(key, out).wait(timeout()); }
+  void pushpull(int key, ConstValues grad, Values out) {
+    pushpull_async(key, grad, out).wait(timeout());
+  }
+  virtual std::chrono::milliseconds timeout() const = 0;
+};
+
+/// Runs a scheduler or server of a dist job described by DMLC_* in `env`
+/// (DMLC_ROLE is ignored: `role` is "scheduler" or "server"). Returns when
+/// the job ends; throws on a failure (PeerLostError naming the dead node,
+/// StoreError for a port in use, InvalidArgument for bad DMLC_* variables).
+void serve_ps_role(const std::string& role, KVStoreOptions options = {}, const EnvLookup& env = {});
+
+}  // namespace dtrain

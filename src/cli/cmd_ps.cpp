@@ -1,0 +1,72 @@
+// `dtrain ps`: run a parameter-server role explicitly (docs/ps.md).
+//
+//   dtrain ps scheduler [--heartbeat-timeout S] ...   with DMLC_* set
+//   dtrain ps server    [--heartbeat-timeout S] ...
+//
+// The job comes from DMLC_* (DMLC_ROLE is not needed: the subcommand is the
+// role). Exit 0 when the job ends, 1 when a node died or the network
+// failed, 2 for bad flags or DMLC_* variables.
+#include <memory>
+
+#include <CLI/CLI.hpp>
+
+#include "cli/commands.h"
+#include "dtrain/errors.h"
+#include "dtrain/kvstore.h"
+
+namespace dtrain::cli {
+namespace {
+
+struct PsFlags {
+  double heartbeat_interval = 1.0;
+  double heartbeat_timeout = 5.0;
+  double connect_timeout = 60.0;
+};
+
+std::chrono::milliseconds millis(double seconds) {
+  return std::chrono::milliseconds(static_cast<long long>(seconds * 1000.0));
+}
+
+int serve(const std::string& role, const PsFlags& f) {
+  try {
+    KVStoreOptions o;
+    o.heartbeat_interval = millis(f.heartbeat_interval);
+    o.heartbeat_timeout = millis(f.heartbeat_timeout);
+    o.connect_timeout = millis(f.connect_timeout);
+    serve_ps_role(role, o);
+    return 0;
+  } catch (const InvalidArgument& e) {
+    return report_error("dtrain ps " + role, e, 2);
+  } catch (const std::exception& e) {
+    return report_error("dtrain ps " + role, e);
+  }
+}
+
+}  // namespace
+
+void add_ps_command(CLI::App& root, int* exit_code) {
+  auto f = std::make_shared<PsFlags>();
+  CLI::App* ps = root.add_subcommand(
+      "ps", "Run a parameter-server scheduler or server of a DMLC_* job (MXNet kvstore, ps-lite)");
+  ps->require_subcommand(1);
+  for (const char* role : {"scheduler", "server"}) {
+    CLI::App* sub =
+        ps->add_subcommand(role, std::string("Serve as the job's ") + role + " until the job ends");
+    sub->add_option("--heartbeat-interval", f->heartbeat_interval,
+                    "Seconds between heartbeats; PS_HEARTBEAT_INTERVAL overrides")
+        ->capture_default_str()
+        ->check(CLI::NonNegativeNumber);
+    sub->add_option("--heartbeat-timeout", f->heartbeat_timeout,
+                    "Seconds of silence after which a node is dead; PS_HEARTBEAT_TIMEOUT overrides")
+        ->capture_default_str()
+        ->check(CLI::PositiveNumber);
+    sub->add_option("--connect-timeout", f->connect_timeout,
+                    "Seconds to wait for every node to register")
+        ->capture_default_str()
+        ->check(CLI::PositiveNumber);
+    const std::string r = role;
+    sub->callback([f, exit_code, r] { *exit_code = serve(r, *f); });
+  }
+}
+
+}  // namespace dtrain::cli

@@ -1,0 +1,189 @@
+#pragma once
+// One node of a parameter-server job: the scheduler handshake, barriers,
+// heartbeats and failure detection over ps-lite's protocol (Van).
+//
+// Note [Node lifecycle]
+// start(): the node binds its ROUTER, opens a DEALER to the scheduler and
+// sends ADD_NODE (role, host, port). ZeroMQ queues the message until the
+// scheduler is up, so a node started first simply waits for the node table,
+// logging every few seconds, and fails after connect_timeout naming the
+// address it tried. The scheduler collects num_servers + num_workers
+// ADD_NODEs, sorts each role by (requested worker id, host, port), assigns
+// ids (server r -> 2r+8, worker r -> 2r+9), opens a DEALER to each and sends
+// everyone the table (plus itself, id 1); each node finds itself by
+// host:port, reopens its scheduler DEALER with identity "ps<id>" and opens
+// DEALERs to the nodes of the other role, as ps-lite does. Then every node
+// joins the start barrier (group 7) and, at the end, the final barrier
+// (group 7) after which it stops: the scheduler and servers end when every
+// worker has finished.
+//
+// Note [Leaving early]
+// A worker that finishes while others still train (an uneven last epoch)
+// must not hang them. Its close() tells every server (command
+// kWorkerLeaving, a dtrain extension ps-lite's and MXNet's servers just
+// acknowledge), which from then on complete sync rounds with one push fewer,
+// and the scheduler (a HEARTBEAT with body "dtrain-leave", which ps-lite's
+// scheduler takes for a plain heartbeat), whose worker-group barriers then
+// count one worker fewer. The worker then waits in the final barrier of all
+// groups, heartbeating, until the last worker closes.
+//
+// Note [Failure detection]
+// ps-lite sends no heartbeats by default and never notices a dead node.
+// Here every non-scheduler node sends HEARTBEAT to the scheduler every
+// heartbeat_interval and the scheduler acknowledges each one. The scheduler
+// declares a node dead when it has heard nothing from it for
+// heartbeat_timeout, and then sends every other node TERMINATE with a body
+// naming the dead node's role, rank and host ("dtrain-lost: ..."): dtrain
+// nodes fail with PeerLostError carrying that text. A node that hears no
+// acknowledgement for heartbeat_timeout declares the scheduler dead. Nodes
+// that never sent a heartbeat (ps-lite programs, whose heartbeats are off by
+// default) are not monitored, so they interoperate. Monitoring stops once a
+// node has entered the final barrier's release, so a normal end is never
+// mistaken for a death.
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "ps/protocol.h"
+#include "ps/van.h"
+
+namespace dtrain::ps {
+
+using Millis = std::chrono::milliseconds;
+
+/// Options of one node; resolved from DMLC_* by options_from_env (env.cpp).
+struct NodeOptions {
+  Role role = Role::kWorker;
+  /// Where the scheduler listens (DMLC_PS_ROOT_URI, DMLC_PS_ROOT_PORT).
+  std::string scheduler_host = "127.0.0.1";
+  int scheduler_port = 9091;
+  int num_servers = 1;
+  int num_workers = 1;
+  /// The host this node advertises to the others (DMLC_NODE_HOST, else the
+  /// address of DMLC_INTERFACE, else the scheduler host's address family's
+  /// loopback for a local job). Ignored by the scheduler.
+  std::string host = "127.0.0.1";
+  /// The port this node binds; 0 = an ephemeral one. Ignored by the scheduler.
+  int port = 0;
+  /// The scheduler binds 0.0.0.0 instead of scheduler_host (DMLC_USE_KUBERNETES=1).
+  bool bind_any = false;
+  /// A worker's requested rank (DMLC_WORKER_ID); -1: assigned by the scheduler.
+  int worker_id = -1;
+  /// Heartbeat period and the silence after which a node is declared dead.
+  Millis heartbeat_interval{1000};
+  Millis heartbeat_timeout{5000};
+  /// How long start() waits for the scheduler's node table.
+  Millis connect_timeout{60000};
+  /// Log prefix and destination; empty prefix: derived from role and rank.
+  std::function<void(const std::string&)> log;
+};
+
+class Endpoint {
+ public:
+  /// Handles a data message (no control) on the receive thread. Must not block.
+  using DataHandler = std::function<void(Message&)>;
+
+  explicit Endpoint(NodeOptions options);
+  ~Endpoint();
+  Endpoint(const Endpoint&) = delete;
+  Endpoint& operator=(const Endpoint&) = delete;
+
+  /// Must be set before start().
+  void set_data_handler(DataHandler handler) { handler_ = std::move(handler); }
+
+  /// Registers with the scheduler and waits (connect_timeout) for the node
+  /// table. Throws StoreError (port in use), TimeoutError naming the
+  /// scheduler address, PeerLostError.
+  void start();
+
+  /// Blocks until every node of `group` (a sum of kScheduler, kServerGroup,
+  /// kWorkerGroup) has called barrier(group). Throws TimeoutError after
+  /// `timeout` (Millis::max(): no deadline, only failure detection) and
+  /// PeerLostError when a node dies. One barrier at a time per node.
+  void barrier(int group, Millis timeout);
+
+  /// Worker: tells the scheduler this worker has finished, so the remaining
+  /// workers' barriers no longer wait for it (Note [Leaving early]). The
+  /// worker must still join the final barrier of all groups.
+  void leave_worker_group();
+
+  /// Queues a message to node `recver`. False if there is no such peer.
+  bool send(int recver, const Message& msg);
+
+  /// Stops heartbeats and monitoring (after the final barrier). Idempotent.
+  void finish();
+
+  /// The failure text ("" while healthy), and a wait for one.
+  std::string failure() const;
+  /// Throws PeerLostError with the failure text, if any.
+  void check_failure() const;
+  /// Called once, on the receive thread, when a failure is first recorded.
+  void set_failure_callback(std::function<void(const std::string&)> cb) {
+    on_failure_ = std::move(cb);
+  }
+
+  int my_id() const { return my_id_; }
+  int rank() const { return id_to_rank(my_id_); }
+  const NodeOptions& options() const { return options_; }
+  /// "worker 1 (127.0.0.1:4312)": how this node names itself in messages.
+  std::string describe() const;
+  /// The node table entry of `id`, described as describe() does.
+  std::string describe(int id) const;
+  int new_timestamp() { return timestamp_.fetch_add(1); }
+  uint64_t bytes_sent() const { return van_.bytes_sent(); }
+
+ private:
+  void receive_loop();
+  void handle_control(Message& msg);
+  void handle_add_node(Message& msg);
+  void handle_barrier(Message& msg);
+  void handle_heartbeat(Message& msg);
+  void periodic(std::chrono::steady_clock::time_point now);
+  void fail(const std::string& why);
+  void log(const std::string& line) const;
+  int group_size(int group) const;
+  bool known(int id) const;                                  // in the node table
+  void try_release(int group, int app_id, int customer_id);  // scheduler
+  std::vector<int> group_ids(int group) const;
+
+  NodeOptions options_;
+  Van van_;
+  DataHandler handler_;
+  std::function<void(const std::string&)> on_failure_;
+  std::atomic<int> my_id_{kEmpty};
+  std::atomic<int> timestamp_{0};
+  int bound_port_ = 0;
+  std::thread thread_;
+  std::atomic<bool> stop_{false};
+
+  mutable std::mutex mu_;  // guards everything below
+  std::condition_variable cv_;
+  bool ready_ = false;
+  bool finished_ = false;
+  std::string failure_;
+  std::map<int, NodeInfo> nodes_;  // id -> node (after the table)
+  uint64_t barrier_generation_ = 0;
+  std::mutex barrier_mu_;  // one barrier at a time
+
+  // Receive-thread state.
+  std::vector<std::pair<NodeInfo, int>> pending_;  // scheduler: ADD_NODEs, requested rank
+  std::map<int, int> barrier_count_;               // scheduler: group -> arrivals
+  std::set<int> departed_;                         // scheduler: workers that have finished
+  std::atomic<int> registered_{0};                 // scheduler: pending_.size(), for messages
+  std::map<int, std::chrono::steady_clock::time_point> last_seen_;  // scheduler: heartbeating nodes
+  std::chrono::steady_clock::time_point last_ack_{};                // others
+  std::chrono::steady_clock::time_point next_heartbeat_{};
+  int all_barriers_done_ = 0;  // scheduler: released group-7 barriers; the 2nd is the final one
+  int my_all_barriers_ = 0;    // this node's completed group-7 barriers (under barrier_mu_)
+};
+
+}  // namespace dtrain::ps

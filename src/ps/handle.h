@@ -1,0 +1,37 @@
+#pragma once
+// KVHandle's shared state: completed by the receive thread, waited on by
+// the caller.
+
+#include <condition_variable>
+#include <functional>
+#include <mutex>
+#include <string>
+
+#include "dtrain/kvstore.h"
+
+namespace dtrain {
+
+struct KVHandle::State {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::string what;   // "push of key 3", for messages
+  int remaining = 0;  // responses still expected
+  bool done = false;
+  bool lost = false;       // error is a dead node (PeerLostError)
+  bool abandoned = false;  // the caller gave up waiting: write nothing more
+  std::string error;
+
+  /// Records a failure (first one wins) and wakes the waiter.
+  void fail(const std::string& why, bool peer_lost) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (done) return;
+      done = true;
+      error = why;
+      lost = peer_lost;
+    }
+    cv.notify_all();
+  }
+};
+
+}  // namespace dtrain

@@ -1,0 +1,326 @@
+// Note [Which handle answers], Note [MXNet's server] (server.h).
+#include "ps/server.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "common/strings.h"
+#include "dtrain/errors.h"
+#include "ps/compression.h"
+#include "ps/half.h"
+
+namespace dtrain::ps {
+
+const char* const kErrorPrefix = "dtrain-error: ";
+
+namespace {
+
+size_t dtype_size(int dtype) { return dtype == kMshadowFloat16 ? 2 : 4; }
+
+template <typename T>
+bool frame_as(const std::string& frame, std::vector<T>* out) {
+  if (frame.size() % sizeof(T) != 0) return false;
+  out->resize(frame.size() / sizeof(T));
+  if (!frame.empty()) std::memcpy(out->data(), frame.data(), frame.size());
+  return true;
+}
+
+void to_float(const char* bytes, size_t n, int dtype, float* out) {
+  if (dtype == kMshadowFloat32) {
+    std::memcpy(out, bytes, n * 4);
+    return;
+  }
+  for (size_t i = 0; i < n; ++i) {
+    uint16_t h;
+    std::memcpy(&h, bytes + 2 * i, 2);
+    out[i] = half_to_float(h);
+  }
+}
+
+std::string from_float(const std::vector<float>& v, int dtype) {
+  std::string out(v.size() * dtype_size(dtype), '\0');
+  if (dtype == kMshadowFloat32) {
+    if (!v.empty()) std::memcpy(out.data(), v.data(), out.size());
+    return out;
+  }
+  for (size_t i = 0; i < v.size(); ++i) {
+    const uint16_t h = float_to_half(v[i]);
+    std::memcpy(out.data() + 2 * i, &h, 2);
+  }
+  return out;
+}
+
+Meta reply_meta(const Meta& req) {
+  Meta m;
+  m.app_id = req.app_id == kEmpty ? 0 : req.app_id;
+  m.customer_id = req.customer_id;
+  m.request = false;
+  m.push = req.push;
+  m.pull = req.pull;
+  m.simple_app = req.simple_app;
+  m.head = req.head;
+  m.timestamp = req.timestamp;
+  return m;
+}
+
+}  // namespace
+
+bool depair_command(int cmd, int* request_type, int* dtype) {
+  if (cmd < 0) return false;
+  const int w = static_cast<int>(std::floor((std::sqrt(8.0 * cmd + 1) - 1) / 2));
+  const int t = (w * w + w) / 2;
+  *dtype = cmd - t;
+  *request_type = w - *dtype;
+  return *dtype >= 0 && *request_type >= 0;
+}
+
+KVServer::KVServer(ServerOptions options, Reply reply)
+    : options_(options), reply_(std::move(reply)) {}
+
+const std::vector<float>* KVServer::stored(int key) const {
+  auto it = store_.find(key);
+  return it == store_.end() ? nullptr : &it->second;
+}
+
+void KVServer::refuse(const Meta& req, const std::string& why) {
+  if (req.sender == kEmpty || !req.request) return;  // nobody to tell
+  Message msg;
+  msg.meta = reply_meta(req);
+  msg.meta.body = cat(kErrorPrefix, "server ", options_.rank, ": ", why);
+  reply_(req.sender, msg);
+}
+
+void KVServer::handle(const Message& msg) {
+  const Meta& m = msg.meta;
+  if (!m.request) return;  // servers send no requests, so expect no replies
+  if (m.sender == kEmpty) return;
+  if (m.simple_app) return handle_command(msg);
+  if (msg.data.empty()) return refuse(m, "a data request without keys");
+  if (msg.data.size() < 2 || msg.data.size() > 3 || m.data_type.size() != msg.data.size()) {
+    return refuse(m, cat("a data request needs keys, values and optional lengths frames, with "
+                         "their types; got ",
+                         msg.data.size(), " frames and ", m.data_type.size(), " types"));
+  }
+  if (m.data_type[0] != DataType::kUint64) return refuse(m, "the keys frame is not uint64");
+  if (m.data_type[1] == DataType::kChar) return handle_mxnet(msg);
+  if (m.data_type[1] == DataType::kFloat) return handle_pslite_default(msg);
+  refuse(m, cat("values of ps-lite DataType ", static_cast<int>(m.data_type[1]),
+                " are not served; send CHAR bytes with lengths (MXNet) or FLOAT"));
+}
+
+void KVServer::handle_command(const Message& msg) {
+  const Meta& m = msg.meta;
+  switch (static_cast<ServerCommand>(m.head)) {
+    case ServerCommand::kController:
+      try {
+        optimizer_ = OptimizerSpec::parse(m.body);
+        has_optimizer_ = true;
+      } catch (const InvalidArgument& e) {
+        return refuse(m, cat("kController: ", e.what()));
+      }
+      break;
+    case ServerCommand::kSetMultiPrecision:
+      break;
+    case ServerCommand::kStopServer:
+      stop_requested_ = true;
+      break;
+    case ServerCommand::kSyncMode:
+      sync_ = true;
+      break;
+    case ServerCommand::kWorkerLeaving:
+      if (is_worker_id(m.sender)) departed_.insert(m.sender);
+      for (auto& [key, buf] : updates_) {
+        if (!buf.requests.empty() && static_cast<int>(buf.requests.size()) >= active_workers()) {
+          complete_round(key);
+        }
+      }
+      break;
+    case ServerCommand::kSetGradientCompression: {
+      int type = 0;
+      float threshold = threshold_;
+      if (!decode_compression_params(m.body, &type, &threshold) || type == 1) {
+        return refuse(m, cat("kSetGradientCompression: '", m.body,
+                             "' is not '0' (none) or "
+                             "'2,<threshold>' (2-bit; 1-bit is not served)"));
+      }
+      compression_ = type;
+      threshold_ = threshold;
+      break;
+    }
+    default:
+      return refuse(m, cat("unknown command ", m.head));
+  }
+  Message ack;
+  ack.meta = reply_meta(m);
+  reply_(m.sender, ack);
+}
+
+void KVServer::handle_pslite_default(const Message& msg) {
+  const Meta& m = msg.meta;
+  std::vector<uint64_t> keys;
+  std::vector<float> vals;
+  if (!frame_as(msg.data[0], &keys) || !frame_as(msg.data[1], &vals)) {
+    return refuse(m, "a keys or values frame is not a whole number of elements");
+  }
+  if (m.push && vals.size() != keys.size()) {
+    return refuse(m, cat("ps-lite's default handle takes one value per key; got ", keys.size(),
+                         " keys and ", vals.size(), " values"));
+  }
+  std::vector<float> out;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    float& v = default_store_[keys[i]];
+    if (m.push) v += vals[i];
+    if (m.pull) out.push_back(v);
+  }
+  Message res;
+  res.meta = reply_meta(m);
+  if (m.pull) {
+    res.add_data(keys.data(), keys.size(), DataType::kUint64);
+    res.add_data(out.data(), out.size(), DataType::kFloat);
+  }
+  reply_(m.sender, res);
+}
+
+void KVServer::handle_mxnet(const Message& msg) {
+  const Meta& m = msg.meta;
+  int request_type = 0, dtype = 0;
+  const bool compressed_ok = request_type_ok(m.head, &request_type, &dtype);
+  if (!compressed_ok) {
+    return refuse(m, cat("command ", m.head,
+                         " is not a default push/pull of float32 (0) or "
+                         "float16 (5), nor a 2-bit compressed float32 push (3); row-sparse "
+                         "requests are not served"));
+  }
+  std::vector<uint64_t> keys;
+  if (!frame_as(msg.data[0], &keys) || keys.empty() || keys.size() > 2) {
+    return refuse(m, "an MXNet request carries one uint64 key (two for a compressed push)");
+  }
+  const uint64_t begin = key_range_begin(options_.rank, options_.num_servers);
+  const uint64_t span = kMaxKey / static_cast<uint64_t>(options_.num_servers);
+  for (uint64_t k : keys) {
+    if (k < begin || k - begin >= span || k - begin > INT32_MAX) {
+      return refuse(
+          m, cat("key ", k, " is outside this server's range [", begin, ", ", begin + span, ")"));
+    }
+  }
+  const uint64_t ps_key = keys.back();
+  const int key = static_cast<int>(ps_key - begin);
+  if (!m.push) {
+    if (keys.size() != 1) return refuse(m, "a pull carries one key");
+    if (!store_.count(key))
+      return refuse(m, cat("key ", key, " is not initialised: call init first"));
+    return respond(m, ps_key, dtype, m.pull);
+  }
+  std::vector<int32_t> lens;
+  if (msg.data.size() != 3 || m.data_type[2] != DataType::kInt32 || !frame_as(msg.data[2], &lens) ||
+      lens.size() != keys.size() || lens.back() < 0 ||
+      static_cast<size_t>(lens.back()) != msg.data[1].size()) {
+    return refuse(m, cat("key ", key,
+                         ": a push needs one int32 length per key, the last equal to "
+                         "the values' bytes"));
+  }
+  if (request_type == 2) {  // Note [2-bit compression]
+    if (compression_ != kCompressionTwoBit) {
+      return refuse(m, cat("key ", key,
+                           ": a compressed push, but no 2-bit compression was set "
+                           "(kSetGradientCompression)"));
+    }
+    const size_t original = static_cast<size_t>(keys[0] - begin);
+    if (keys.size() != 2 || lens[0] != 0 || msg.data[1].size() != compressed_floats(original) * 4) {
+      return refuse(m, cat("key ", key, ": a compressed push needs a length-0 size key and ",
+                           "ceil(n/16) floats of values"));
+    }
+    std::vector<float> recved(original);
+    dequantize_2bit(msg.data[1].data(), original, threshold_, recved.data());
+    return accept_push(m, key, ps_key, kMshadowFloat32, std::move(recved));
+  }
+  if (keys.size() != 1) return refuse(m, "a default push carries one key");
+  const size_t elem = dtype_size(dtype);
+  if (msg.data[1].size() % elem != 0) {
+    return refuse(m, cat("key ", key, ": ", msg.data[1].size(), " bytes is not a whole number of ",
+                         elem == 2 ? "float16" : "float32", " values"));
+  }
+  std::vector<float> recved(msg.data[1].size() / elem);
+  to_float(msg.data[1].data(), recved.size(), dtype, recved.data());
+  accept_push(m, key, ps_key, dtype, std::move(recved));
+}
+
+bool KVServer::request_type_ok(int head, int* request_type, int* dtype) const {
+  if (!depair_command(head, request_type, dtype)) return false;
+  if (*request_type == 0) return *dtype == kMshadowFloat32 || *dtype == kMshadowFloat16;
+  return *request_type == 2 && *dtype == kMshadowFloat32;
+}
+
+void KVServer::accept_push(const Meta& m, int key, uint64_t ps_key, int dtype,
+                           std::vector<float> recved) {
+  auto it = store_.find(key);
+  if (it == store_.end()) {  // the first push initialises
+    store_[key] = std::move(recved);
+    return respond(m, ps_key, dtype, m.pull);
+  }
+  if (it->second.size() != recved.size()) {
+    return refuse(m,
+                  cat("key ", key, " holds ", it->second.size(), " values here but the push has ",
+                      recved.size(), "; every push of a key must have its init size"));
+  }
+  if (!sync_) {
+    apply(key, recved, false);
+    return respond(m, ps_key, dtype, m.pull);
+  }
+  UpdateBuf& buf = updates_[key];
+  if (buf.requests.empty()) {
+    buf.merged = std::move(recved);
+  } else {
+    for (size_t i = 0; i < recved.size(); ++i) buf.merged[i] += recved[i];
+  }
+  buf.requests.push_back(Pending{m, ps_key, dtype});
+  if (static_cast<int>(buf.requests.size()) >= active_workers()) complete_round(key);
+}
+
+void KVServer::complete_round(int key) {
+  UpdateBuf& buf = updates_[key];
+  apply(key, buf.merged, true);
+  std::vector<Pending> done = std::move(buf.requests);
+  buf.requests.clear();
+  for (const auto& p : done) respond(p.meta, p.ps_key, p.dtype, p.meta.pull);
+}
+
+void KVServer::apply(int key, const std::vector<float>& update, bool sum_round) {
+  std::vector<float>& w = store_[key];
+  if (!has_optimizer_) {
+    if (sum_round) {
+      w = update;  // dist_sync without optimizer: the round's sum (MXNet)
+    } else {
+      for (size_t i = 0; i < w.size(); ++i) w[i] += update[i];
+    }
+    return;
+  }
+  const auto& o = optimizer_;
+  std::vector<float>& mom = momentum_[key];
+  if (mom.size() != w.size()) mom.assign(w.size(), 0.0f);
+  for (size_t i = 0; i < w.size(); ++i) {
+    const double g = o.rescale_grad * update[i];
+    mom[i] =
+        static_cast<float>(o.momentum * mom[i] - o.learning_rate * (g + o.weight_decay * w[i]));
+    w[i] += mom[i];
+  }
+}
+
+void KVServer::respond(const Meta& req, uint64_t ps_key, int dtype, bool with_data) {
+  Message res;
+  res.meta = reply_meta(req);
+  if (with_data) {
+    const std::string bytes = from_float(
+        store_[static_cast<int>(ps_key - key_range_begin(options_.rank, options_.num_servers))],
+        dtype);
+    const int32_t len = static_cast<int32_t>(bytes.size());
+    res.add_data(&ps_key, 1, DataType::kUint64);
+    res.meta.data_type.push_back(DataType::kChar);
+    res.data.push_back(bytes);
+    res.meta.data_size += len;
+    res.add_data(&len, 1, DataType::kInt32);
+  }
+  reply_(req.sender, res);
+}
+
+}  // namespace dtrain::ps

@@ -1,0 +1,131 @@
+#pragma once
+// The kvstore server: MXNet's KVStoreDistServer semantics on ps-lite
+// messages, as a pure message handler (no sockets) so tests drive it
+// directly.
+//
+// Note [Which handle answers]
+// ps-lite's own programs (test_kv_app.cc) use KVServerDefaultHandle<float>:
+// one float per key, pushes accumulate (store[key] += val), pulls return the
+// store. MXNet's workers (and dtrain's) send bytes: values typed CHAR with a
+// lengths frame, the dtype in the command head. The values frame's
+// meta.data_type tells them apart: CHAR -> MXNet semantics, FLOAT -> ps-lite's
+// accumulating default.
+//
+// Note [MXNet's server]
+// simple_app requests are commands (head): kController 0 (here: the body is
+// a dtrain OptimizerSpec), kSetMultiPrecision 1 (acknowledged: the master
+// copy is always fp32), kStopServer 2, kSyncMode 3, kSetGradientCompression
+// 4 ("2,<threshold>": Note [2-bit compression]). Data requests carry one
+// key, the worker's key plus this server's key-range start (kMaxKey/S·rank),
+// and the command
+// Cantor-pairs the request type (0 default push/pull, 2 compressed; 1,
+// row-sparse, is refused) and the mshadow dtype (0 float32, 2 float16):
+// head 0 is fp32, 5 fp16, 3 a compressed fp32 push.
+// The first push of a key initialises it. Later pushes: in sync mode the
+// server sums the pushes of a key until W have arrived, then updates (the
+// optimizer if one is set, else stored = sum) and answers every pending
+// request, with the new value for those that also pull; in async mode each
+// push updates at once (the optimizer, else stored += push). Pulls are
+// answered at once with the stored value. A request the server cannot serve
+// is answered with body "dtrain-error: <why>" and no data, so a dtrain
+// worker fails at once naming the cause; nothing a client sends can crash
+// the server.
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <set>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "dtrain/kvstore.h"
+#include "ps/protocol.h"
+
+namespace dtrain::ps {
+
+constexpr uint64_t kMaxKey = UINT64_MAX;
+/// Where server `rank` of `num_servers` starts its key range (ps-lite).
+inline uint64_t key_range_begin(int rank, int num_servers) {
+  return kMaxKey / static_cast<uint64_t>(num_servers) * static_cast<uint64_t>(rank);
+}
+
+/// MXNet's commands and data-command encoding.
+enum class ServerCommand : int {
+  kController = 0,
+  kSetMultiPrecision = 1,
+  kStopServer = 2,
+  kSyncMode = 3,
+  kSetGradientCompression = 4,
+  /// dtrain's extension: the sending worker has finished (Note [Leaving early]).
+  kWorkerLeaving = 100,
+};
+constexpr int kMshadowFloat32 = 0;
+constexpr int kMshadowFloat16 = 2;
+/// MXNet's GetCommandType: Cantor pairing of request type and dtype.
+inline int data_command(int request_type, int dtype) {
+  return (request_type + dtype) * (request_type + dtype + 1) / 2 + dtype;
+}
+/// The inverse; false for a negative command.
+bool depair_command(int cmd, int* request_type, int* dtype);
+/// "dtrain-error: " — the body prefix of a refusal.
+extern const char* const kErrorPrefix;
+
+struct ServerOptions {
+  int rank = 0;
+  int num_servers = 1;
+  int num_workers = 1;
+};
+
+class KVServer {
+ public:
+  /// Sends a reply to node `recver`.
+  using Reply = std::function<void(int recver, const Message&)>;
+
+  KVServer(ServerOptions options, Reply reply);
+
+  /// Handles one request (data or simple_app). Never throws on bad input.
+  void handle(const Message& msg);
+
+  bool sync_mode() const { return sync_; }
+  bool stop_requested() const { return stop_requested_; }
+  /// The stored fp32 value of a (decoded) key; nullptr if not initialised.
+  const std::vector<float>* stored(int key) const;
+
+ private:
+  struct Pending {
+    Meta meta;
+    uint64_t ps_key;
+    int dtype;
+  };
+  struct UpdateBuf {
+    std::vector<float> merged;
+    std::vector<Pending> requests;
+  };
+  void handle_command(const Message& msg);
+  void handle_mxnet(const Message& msg);
+  void handle_pslite_default(const Message& msg);
+  bool request_type_ok(int head, int* request_type, int* dtype) const;
+  void accept_push(const Meta& m, int key, uint64_t ps_key, int dtype, std::vector<float> recved);
+  void apply(int key, const std::vector<float>& update, bool sum_round);
+  int active_workers() const { return options_.num_workers - static_cast<int>(departed_.size()); }
+  void complete_round(int key);
+  void respond(const Meta& req, uint64_t ps_key, int dtype, bool with_data);
+  void refuse(const Meta& req, const std::string& why);
+
+  ServerOptions options_;
+  Reply reply_;
+  bool sync_ = false;
+  bool stop_requested_ = false;
+  bool has_optimizer_ = false;
+  int compression_ = 0;  // kCompressionNone or kCompressionTwoBit (compression.h)
+  float threshold_ = 0.5f;
+  OptimizerSpec optimizer_;
+  std::unordered_map<int, std::vector<float>> store_;
+  std::unordered_map<int, std::vector<float>> momentum_;
+  std::unordered_map<int, UpdateBuf> updates_;
+  std::unordered_map<uint64_t, float> default_store_;  // ps-lite's default handle
+  std::set<int> departed_;  // workers that have finished (Note [Leaving early])
+};
+
+}  // namespace dtrain::ps

@@ -1,0 +1,193 @@
+#include "ps/van.h"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <zmq.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "common/strings.h"
+#include "dtrain/errors.h"
+
+namespace dtrain::ps {
+namespace {
+
+// Note [No hang at exit]
+// Closing a socket waits up to its linger period to flush queued messages.
+// After a normal end that is a final reply or barrier answer to a live peer
+// (2 s, plenty); after a failure some queue leads to the dead node and would
+// always use the whole period, so the endpoint shortens it (200 ms: enough
+// for the scheduler's TERMINATE notices to live nodes to leave).
+// Frames beyond this make the message malformed; it bounds what a bad sender
+// can make us hold (ps-lite messages have 1 meta + at most 3 data frames).
+constexpr size_t kMaxFrames = 16;
+
+std::string zmq_error() { return zmq_strerror(zmq_errno()); }
+
+// `host` as a dotted IPv4 address ("localhost" -> "127.0.0.1"); "" if it
+// does not resolve.
+std::string numeric_ipv4(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  if (getaddrinfo(host.c_str(), nullptr, &hints, &res) != 0 || !res) return "";
+  char buf[INET_ADDRSTRLEN] = {};
+  inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(res->ai_addr)->sin_addr, buf, sizeof(buf));
+  freeaddrinfo(res);
+  return buf;
+}
+
+void close_socket(void* s, int linger) {
+  zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof(linger));
+  zmq_close(s);
+}
+
+}  // namespace
+
+Van::Van() {
+  context_ = zmq_ctx_new();
+  if (!context_) throw DistError(cat("cannot create a ZeroMQ context: ", zmq_error()));
+}
+
+Van::~Van() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [id, s] : senders_) close_socket(s, linger_ms_);
+    senders_.clear();
+  }
+  if (receiver_) close_socket(receiver_, 0);
+  zmq_ctx_term(context_);
+}
+
+int Van::bind(const std::string& host, int port) {
+  receiver_ = zmq_socket(context_, ZMQ_ROUTER);
+  if (!receiver_) throw DistError(cat("cannot create a ZeroMQ socket: ", zmq_error()));
+  const std::string where = host.empty() ? "*" : host;
+  // ZeroMQ binds interface names and addresses, not host names: resolve one.
+  const std::string ip = where == "*" ? where : numeric_ipv4(where);
+  const std::string addr = port == 0 ? cat("tcp://", ip, ":*") : cat("tcp://", ip, ":", port);
+  if (ip.empty() || zmq_bind(receiver_, addr.c_str()) != 0) {
+    const bool unresolved = ip.empty();
+    const int err = unresolved ? 0 : zmq_errno();
+    std::string why = unresolved ? std::string("the name does not resolve to an IPv4 address")
+                                 : std::string(zmq_strerror(err));
+    if (err == EADDRINUSE) {
+      why += " (another job or scheduler uses the port? pick a free DMLC_PS_ROOT_PORT)";
+    } else if (err == EADDRNOTAVAIL) {
+      why += cat(" (", ip,
+                 " is not an address of this machine; in Kubernetes set "
+                 "DMLC_USE_KUBERNETES=1 so the scheduler binds 0.0.0.0)");
+    }
+    throw StoreError(cat("cannot listen on ", where, ":", port, ": ", why));
+  }
+  char endpoint[256] = {};
+  size_t len = sizeof(endpoint);
+  zmq_getsockopt(receiver_, ZMQ_LAST_ENDPOINT, endpoint, &len);
+  const char* colon = std::strrchr(endpoint, ':');
+  long long bound = 0;
+  if (!colon || !parse_int(colon + 1, &bound)) {
+    throw DistError(cat("cannot read the port ZeroMQ bound: '", endpoint, "'"));
+  }
+  return static_cast<int>(bound);
+}
+
+void Van::connect(int peer_id, const std::string& host, int port, int my_id) {
+  void* s = zmq_socket(context_, ZMQ_DEALER);
+  if (!s) throw DistError(cat("cannot create a ZeroMQ socket: ", zmq_error(), " (ulimit -n?)"));
+  // Never block a sender on a slow or dead peer: an unbounded queue, and the
+  // failure detector (heartbeats) bounds how long it grows.
+  int hwm = 0;
+  zmq_setsockopt(s, ZMQ_SNDHWM, &hwm, sizeof(hwm));
+  if (my_id != kEmpty) {
+    const std::string id = identity(my_id);
+    zmq_setsockopt(s, ZMQ_ROUTING_ID, id.data(), id.size());
+  }
+  const std::string addr = cat("tcp://", host, ":", port);
+  if (zmq_connect(s, addr.c_str()) != 0) {
+    const std::string why = zmq_error();
+    zmq_close(s);
+    throw DistError(cat("cannot connect to node ", peer_id, " at ", host, ":", port, ": ", why));
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = senders_.find(peer_id);
+  if (it != senders_.end()) close_socket(it->second, linger_ms_);
+  senders_[peer_id] = s;
+}
+
+bool Van::send(int peer_id, const Message& msg) {
+  const std::string meta = encode_meta(msg.meta);
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = senders_.find(peer_id);
+  if (it == senders_.end()) return false;
+  void* s = it->second;
+  const size_t n = msg.data.size();
+  auto send_frame = [&](const std::string& frame, bool more) {
+    while (zmq_send(s, frame.data(), frame.size(), ZMQ_DONTWAIT | (more ? ZMQ_SNDMORE : 0)) < 0) {
+      if (zmq_errno() != EINTR) return false;
+    }
+    bytes_sent_ += frame.size();
+    return true;
+  };
+  if (!send_frame(meta, n > 0)) return false;
+  for (size_t i = 0; i < n; ++i) {
+    if (!send_frame(msg.data[i], i + 1 < n)) return false;
+  }
+  return true;
+}
+
+std::optional<Received> Van::recv(std::chrono::milliseconds timeout) {
+  zmq_pollitem_t item = {receiver_, 0, ZMQ_POLLIN, 0};
+  const int rc = zmq_poll(&item, 1, static_cast<long>(timeout.count()));
+  if (rc <= 0 || !(item.revents & ZMQ_POLLIN)) return std::nullopt;
+  Received out;
+  std::vector<std::string> frames;
+  bool more = true;
+  while (more) {
+    zmq_msg_t part;
+    zmq_msg_init(&part);
+    while (zmq_msg_recv(&part, receiver_, 0) < 0) {
+      if (zmq_errno() != EINTR) {
+        zmq_msg_close(&part);
+        out.error = cat("receive failed: ", zmq_error());
+        return out;
+      }
+    }
+    more = zmq_msg_more(&part);
+    // Frames past the limit are read and dropped, so the next message starts
+    // on a message boundary.
+    if (frames.size() < kMaxFrames + 2) {
+      frames.emplace_back(static_cast<const char*>(zmq_msg_data(&part)), zmq_msg_size(&part));
+    }
+    zmq_msg_close(&part);
+  }
+  out.msg.meta.sender = parse_identity(frames[0]);
+  if (frames.size() < 2) {
+    out.error = "a message with no meta frame";
+    return out;
+  }
+  if (frames.size() > kMaxFrames + 1) {
+    out.error = cat("a message with more than ", kMaxFrames, " frames");
+    return out;
+  }
+  std::string why;
+  auto meta = decode_meta(frames[1], &why);
+  if (!meta) {
+    out.error = why;
+    return out;
+  }
+  const int sender = out.msg.meta.sender;
+  out.msg.meta = std::move(*meta);
+  out.msg.meta.sender = sender;
+  for (size_t i = 2; i < frames.size(); ++i) out.msg.data.push_back(std::move(frames[i]));
+  return out;
+}
+
+uint64_t Van::bytes_sent() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return bytes_sent_;
+}
+
+}  // namespace dtrain::ps

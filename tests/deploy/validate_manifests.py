@@ -1,0 +1,165 @@
+#!/usr/bin/env python3
+"""Validates every manifest in deploy/kubernetes strictly against the operators'
+published CRD schemas in <source>/../shared/k8s-crds (see its README).
+
+Strict, as the API server's field validation is: every object schema that lists
+`properties` gets `additionalProperties: false` (unless it says
+`x-kubernetes-preserve-unknown-fields`), `x-kubernetes-int-or-string` accepts an
+integer or a string, `nullable` accepts null. A custom resource must match a CRD of
+its apiVersion and kind, and validate against every pinned release of that CRD (two
+PyTorchJob releases are pinned). Documents of Kubernetes' built-in kinds (Service,
+Deployment, PersistentVolumeClaim, ...) have no CRD and are only checked for
+apiVersion, kind and metadata.name.
+
+With --typos, checks the checker instead: each custom resource, with a misspelled
+field added at the top of its spec and inside its first replica's pod template, must be
+rejected at exactly those two paths.
+
+Exit 0: all valid (with --typos: every typo caught); 1: a violation (each printed as file, document, path, reason);
+77: skipped (the schema folder or the validator is missing), with the reason.
+"""
+import copy
+import glob
+import json
+import os
+import sys
+
+SKIP = 77
+BUILTIN_GROUPS = {"v1", "apps/v1", "batch/v1", "policy/v1", "rbac.authorization.k8s.io/v1",
+                  "networking.k8s.io/v1", "storage.k8s.io/v1", "scheduling.k8s.io/v1"}
+
+
+def skip(why):
+    print(f"SKIPPED: {why}")
+    sys.exit(SKIP)
+
+
+try:
+    import jsonschema
+    import yaml
+except ImportError as e:
+    skip(f"{e}: install python3-jsonschema and python3-yaml (scripts/install-deps.sh)")
+
+
+def strict(schema):
+    """A copy of a CRD's structural schema with the API server's strictness made explicit."""
+    s = copy.deepcopy(schema)
+
+    def walk(node):
+        if isinstance(node, list):
+            for n in node:
+                walk(n)
+            return
+        if not isinstance(node, dict):
+            return
+        if node.get("x-kubernetes-int-or-string"):
+            node.pop("type", None)
+            node["anyOf"] = [{"type": "integer"}, {"type": "string"}]
+        if node.get("nullable") and isinstance(node.get("type"), str):
+            node["type"] = [node["type"], "null"]
+        if ("properties" in node and "additionalProperties" not in node
+                and not node.get("x-kubernetes-preserve-unknown-fields")):
+            node["additionalProperties"] = False
+        for key, value in node.items():
+            if key in ("properties", "patternProperties", "definitions"):
+                for child in value.values():
+                    walk(child)
+            elif key in ("items", "additionalProperties", "not", "allOf", "anyOf", "oneOf"):
+                walk(value)
+    walk(s)
+    return s
+
+
+def load_crds(folder):
+    """{(apiVersion, kind): [(file, validator)]} of every CRD in `folder`."""
+    crds = {}
+    for path in sorted(glob.glob(os.path.join(folder, "*.yaml"))):
+        with open(path) as f:
+            for doc in yaml.safe_load_all(f):
+                if not doc or doc.get("kind") != "CustomResourceDefinition":
+                    continue
+                spec = doc["spec"]
+                kind = spec["names"]["kind"]
+                versions = spec.get("versions") or [{"name": spec.get("version")}]
+                for v in versions:
+                    schema = (v.get("schema") or {}).get("openAPIV3Schema") or \
+                        (spec.get("validation") or {}).get("openAPIV3Schema")
+                    if schema is None:
+                        continue
+                    key = (f"{spec['group']}/{v['name']}", kind)
+                    validator = jsonschema.Draft4Validator(strict(schema))
+                    crds.setdefault(key, []).append((os.path.basename(path), validator))
+    return crds
+
+
+def add_typos(doc):
+    """A copy of `doc` with two misspelled fields, and their paths. (Through JSON: YAML
+    aliases, such as a pod template shared by two replicas, become separate objects.)"""
+    doc = json.loads(json.dumps(doc))
+    spec = doc["spec"]
+    spec["replicaSpecz"] = {}
+    paths = ["spec"]
+    for key, value in spec.items():
+        if key.endswith("ReplicaSpecs") and isinstance(value, dict) and value:
+            replica = next(iter(value))
+            value[replica]["template"]["spec"]["containerz"] = []
+            paths.append(f"spec.{key}.{replica}.template.spec")
+            break
+    return doc, paths
+
+
+def main():
+    typos = "--typos" in sys.argv[1:]
+    source = os.environ.get("DTRAIN_SOURCE_DIR") or \
+        os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    folder = os.path.join(source, "..", "shared", "k8s-crds")
+    if not os.path.isdir(folder):
+        skip(f"{os.path.normpath(folder)} is absent: the operators' CRD schemas are not "
+             "available here (see the README that comes with them)")
+    crds = load_crds(folder)
+    groups = {api.split("/")[0] for api, _ in crds}
+    manifests = sorted(glob.glob(os.path.join(source, "deploy", "kubernetes", "*.yaml")))
+    if not manifests:
+        print(f"FAIL: no manifests in {source}/deploy/kubernetes")
+        return 1
+    errors, checked = [], 0
+    for path in manifests:
+        name = os.path.relpath(path, source)
+        with open(path) as f:
+            docs = [d for d in yaml.safe_load_all(f) if d is not None]
+        for i, doc in enumerate(docs):
+            where = f"{name} document {i + 1}"
+            api, kind = doc.get("apiVersion"), doc.get("kind")
+            if not api or not kind or not (doc.get("metadata") or {}).get("name"):
+                errors.append(f"{where}: needs apiVersion, kind and metadata.name")
+                continue
+            if (api, kind) in crds:
+                if typos:
+                    doc, expected = add_typos(doc)
+                for crd_file, validator in crds[(api, kind)]:
+                    if typos:
+                        found = sorted({".".join(str(p) for p in e.path)
+                                        for e in validator.iter_errors(doc)})
+                        if found != sorted(expected):
+                            errors.append(f"{where} against {crd_file}: typos at {expected} "
+                                          f"reported at {found}")
+                        checked += 1
+                        continue
+                    for e in sorted(validator.iter_errors(doc), key=lambda e: list(e.path)):
+                        path_text = ".".join(str(p) for p in e.path) or "(root)"
+                        errors.append(f"{where} ({kind}) against {crd_file}: {path_text}: "
+                                      f"{e.message}")
+                    checked += 1
+            elif api.split("/")[0] in groups or "/" in api and api not in BUILTIN_GROUPS:
+                errors.append(f"{where}: no published schema for {api} {kind} in {folder}")
+            else:
+                print(f"{where}: {api} {kind} is a built-in kind (no CRD to check against)")
+    for e in errors:
+        print(f"FAIL: {e}")
+    print(f"{checked} custom resource validation(s) against {len(crds)} CRD version(s); "
+          f"{len(errors)} error(s)")
+    return 1 if errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

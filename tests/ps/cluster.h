@@ -1,0 +1,100 @@
+#pragma once
+// Runs a parameter-server job as threads of one process on loopback: a
+// scheduler, S servers and W workers, each with its own ZeroMQ context.
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <exception>
+#include <functional>
+#include <iostream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "dtrain/kvstore.h"
+#include "ps/roles.h"
+
+namespace dtrain::testing {
+
+/// A port that was free a moment ago (bound to 127.0.0.1:0, then closed).
+inline int free_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  socklen_t len = sizeof(a);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+inline ps::NodeOptions node_options(ps::Role role, int port, int servers, int workers) {
+  ps::NodeOptions o;
+  o.role = role;
+  o.scheduler_host = "127.0.0.1";
+  o.scheduler_port = port;
+  o.num_servers = servers;
+  o.num_workers = workers;
+  o.host = "127.0.0.1";
+  o.connect_timeout = std::chrono::seconds(20);
+  o.log = [](const std::string&) {};
+  return o;
+}
+
+/// Runs the job; worker(kv) runs on each worker thread (then close()). Rethrows
+/// the first failure of any node after all have ended.
+inline void run_job(int servers, int workers, bool sync, size_t bigarray_bound,
+                    const std::function<void(KVStore&)>& worker) {
+  const int port = free_port();
+  std::vector<std::exception_ptr> errors(1 + servers + workers);
+  std::vector<std::thread> threads;
+  threads.emplace_back([&] {
+    try {
+      ps::run_scheduler(node_options(ps::Role::kScheduler, port, servers, workers));
+    } catch (...) {
+      errors[0] = std::current_exception();
+    }
+  });
+  for (int s = 0; s < servers; ++s) {
+    threads.emplace_back([&, s] {
+      try {
+        ps::run_server(node_options(ps::Role::kServer, port, servers, workers));
+      } catch (...) {
+        errors[1 + s] = std::current_exception();
+      }
+    });
+  }
+  for (int w = 0; w < workers; ++w) {
+    threads.emplace_back([&, w] {
+      try {
+        ps::JobConfig c;
+        c.node = node_options(ps::Role::kWorker, port, servers, workers);
+        c.bigarray_bound = bigarray_bound;
+        auto kv = ps::connect_worker(c, sync, std::chrono::seconds(20));
+        worker(*kv);
+        kv->close();
+      } catch (...) {
+        errors[1 + servers + w] = std::current_exception();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  // Every node's failure, for the log; the first one is rethrown.
+  for (size_t i = 0; i < errors.size(); ++i) {
+    if (!errors[i]) continue;
+    try {
+      std::rethrow_exception(errors[i]);
+    } catch (const std::exception& e) {
+      std::cerr << "node " << i << " (0 scheduler, then servers, then workers): " << e.what()
+                << std::endl;
+    }
+  }
+  for (auto& e : errors) {
+    if (e) std::rethrow_exception(e);
+  }
+}
+
+}  // namespace dtrain::testing
