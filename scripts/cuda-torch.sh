@@ -236,7 +236,11 @@ configure_and_build() {
   log "ccache: $(ccache --show-stats 2>/dev/null | grep -Ei '^ *(hits|cache hit \(rate\))' | head -1 | tr -s ' ')"
   # Proof that the NCCL path was compiled: the process group refers to
   # c10d::ProcessGroupNCCL only under DTRAIN_HAVE_NCCL.
-  nm -C "$BUILD/src/comm/libdtrain_comm.a" 2>/dev/null | grep -q 'c10d::ProcessGroupNCCL::ProcessGroupNCCL' ||
+  # (grep -c reads all of nm's output: grep -q would end the pipe early and
+  # pipefail would report nm's SIGPIPE.)
+  local refs
+  refs="$(nm -C "$BUILD/src/comm/libdtrain_comm.a" | grep -c 'c10d::ProcessGroupNCCL::ProcessGroupNCCL' || true)"
+  [[ "$refs" -gt 0 ]] ||
     die "libdtrain_comm.a does not refer to c10d::ProcessGroupNCCL: the NCCL path was not compiled"
   log "NCCL path compiled: libdtrain_comm.a refers to c10d::ProcessGroupNCCL"
 }

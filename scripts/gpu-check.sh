@@ -239,7 +239,9 @@ benchmarks() {
   bench_if bench-train-fp16 train 240 run --nproc-per-node 1 -- "$d" "${train[@]}" --amp fp16
   if ((gpus >= 2)); then
     bench_if "bench-train-bf16-${gpus}gpu" train 300 run --nproc-per-node gpu -- "$d" "${train[@]}" --amp bf16
-    if "$d" bench collective --help 2>&1 | grep -q -- '--backend'; then
+    local help
+    help="$("$d" bench collective --help 2>&1 || true)"
+    if [[ "$help" == *--backend* ]]; then
       bench_if "bench-collective-nccl-${gpus}gpu" collective 180 run --nproc-per-node gpu -- \
         "$d" bench collective --backend nccl -b 8 -e 268435456 -f 4
     fi
