@@ -85,6 +85,7 @@ void validate(const EvalOptions& o) {
   }
   if (o.batch_size < 1) throw InvalidArgument(cat("--batch-size must be positive, got ", o.batch_size));
   if (o.threads < 0) throw InvalidArgument(cat("--threads must be >= 0, got ", o.threads));
+  detail::check_device(o.device);
   bool known = false;
   for (const auto& n : model_names()) known = known || n == o.model;
   if (!known) {

@@ -60,26 +60,31 @@ void to_channels_last(torch::nn::Module& module) {
 
 namespace detail {
 
-at::Device pick_device(const std::string& name, const ProcessGroup& pg) {
-  const bool has_gpu = torch::cuda::is_available();
-  auto local_gpu = [&] {
-    return at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(pg.local_rank() %
-                                                                torch::cuda::device_count()));
-  };
-  if (name == "auto") return has_gpu ? local_gpu() : at::Device(at::kCPU);
-  if (name == "cpu") return at::Device(at::kCPU);
+void check_device(const std::string& name) {
+  if (name == "auto" || name == "cpu") return;
   if (name.rfind("cuda", 0) == 0) {
-    if (!has_gpu) {
+    if (!torch::cuda::is_available()) {
       throw InvalidArgument(cat("--device ", name, ": no GPU is visible to this LibTorch; use "
                                 "--device cpu"));
     }
-    if (name == "cuda") return local_gpu();
     try {
-      return at::Device(name);
+      if (name == "cuda" || at::Device(name).is_cuda()) return;
     } catch (const c10::Error&) {
     }
   }
   throw InvalidArgument(cat("--device '", name, "' is not one of auto, cpu, cuda, cuda:N"));
+}
+
+at::Device pick_device(const std::string& name, const ProcessGroup& pg) {
+  check_device(name);
+  if (name == "cpu" || (name == "auto" && !torch::cuda::is_available())) {
+    return at::Device(at::kCPU);
+  }
+  if (name == "auto" || name == "cuda") {
+    return at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(pg.local_rank() %
+                                                                torch::cuda::device_count()));
+  }
+  return at::Device(name);
 }
 
 std::shared_ptr<ImageClassifier> build_model(const std::string& name, const DatasetSplits& splits,

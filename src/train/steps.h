@@ -17,6 +17,10 @@
 
 namespace dtrain::detail {
 
+/// Throws InvalidArgument when `name` is not auto, cpu, cuda or cuda:N, or
+/// names CUDA while no GPU is visible (the message says to use --device cpu).
+void check_device(const std::string& name);
+
 /// "auto", "cpu", "cuda" (cuda:<local rank>) or "cuda:N". Throws
 /// InvalidArgument naming --device cpu when no GPU is visible.
 at::Device pick_device(const std::string& name, const ProcessGroup& pg);

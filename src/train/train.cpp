@@ -9,6 +9,7 @@
 #include "common/strings.h"
 #include "dtrain/errors.h"
 #include "dtrain/models.h"
+#include "train/steps.h"
 #include "train/trainer.h"
 
 namespace dtrain {
@@ -66,6 +67,7 @@ void validate(const TrainOptions& o) {
     throw InvalidArgument("--progress-every must be >= 0");
   }
   if (o.threads < 0) throw InvalidArgument(cat("--threads must be >= 0, got ", o.threads));
+  detail::check_device(o.device);
   if (o.checkpoint_every_steps < 0 || o.checkpoint_every_epochs < 0) {
     throw InvalidArgument(cat("--checkpoint-every must be positive, got ",
                               std::min(o.checkpoint_every_steps, o.checkpoint_every_epochs)));
