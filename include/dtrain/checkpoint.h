@@ -33,6 +33,10 @@
 //                       (the DistributedSampler position)
 //   "world_size", "batch_size", "seed": of the run that saved it
 //   "rng_state":        torch.get_rng_state() (uint8, the CPU generator)
+//   "scaler":           GradScaler.state_dict() under fp16 loss scaling
+//                       ({"scale", "growth_factor", "backoff_factor",
+//                       "growth_interval", "_growth_tracker"}), else None
+//                       (absent in older checkpoints)
 // The learning-rate schedule has no state of its own: the lr is a function of
 // "step" (dtrain/lr_schedule.h), so "step" restores it.
 //
@@ -103,6 +107,15 @@ struct OptimizerState {
   std::vector<std::map<std::string, at::Tensor>> state;
 };
 
+/// A GradScaler's state_dict() values (dtrain/amp.h, torch.cuda.amp.GradScaler).
+struct ScalerState {
+  double scale = 65536.0;
+  double growth_factor = 2.0;
+  double backoff_factor = 0.5;
+  int64_t growth_interval = 2000;
+  int64_t growth_tracker = 0;
+};
+
 /// What a checkpoint holds (the file's layout is at the top of this header).
 struct Checkpoint {
   NamedTensors model;
@@ -121,6 +134,8 @@ struct Checkpoint {
   uint64_t seed = 0;
   /// The CPU generator's state (cpu_rng_state()); may be undefined.
   at::Tensor rng_state;
+  /// The fp16 loss scaler's state; nullopt without loss scaling.
+  std::optional<ScalerState> scaler;
 };
 
 // ---- State of models, optimizers and generators -------------------------------

@@ -64,6 +64,14 @@ struct TrainOptions {
   double clip_grad_norm = 0;
   /// Parameters, buffers and inputs in channels-last (NHWC) memory format.
   bool channels_last = false;
+  /// Mixed precision (dtrain/amp.h): "none", "bf16" (CPU and CUDA) or "fp16"
+  /// (CUDA; with PyTorch's dynamic loss scaling). Autocast covers the
+  /// forward pass and the loss on the training thread and its cast cache is
+  /// cleared after each forward; under fp16 the gradients are unscaled
+  /// before clipping and a step whose gradients overflowed is skipped on
+  /// every rank (the step counter and the schedule still advance, as with
+  /// PyTorch's scheduler).
+  std::string amp = "none";
   /// Seeds model initialisation and the sampler's permutations.
   uint64_t seed = 0;
   /// Intra-op threads per process; 0 keeps LibTorch's default (which

@@ -248,6 +248,9 @@ void add_train_command(CLI::App& root, int* exit_code) {
   cmd->add_option("--label-smoothing", o.label_smoothing, "Label smoothing in [0, 1)")
       ->capture_default_str()
       ->check(non_negative());
+  cmd->add_option("--amp", o.amp,
+                  "Mixed precision: none, bf16 (CPU, CUDA), fp16 (CUDA, dynamic loss scaling)")
+      ->capture_default_str();
   cmd->add_option("--clip-grad-norm", o.clip_grad_norm,
                   "Clip the gradients' global 2-norm to this (0: off)")
       ->capture_default_str()

@@ -442,6 +442,17 @@ std::vector<char> encode_checkpoint(const Checkpoint& c) {
   } else {
     root.insert("rng_state", IValue());
   }
+  if (c.scaler) {
+    GenericDict scaler = make_dict();
+    scaler.insert("scale", c.scaler->scale);
+    scaler.insert("growth_factor", c.scaler->growth_factor);
+    scaler.insert("backoff_factor", c.scaler->backoff_factor);
+    scaler.insert("growth_interval", c.scaler->growth_interval);
+    scaler.insert("_growth_tracker", c.scaler->growth_tracker);
+    root.insert("scaler", scaler);
+  } else {
+    root.insert("scaler", IValue());
+  }
   return pickle_untagged(root);
 }
 
@@ -476,6 +487,18 @@ Checkpoint decode_checkpoint(const std::vector<char>& bytes, const std::string& 
   c.seed = static_cast<uint64_t>(int_field(root, "seed", origin));
   const IValue rng = field(root, "rng_state", origin);
   if (!rng.isNone()) c.rng_state = tensor_value(rng, cat(origin, ": rng_state"));
+  auto scaler = root.find("scaler");  // absent before mixed precision
+  if (scaler != root.end() && !scaler->value().isNone()) {
+    const GenericDict d = dict_field(root, "scaler", origin);
+    const std::string where = cat(origin, ": scaler");
+    ScalerState st;
+    st.scale = number_field(d, "scale", where);
+    st.growth_factor = number_field(d, "growth_factor", where);
+    st.backoff_factor = number_field(d, "backoff_factor", where);
+    st.growth_interval = int_field(d, "growth_interval", where);
+    st.growth_tracker = int_field(d, "_growth_tracker", where);
+    c.scaler = st;
+  }
   if (c.epoch < 0 || c.step < 0 || c.samples_in_epoch < 0 || c.world_size < 1) {
     throw DataError(cat(origin, ": negative counters (epoch ", c.epoch, ", step ", c.step,
                         ", samples_in_epoch ", c.samples_in_epoch, ", world_size ", c.world_size,

@@ -5,8 +5,10 @@
 #include <cstdio>
 
 #include <nlohmann/json.hpp>
+#include <torch/cuda.h>
 
 #include "common/strings.h"
+#include "dtrain/amp.h"
 #include "dtrain/errors.h"
 #include "dtrain/models.h"
 #include "train/steps.h"
@@ -68,6 +70,11 @@ void validate(const TrainOptions& o) {
   }
   if (o.threads < 0) throw InvalidArgument(cat("--threads must be >= 0, got ", o.threads));
   detail::check_device(o.device);
+  if (o.amp != "none") {
+    const bool cuda = o.device != "cpu" && (o.device != "auto" || torch::cuda::is_available());
+    check_autocast(cuda ? c10::DeviceType::CUDA : c10::DeviceType::CPU,
+                   amp_dtype_from_name(o.amp));
+  }
   if (o.checkpoint_every_steps < 0 || o.checkpoint_every_epochs < 0) {
     throw InvalidArgument(cat("--checkpoint-every must be positive, got ",
                               std::min(o.checkpoint_every_steps, o.checkpoint_every_epochs)));

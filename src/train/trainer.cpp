@@ -149,6 +149,16 @@ void Trainer::setup() {
   for (const auto& group : optimizer_->param_groups()) {
     params_.insert(params_.end(), group.params().begin(), group.params().end());
   }
+  GradScalerOptions so;
+  if (o_.amp != "none") {
+    amp_dtype_ = amp_dtype_from_name(o_.amp);
+    check_autocast(device_.type(), *amp_dtype_);
+    so.enabled = needs_grad_scaler(*amp_dtype_);
+  } else {
+    so.enabled = false;  // a pass-through: one training loop for every precision
+  }
+  so.process_group = pg_;  // ranks skip overflowed steps together
+  scaler_ = std::make_unique<GradScaler>(so);
   if (checkpointing) resume_ = share_checkpoint(std::move(found_), pg_);
 }
 
@@ -158,6 +168,15 @@ void Trainer::resume() {
   if (o_.channels_last) to_channels_last(*model_);
   load_optimizer_state(*optimizer_, resume_->optimizer, origin_);
   if (resume_->rng_state.defined()) set_cpu_rng_state(resume_->rng_state);
+  if (resume_->scaler && scaler_->is_enabled()) {
+    c10::impl::GenericDict d(c10::StringType::get(), c10::AnyType::get());
+    d.insert("scale", resume_->scaler->scale);
+    d.insert("growth_factor", resume_->scaler->growth_factor);
+    d.insert("backoff_factor", resume_->scaler->backoff_factor);
+    d.insert("growth_interval", resume_->scaler->growth_interval);
+    d.insert("_growth_tracker", resume_->scaler->growth_tracker);
+    scaler_->load_state_dict(d);
+  }
   first_epoch_ = resume_->epoch;
   global_step_ = resume_->step;
   skip_batches_ = resume_batch(resume_->samples_in_epoch, o_.batch_size, pg_.size(),
@@ -178,7 +197,8 @@ void Trainer::log_start() const {
         << (o_.lr_scaling == "linear" ? " (linear scaling)" : "") << ", schedule "
         << schedule_.kind;
   if (schedule_.warmup_steps > 0) *log_ << " after " << schedule_.warmup_steps << " warm-up steps";
-  *log_ << (o_.channels_last ? ", channels-last" : "") << std::endl;
+  *log_ << (o_.channels_last ? ", channels-last" : "")
+        << (amp_dtype_ ? ", amp " + o_.amp : std::string()) << std::endl;
   if (!resume_) return;
   *log_ << "resumed from " << origin_ << " (epoch " << first_epoch_ + 1 << ", step "
         << global_step_ << ")" << std::endl;
@@ -195,20 +215,36 @@ void Trainer::log_start() const {
   }
 }
 
+// Note [Mixed precision step]
+// As PyTorch's AMP recipe: autocast covers the forward pass and the loss
+// only (the guard's end clears the cast cache, so the next step's weights
+// are cast afresh); backward runs outside it on the scaled loss; DDP
+// averages the scaled gradients; before clipping they are unscaled, and
+// GradScaler::step skips the optimizer step on every rank when any rank saw
+// inf/NaN. Without fp16 the scaler is disabled and each call passes through.
 at::Tensor Trainer::forward_backward(const Batch& batch, bool sync_step) {
   auto no_sync = sync_step ? std::optional<DataParallel::NoSync>()
                            : std::optional<DataParallel::NoSync>(ddp_->no_sync());
-  at::Tensor logits = ddp_->forward(device_inputs(batch.inputs, device_, o_.channels_last));
-  at::Tensor loss = classification_loss(logits, batch.targets.to(device_), o_.label_smoothing);
-  (o_.accumulation_steps > 1 ? loss / o_.accumulation_steps : loss).backward();
+  at::Tensor loss;
+  {
+    std::optional<AutocastGuard> autocast;
+    if (amp_dtype_) autocast.emplace(device_.type(), *amp_dtype_);
+    at::Tensor logits = ddp_->forward(device_inputs(batch.inputs, device_, o_.channels_last));
+    loss = classification_loss(logits, batch.targets.to(device_), o_.label_smoothing);
+  }
+  scaler_->scale(o_.accumulation_steps > 1 ? loss / o_.accumulation_steps : loss).backward();
   return loss.detach();
 }
 
-void Trainer::optimizer_step() {
+void Trainer::optimizer_step() {  // Note [Mixed precision step]
   lr_ = lr_at(schedule_, global_step_);
   set_learning_rate(*optimizer_, lr_);
-  if (o_.clip_grad_norm > 0) clip_grad_norm(params_, o_.clip_grad_norm);
-  optimizer_->step();
+  if (o_.clip_grad_norm > 0) {
+    scaler_->unscale_(*optimizer_);
+    clip_grad_norm(params_, o_.clip_grad_norm);
+  }
+  scaler_->step(*optimizer_);
+  scaler_->update();
   optimizer_->zero_grad();
   ++global_step_;
 }
@@ -271,6 +307,7 @@ EpochMetrics Trainer::evaluate(int64_t epoch, const EpochTotals& t) {
   m.test_loss = sums[5] > 0 ? sums[4] / sums[5] : 0;
   m.images_per_sec = sums[6];
   m.lr = lr_ > 0 ? lr_ : lr_at(schedule_, global_step_);
+  m.loss_scale = scaler_->is_enabled() ? scaler_->get_scale() : 0;
   m.world_size = pg_.size();
   return m;
 }
@@ -301,6 +338,16 @@ void Trainer::checkpoint(int64_t epoch, int64_t samples_in_epoch) {
   c.batch_size = o_.batch_size;
   c.seed = o_.seed;
   c.rng_state = cpu_rng_state();
+  if (scaler_->is_enabled()) {
+    const c10::impl::GenericDict d = scaler_->state_dict();
+    ScalerState st;
+    st.scale = d.at("scale").toDouble();
+    st.growth_factor = d.at("growth_factor").toDouble();
+    st.backoff_factor = d.at("backoff_factor").toDouble();
+    st.growth_interval = d.at("growth_interval").toInt();
+    st.growth_tracker = d.at("_growth_tracker").toInt();
+    c.scaler = st;
+  }
   try {
     save_checkpoint(o_.checkpoint_dir, c, o_.keep_checkpoints);
   } catch (const InvalidArgument&) {

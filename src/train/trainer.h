@@ -1,8 +1,9 @@
 #pragma once
 // train()'s loop as named steps (dtrain/train.h documents the behaviour):
 //   setup()      checkpoint lookup (rank 0), metrics file, data, model,
-//                optimizer, schedule, the checkpoint shared by rank 0
-//   resume()     model, optimizer, generator and position from it
+//                optimizer, schedule, loss scaler, the checkpoint shared by
+//                rank 0
+//   resume()     model, optimizer, scaler, generator and position from it
 //   wrap()       DistributedDataParallel around the (restored) model
 //   run_epoch()  one epoch's training steps, mid-epoch checkpoints
 //   evaluate()   the test split, reduced across ranks, into the epoch's metrics
@@ -18,6 +19,7 @@
 
 #include <torch/optim/optimizer.h>
 
+#include "dtrain/amp.h"
 #include "dtrain/checkpoint.h"
 #include "dtrain/ddp.h"
 #include "dtrain/models.h"
@@ -66,6 +68,8 @@ class Trainer {
   std::vector<at::Tensor> params_;
   LrSchedule schedule_;
   std::unique_ptr<DistributedDataParallel<ImageClassifier>> ddp_;
+  std::optional<at::ScalarType> amp_dtype_;  // autocast dtype, when on
+  std::unique_ptr<GradScaler> scaler_;        // enabled under fp16 only
   ProgressLine progress_;
   // Position.
   int64_t first_epoch_ = 0, global_step_ = 0, skip_batches_ = 0;

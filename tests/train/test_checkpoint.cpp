@@ -93,6 +93,27 @@ TEST_F(Checkpoints, SaveThenLoadReturnsTheSameTensorsCountersAndRngState) {
   EXPECT_TRUE(same(at::rand({8}), expected));
 }
 
+TEST_F(Checkpoints, ScalerStateRoundTripsAndIsNoneWithoutLossScaling) {
+  Trained t;
+  Checkpoint c = sample_checkpoint(3, t);
+  save_checkpoint(dir_.string(), c);
+  EXPECT_FALSE(load_latest_checkpoint(dir_.string())->checkpoint.scaler.has_value());
+  ScalerState s;
+  s.scale = 1024.0;
+  s.growth_tracker = 17;
+  s.growth_interval = 100;
+  c.scaler = s;
+  c.step = 4;
+  save_checkpoint(dir_.string(), c);
+  const auto loaded = load_latest_checkpoint(dir_.string())->checkpoint.scaler;
+  ASSERT_TRUE(loaded.has_value());
+  EXPECT_DOUBLE_EQ(loaded->scale, 1024.0);
+  EXPECT_EQ(loaded->growth_tracker, 17);
+  EXPECT_EQ(loaded->growth_interval, 100);
+  EXPECT_DOUBLE_EQ(loaded->growth_factor, 2.0);
+  EXPECT_DOUBLE_EQ(loaded->backoff_factor, 0.5);
+}
+
 TEST_F(Checkpoints, RestoredModelAndMomentumTakeTheSameNextStep) {
   Trained a;
   const Checkpoint c = sample_checkpoint(1, a);

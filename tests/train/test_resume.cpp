@@ -63,6 +63,9 @@ class Resume : public testing::ScratchDir {
     return log.str();
   }
 
+  // Returns the uninterrupted run's final model.
+  NamedTensors adamw_cosine_resume_equals_straight(const std::string& amp);
+
   Checkpoint latest(const std::string& ckpt) const {
     auto found = load_latest_checkpoint((dir_ / ckpt).string());
     if (!found) throw Error("no checkpoint in " + ckpt);
@@ -138,8 +141,12 @@ TEST_F(Resume, TwoEpochsStraightEqualOneEpochThenAResumedSecond) {
   EXPECT_LE(max_difference(a.optimizer, b.optimizer), 1e-6);
 }
 
-TEST_F(Resume, AdamWWithCosineScheduleAndWarmUpResumedMidEpochEqualsTheUninterruptedRun) {
-  TrainOptions o = options("straight", 2);
+// AdamW (two weight-decay groups) + cosine with warm-up + label smoothing +
+// clipping, optionally under bf16 autocast: straight vs. stopped after step 7
+// and resumed.
+NamedTensors Resume::adamw_cosine_resume_equals_straight(const std::string& amp) {
+  TrainOptions o = options(amp + "-straight", 2);
+  o.amp = amp;
   o.optimizer.name = "adamw";
   o.optimizer.lr = 2e-3;
   o.optimizer.weight_decay = 0.05;
@@ -153,36 +160,53 @@ TEST_F(Resume, AdamWWithCosineScheduleAndWarmUpResumedMidEpochEqualsTheUninterru
   o.metrics_file = (dir_ / "straight.jsonl").string();
   std::vector<EpochMetrics> straight_history;
   run(o, 1, &straight_history);
-  const Checkpoint straight = latest("straight");
+  const Checkpoint straight = latest(amp + "-straight");
   EXPECT_EQ(straight.optimizer.type, "adamw");
-  ASSERT_EQ(straight.optimizer.groups.size(), 2u);
+  if (straight.optimizer.groups.size() != 2u) {
+    ADD_FAILURE() << straight.optimizer.groups.size() << " parameter groups, expected 2";
+    return {};
+  }
   EXPECT_DOUBLE_EQ(straight.optimizer.groups[1].weight_decay, 0.0);
   EXPECT_EQ(straight.optimizer.state.at(0).at("step").item<double>(), 24.0);
 
-  o.checkpoint_dir = (dir_ / "resumed").string();
+  o.checkpoint_dir = (dir_ / (amp + "-resumed")).string();
   o.metrics_file = (dir_ / "resumed.jsonl").string();
   o.checkpoint_every_steps = 7;  // mid-epoch 1, then the next run crosses the epoch boundary
   o.keep_checkpoints = 10;
   run(o);
-  crash_after("resumed", 7);
+  crash_after(amp + "-resumed", 7);
   const std::string log = run(o);
   EXPECT_NE(log.find("(epoch 1, step 7)"), std::string::npos) << log;
-  const Checkpoint resumed = latest("resumed");
+  const Checkpoint resumed = latest(amp + "-resumed");
   EXPECT_EQ(resumed.step, 24);
   const double model_diff = max_difference(straight.model, resumed.model);
   const double state_diff = max_difference(straight.optimizer, resumed.optimizer);
-  std::cout << "  max difference after resume: model " << model_diff << ", AdamW state "
+  std::cout << "  amp " << amp << ": max difference after resume: model " << model_diff << ", AdamW state "
             << state_diff << "\n";
   EXPECT_LE(model_diff, 1e-6);
   EXPECT_LE(state_diff, 1e-6);
   // The lr of the last step is the schedule's, in the metrics too.
   LrSchedule s = lr_schedule_for(o, 12, 1);
-  ASSERT_EQ(straight_history.size(), 2u);
+  if (straight_history.size() != 2u) {
+    ADD_FAILURE() << straight_history.size() << " epochs in the history, expected 2";
+    return {};
+  }
   EXPECT_DOUBLE_EQ(straight_history[1].lr, lr_at(s, 23));
   EXPECT_DOUBLE_EQ(resumed.optimizer.groups[0].lr, lr_at(s, 23));
   EXPECT_NE(testing::read_text(o.metrics_file).find("\"lr\":"), std::string::npos);
   EXPECT_NE(testing::read_text(o.metrics_file).find("\"loss_scale\":null"), std::string::npos);
   EXPECT_NE(testing::read_text(o.metrics_file).find("\"test_top5\":"), std::string::npos);
+  return straight.model;
+}
+
+TEST_F(Resume, AdamWWithCosineScheduleAndWarmUpResumedMidEpochEqualsTheUninterruptedRun) {
+  adamw_cosine_resume_equals_straight("none");
+}
+
+TEST_F(Resume, TheSameUnderBf16AutocastEqualsTheUninterruptedRun) {
+  const NamedTensors bf16 = adamw_cosine_resume_equals_straight("bf16");
+  const NamedTensors fp32 = adamw_cosine_resume_equals_straight("none");
+  EXPECT_GT(max_difference(bf16, fp32), 1e-4) << "autocast changed the arithmetic";
 }
 
 TEST_F(Resume, MidEpochResumeOnTwoRanksReproducesTheUninterruptedRun) {

@@ -45,7 +45,7 @@ class TrainCli : public testing::ScratchDir {
   std::string data_;
 };
 
-TEST_F(TrainCli, UnknownOptimizerOrScheduleIsAUsageErrorListingTheValidOnes) {
+TEST_F(TrainCli, UnknownOptimizerOrScheduleOrFp16OnCpuIsAOneLineUsageError) {
   Shell r = dtrain_cli("train " + data_ + " --optimizer lamb");
   EXPECT_EQ(r.code, 2);
   EXPECT_EQ(r.output, "dtrain train: error: unknown optimizer 'lamb'; valid optimizers: sgd, adamw\n");
@@ -54,6 +54,9 @@ TEST_F(TrainCli, UnknownOptimizerOrScheduleIsAUsageErrorListingTheValidOnes) {
   EXPECT_EQ(r.output,
             "dtrain train: error: unknown lr schedule 'onecycle'; valid schedules: constant, step, "
             "multistep, cosine\n");
+  r = dtrain_cli("train " + data_ + " --amp fp16");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.output, "dtrain train: error: fp16 autocast needs a CUDA device; use --amp bf16 on CPU\n");
   r = dtrain_cli("train " + data_ + " --lr-schedule multistep --lr-milestones 3,x");
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.output.find("--lr-milestones '3,x' is not a list of epochs"), std::string::npos)
