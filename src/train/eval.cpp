@@ -27,8 +27,8 @@ namespace {
 
 // Rank 0 loads the weights; the outcome is agreed on before the parameters
 // are broadcast, so a failure never leaves the other ranks waiting.
-void load_weights_collective(ImageClassifier& model, const EvalOptions& o,
-                             const ProcessGroup& pg, std::ostream* log) {
+void load_weights_collective(ImageClassifier& model, const EvalOptions& o, const ProcessGroup& pg,
+                             std::ostream* log) {
   std::string error;
   if (pg.rank() == 0) {
     try {
@@ -64,8 +64,8 @@ void load_weights_collective(ImageClassifier& model, const EvalOptions& o,
 }
 
 // Note [Evaluation order]
-at::Tensor gather_logits(const std::vector<at::Tensor>& mine, int64_t total,
-                         int64_t classes, const ProcessGroup& pg) {
+at::Tensor gather_logits(const std::vector<at::Tensor>& mine, int64_t total, int64_t classes,
+                         const ProcessGroup& pg) {
   const int64_t world = pg.size();
   const int64_t share = (total + world - 1) / world;
   at::Tensor local = mine.empty() ? at::zeros({0, classes}) : at::cat(mine);
@@ -81,9 +81,11 @@ at::Tensor gather_logits(const std::vector<at::Tensor>& mine, int64_t total,
 
 void validate(const EvalOptions& o) {
   if (o.checkpoint_dir.empty() == o.init_weights.empty()) {
-    throw InvalidArgument("give the weights with exactly one of --checkpoint DIR, --init-weights PATH");
+    throw InvalidArgument(
+        "give the weights with exactly one of --checkpoint DIR, --init-weights PATH");
   }
-  if (o.batch_size < 1) throw InvalidArgument(cat("--batch-size must be positive, got ", o.batch_size));
+  if (o.batch_size < 1)
+    throw InvalidArgument(cat("--batch-size must be positive, got ", o.batch_size));
   if (o.threads < 0) throw InvalidArgument(cat("--threads must be >= 0, got ", o.threads));
   detail::check_device(o.device);
   bool known = false;

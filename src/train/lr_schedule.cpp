@@ -33,15 +33,14 @@ void validate(const LrSchedule& s) {
     throw InvalidArgument(cat("--lr-warmup must be >= 0, got ", s.warmup_steps, " steps"));
   }
   if (s.warmup_steps > 0 && !(s.warmup_start_factor > 0 && s.warmup_start_factor <= 1)) {
-    throw InvalidArgument(
-        cat("--lr-warmup-decay must be in (0, 1], got ", s.warmup_start_factor));
+    throw InvalidArgument(cat("--lr-warmup-decay must be in (0, 1], got ", s.warmup_start_factor));
   }
   if ((s.kind == "step" || s.kind == "multistep") && !(s.gamma > 0)) {
     throw InvalidArgument(cat("--lr-gamma must be positive, got ", s.gamma));
   }
   if (s.kind == "step" && s.step_size < 1) {
-    throw InvalidArgument(cat("--lr-schedule step needs --lr-step-size >= 1 (got ", s.step_size,
-                              " steps)"));
+    throw InvalidArgument(
+        cat("--lr-schedule step needs --lr-step-size >= 1 (got ", s.step_size, " steps)"));
   }
   if (s.kind == "multistep") {
     if (s.milestones.empty()) {
@@ -71,8 +70,8 @@ double lr_at(const LrSchedule& s, int64_t step) {
   const int64_t t = step - w;  // the main scheduler's own count (SequentialLR)
   if (s.kind == "step") return s.base_lr * std::pow(s.gamma, static_cast<double>(t / s.step_size));
   if (s.kind == "multistep") {
-    const auto passed = std::upper_bound(s.milestones.begin(), s.milestones.end(), t) -
-                        s.milestones.begin();
+    const auto passed =
+        std::upper_bound(s.milestones.begin(), s.milestones.end(), t) - s.milestones.begin();
     return s.base_lr * std::pow(s.gamma, static_cast<double>(passed));
   }
   if (s.kind == "cosine") {

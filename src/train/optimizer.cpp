@@ -75,8 +75,7 @@ void validate(const OptimizerOptions& o) {
     if (v < 0) throw InvalidArgument(cat(flag, " must be >= 0, got ", v));
   }
   if (!(o.beta1 >= 0 && o.beta1 < 1 && o.beta2 >= 0 && o.beta2 < 1)) {
-    throw InvalidArgument(
-        cat("--adamw-betas must be in [0, 1), got ", o.beta1, ",", o.beta2));
+    throw InvalidArgument(cat("--adamw-betas must be in [0, 1), got ", o.beta1, ",", o.beta2));
   }
   if (!(o.eps >= 0)) throw InvalidArgument(cat("--adamw-eps must be >= 0, got ", o.eps));
 }
@@ -113,12 +112,13 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(torch::nn::Module& modul
       param_groups.emplace_back(groups.params[g], std::make_unique<torch::optim::AdamWOptions>(
                                                       options(groups.weight_decay[g])));
     }
-    return std::make_unique<torch::optim::AdamW>(std::move(param_groups),
-                                                 options(o.weight_decay));
+    return std::make_unique<torch::optim::AdamW>(std::move(param_groups), options(o.weight_decay));
   }
   auto options = [&](double wd) {
-    return torch::optim::SGDOptions(o.lr).momentum(o.momentum).nesterov(o.nesterov).weight_decay(
-        wd);
+    return torch::optim::SGDOptions(o.lr)
+        .momentum(o.momentum)
+        .nesterov(o.nesterov)
+        .weight_decay(wd);
   };
   for (size_t g = 0; g < groups.params.size(); ++g) {
     param_groups.emplace_back(groups.params[g], std::make_unique<torch::optim::SGDOptions>(

@@ -49,9 +49,8 @@ void ProgressLine::update(int64_t position, int64_t samples, int world_size, dou
   const double elapsed = std::chrono::duration<double>(now - start_).count();
   const double rate = elapsed > 0 ? static_cast<double>(samples) * world_size / elapsed : 0;
   const int64_t done = position - first_;
-  const double eta = done > 0 ? elapsed / static_cast<double>(done) *
-                                    static_cast<double>(steps_ - position)
-                              : 0;
+  const double eta =
+      done > 0 ? elapsed / static_cast<double>(done) * static_cast<double>(steps_ - position) : 0;
   const std::string line = format(epoch_, epochs_, position, steps_, rate, mean_loss, eta);
   if (style_ == TrainOptions::Progress::kInPlace) {
     *log_ << '\r' << line << "\x1b[K" << std::flush;

@@ -64,7 +64,8 @@ void check_device(const std::string& name) {
   if (name == "auto" || name == "cpu") return;
   if (name.rfind("cuda", 0) == 0) {
     if (!torch::cuda::is_available()) {
-      throw InvalidArgument(cat("--device ", name, ": no GPU is visible to this LibTorch; use "
+      throw InvalidArgument(cat("--device ", name,
+                                ": no GPU is visible to this LibTorch; use "
                                 "--device cpu"));
     }
     try {
@@ -81,8 +82,8 @@ at::Device pick_device(const std::string& name, const ProcessGroup& pg) {
     return at::Device(at::kCPU);
   }
   if (name == "auto" || name == "cuda") {
-    return at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(pg.local_rank() %
-                                                                torch::cuda::device_count()));
+    return at::Device(at::kCUDA,
+                      static_cast<c10::DeviceIndex>(pg.local_rank() % torch::cuda::device_count()));
   }
   return at::Device(name);
 }
@@ -113,7 +114,7 @@ ClassificationCounts evaluate_split(ImageClassifier& model, Loader& loader, at::
   Batch batch;
   while (loader.next(batch)) {
     at::Tensor out = model.forward(device_inputs(batch.inputs, device, channels_last));
-    counts += classification_counts(out, batch.targets.to(device));
+    counts += classification_counts(out, batch.targets.to(device, /*non_blocking=*/true));
     if (logits) logits->push_back(out.to(at::kCPU, at::kFloat));
   }
   model.train();

@@ -120,8 +120,8 @@ void Trainer::setup() {
   const bool checkpointing = !o_.checkpoint_dir.empty();
   // The one place the cadence defaults are resolved (train.h).
   every_steps_ = o_.checkpoint_every_steps;
-  every_epochs_ = o_.checkpoint_every_epochs > 0 ? o_.checkpoint_every_epochs
-                                                 : (every_steps_ > 0 ? 0 : 1);
+  every_epochs_ =
+      o_.checkpoint_every_epochs > 0 ? o_.checkpoint_every_epochs : (every_steps_ > 0 ? 0 : 1);
   if (leader_ && checkpointing) found_ = find_checkpoint(o_, log_);
   if (leader_ && !o_.metrics_file.empty()) {
     metrics_.open(o_.metrics_file,
@@ -200,13 +200,13 @@ void Trainer::log_start() const {
   *log_ << (o_.channels_last ? ", channels-last" : "")
         << (amp_dtype_ ? ", amp " + o_.amp : std::string()) << std::endl;
   if (!resume_) return;
-  *log_ << "resumed from " << origin_ << " (epoch " << first_epoch_ + 1 << ", step "
-        << global_step_ << ")" << std::endl;
+  *log_ << "resumed from " << origin_ << " (epoch " << first_epoch_ + 1 << ", step " << global_step_
+        << ")" << std::endl;
   if (skip_batches_ > 0) {
     *log_ << "  epoch " << first_epoch_ + 1 << " continues at batch " << skip_batches_ << " of "
           << splits_.train->batches_per_epoch() << " (saved by " << resume_->world_size
-          << " rank(s) x batch " << resume_->batch_size << " after "
-          << resume_->samples_in_epoch << " samples)" << std::endl;
+          << " rank(s) x batch " << resume_->batch_size << " after " << resume_->samples_in_epoch
+          << " samples)" << std::endl;
   }
   if (resume_->seed != o_.seed) {
     *log_ << "  warning: the checkpoint was written with --seed " << resume_->seed
@@ -230,7 +230,8 @@ at::Tensor Trainer::forward_backward(const Batch& batch, bool sync_step) {
     std::optional<AutocastGuard> autocast;
     if (amp_dtype_) autocast.emplace(device_.type(), *amp_dtype_);
     at::Tensor logits = ddp_->forward(device_inputs(batch.inputs, device_, o_.channels_last));
-    loss = classification_loss(logits, batch.targets.to(device_), o_.label_smoothing);
+    loss = classification_loss(logits, batch.targets.to(device_, /*non_blocking=*/true),
+                               o_.label_smoothing);
   }
   scaler_->scale(o_.accumulation_steps > 1 ? loss / o_.accumulation_steps : loss).backward();
   return loss.detach();
@@ -291,14 +292,13 @@ Trainer::EpochTotals Trainer::run_epoch(int64_t epoch) {
 
 EpochMetrics Trainer::evaluate(int64_t epoch, const EpochTotals& t) {
   const double train_seconds = t.seconds;
-  const ClassificationCounts c =
-      evaluate_split(*model_, *splits_.test, device_, o_.channels_last);
+  const ClassificationCounts c = evaluate_split(*model_, *splits_.test, device_, o_.channels_last);
   // Ranks step in lockstep (DDP), so the sum of the ranks' rates is the
   // group's throughput.
-  std::vector<double> sums = all_reduce_sum(
-      pg_, {t.loss_sum, t.samples, static_cast<double>(c.top1), static_cast<double>(c.top5),
-            c.loss_sum, static_cast<double>(c.samples),
-            train_seconds > 0 ? t.samples / train_seconds : 0});
+  std::vector<double> sums =
+      all_reduce_sum(pg_, {t.loss_sum, t.samples, static_cast<double>(c.top1),
+                           static_cast<double>(c.top5), c.loss_sum, static_cast<double>(c.samples),
+                           train_seconds > 0 ? t.samples / train_seconds : 0});
   EpochMetrics m;
   m.epoch = epoch + 1;
   m.train_loss = sums[1] > 0 ? sums[0] / sums[1] : 0;
@@ -316,10 +316,10 @@ void Trainer::report(const EpochMetrics& m) {
   if (log_) {
     *log_ << std::fixed << "epoch " << m.epoch << "/" << o_.epochs << "  train_loss "
           << std::setprecision(4) << m.train_loss << "  test_acc " << std::setprecision(2)
-          << m.test_acc * 100 << "%  top5 " << m.test_top5 * 100 << "%  lr "
-          << std::defaultfloat << std::setprecision(4) << m.lr << std::fixed
-          << "  images/sec " << std::setprecision(1) << m.images_per_sec << "  time "
-          << std::setprecision(1) << m.epoch_seconds << " s" << std::endl;
+          << m.test_acc * 100 << "%  top5 " << m.test_top5 * 100 << "%  lr " << std::defaultfloat
+          << std::setprecision(4) << m.lr << std::fixed << "  images/sec " << std::setprecision(1)
+          << m.images_per_sec << "  time " << std::setprecision(1) << m.epoch_seconds << " s"
+          << std::endl;
     if (o_.verbose) print_stats(*log_, ddp_->stats());
   }
   if (metrics_.is_open()) metrics_ << to_json(m) << std::endl;

@@ -69,7 +69,7 @@ class Trainer {
   LrSchedule schedule_;
   std::unique_ptr<DistributedDataParallel<ImageClassifier>> ddp_;
   std::optional<at::ScalarType> amp_dtype_;  // autocast dtype, when on
-  std::unique_ptr<GradScaler> scaler_;        // enabled under fp16 only
+  std::unique_ptr<GradScaler> scaler_;       // enabled under fp16 only
   ProgressLine progress_;
   // Position.
   int64_t first_epoch_ = 0, global_step_ = 0, skip_batches_ = 0;

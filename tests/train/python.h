@@ -27,7 +27,8 @@ inline void save_tensors(const std::string& path,
   c10::Dict<std::string, at::Tensor> d;
   for (const auto& [name, t] : tensors) d.insert(name, t.detach().cpu().contiguous());
   const std::vector<char> bytes = torch::pickle_save(d);
-  std::ofstream(path, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  std::ofstream(path, std::ios::binary)
+      .write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
 }
 
 struct PythonRun {
@@ -37,7 +38,8 @@ struct PythonRun {
 
 /// Runs tests/train/peer/<script> with `args` (each single-quoted).
 inline PythonRun run_peer(const std::string& script, const std::vector<std::string>& args) {
-  std::string cmd = "timeout -k 5 300 /usr/bin/python3 " DTRAIN_SOURCE_DIR "/tests/train/peer/" + script;
+  std::string cmd =
+      "timeout -k 5 300 /usr/bin/python3 " DTRAIN_SOURCE_DIR "/tests/train/peer/" + script;
   for (const std::string& a : args) cmd += " '" + a + "'";
   cmd += " 2>&1";
   PythonRun r;

@@ -9,10 +9,10 @@
 #include <sstream>
 
 #include <ATen/ATen.h>
-#include <nlohmann/json.hpp>
 #include <torch/nn/module.h>
 #include <torch/optim/optimizer.h>
 #include <torch/utils.h>
+#include <nlohmann/json.hpp>
 
 #include "common/strings.h"
 #include "dtrain/checkpoint.h"
@@ -20,8 +20,8 @@
 #include "dtrain/models.h"
 #include "dtrain/optim.h"
 #include "dtrain/train.h"
-#include "train/fixtures.h"
 #include "support/ranks.h"
+#include "train/fixtures.h"
 #include "train/python.h"
 
 namespace dtrain {
@@ -51,7 +51,8 @@ class OptimizerStep : public ScratchDir {
 
     auto opt = make_optimizer(*model, o);
     std::ostringstream sizes;
-    for (const auto& g : opt->param_groups()) sizes << (sizes.tellp() ? " " : "") << g.params().size();
+    for (const auto& g : opt->param_groups())
+      sizes << (sizes.tellp() ? " " : "") << g.params().size();
     constexpr int kSteps = 2;
     for (int i = 0; i < kSteps; ++i) {
       opt->zero_grad();
@@ -61,22 +62,24 @@ class OptimizerStep : public ScratchDir {
     testing::save_tensors((dir_ / "before.pt").string(), before);
     testing::save_tensors((dir_ / "after.pt").string(), model_state(*model));
 
-    nlohmann::json cfg{{"optimizer", o.name}, {"lr", o.lr},         {"momentum", o.momentum},
-                       {"nesterov", o.nesterov}, {"beta1", o.beta1}, {"beta2", o.beta2},
-                       {"eps", o.eps},           {"steps", kSteps},  {"num_classes", 10},
-                       {"weight_decay", o.weight_decay}};
+    nlohmann::json cfg{{"optimizer", o.name},    {"lr", o.lr},
+                       {"momentum", o.momentum}, {"nesterov", o.nesterov},
+                       {"beta1", o.beta1},       {"beta2", o.beta2},
+                       {"eps", o.eps},           {"steps", kSteps},
+                       {"num_classes", 10},      {"weight_decay", o.weight_decay}};
     cfg["norm_weight_decay"] = o.norm_weight_decay ? nlohmann::json(*o.norm_weight_decay) : nullptr;
     cfg["bias_weight_decay"] = o.bias_weight_decay ? nlohmann::json(*o.bias_weight_decay) : nullptr;
-    const auto r = testing::run_peer("optimizer_step.py", {cfg.dump(), (dir_ / "before.pt").string(),
-                                                          (dir_ / "after.pt").string()});
+    const auto r = testing::run_peer(
+        "optimizer_step.py",
+        {cfg.dump(), (dir_ / "before.pt").string(), (dir_ / "after.pt").string()});
     EXPECT_EQ(r.code, 0) << r.output;
     EXPECT_EQ(testing::value_of(r.output, "groups"), sizes.str()) << "parameter groups";
     const std::string diff = testing::value_of(r.output, "max_difference");
     if (diff.empty()) return 1e9;
     // The steps moved the weights by far more than the tolerance.
     EXPECT_GE(std::stod(testing::value_of(r.output, "moved")), 1e-3);
-    std::cout << "  max |dtrain - PyTorch| after " << kSteps << " " << o.name
-              << " steps: " << diff << " (at " << testing::value_of(r.output, "at") << ")\n";
+    std::cout << "  max |dtrain - PyTorch| after " << kSteps << " " << o.name << " steps: " << diff
+              << " (at " << testing::value_of(r.output, "at") << ")\n";
     return std::stod(diff);
   }
 };
@@ -102,6 +105,52 @@ TEST_F(OptimizerStep, AdamWWithWeightDecayEqualsPyTorch) {
   o.weight_decay = 0.05;
   o.norm_weight_decay = 0.0;
   EXPECT_LE(max_difference_from_pytorch(o), 1e-5);
+}
+
+TEST_F(OptimizerStep, AnAdamWCheckpointContinuesInTorchOptimAdamWAsInDtrain) {
+  if (!testing::python_has_torch()) GTEST_SKIP() << "/usr/bin/python3 cannot import torch";
+  torch::manual_seed(4);
+  ModelOptions mo;
+  mo.in_channels = 3;
+  mo.image_size = 32;
+  mo.num_classes = 10;
+  auto model = make_model("resnet18", mo);
+  OptimizerOptions o;
+  o.name = "adamw";
+  o.lr = 1e-3;
+  o.weight_decay = 0.05;
+  o.norm_weight_decay = 0.0;
+  auto opt = make_optimizer(*model, o);
+  const at::Tensor inputs = at::randn({4, 3, 32, 32});
+  const at::Tensor targets = at::tensor({0, 2, 4, 6}, at::kLong);
+  auto step = [&] {
+    opt->zero_grad();
+    classification_loss(model->forward(inputs), targets, 0.0).backward();
+    opt->step();
+  };
+  step();
+  Checkpoint c;
+  c.model = model_state(*model);
+  c.optimizer = optimizer_state(*opt);
+  c.step = 1;
+  const std::string path = save_checkpoint((dir_ / "ckpt").string(), c);
+  step();  // the step PyTorch takes from the checkpoint
+  testing::save_tensors((dir_ / "batch.pt").string(), {{"inputs", inputs}, {"targets", targets}});
+  testing::save_tensors((dir_ / "after.pt").string(), model_state(*model));
+  const nlohmann::json cfg{{"num_classes", 10},
+                           {"lr", o.lr},
+                           {"weight_decay", o.weight_decay},
+                           {"norm_weight_decay", 0.0}};
+  const auto r = testing::run_peer(
+      "adamw_continue.py",
+      {cfg.dump(), path, (dir_ / "batch.pt").string(), (dir_ / "after.pt").string()});
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_EQ(testing::value_of(r.output, "steps"), "1");
+  const std::string diff = testing::value_of(r.output, "max_difference");
+  ASSERT_FALSE(diff.empty()) << r.output;
+  std::cout << "  max |dtrain - PyTorch| one AdamW step after loading the checkpoint: " << diff
+            << "\n";
+  EXPECT_LE(std::stod(diff), 1e-5);
 }
 
 TEST(ParameterGroups, FollowTorchvisionsSetWeightDecay) {
@@ -172,11 +221,16 @@ TEST(LrSchedules, EqualTorchOptimLrSchedulerStepByStep) {
 
   nlohmann::json configs = nlohmann::json::array();
   for (const auto& [c, n] : cases) {
-    configs.push_back({{"kind", c.kind}, {"base_lr", c.base_lr}, {"step_size", c.step_size},
-                       {"milestones", c.milestones}, {"gamma", c.gamma},
-                       {"total_steps", c.total_steps}, {"min_lr", c.min_lr},
+    configs.push_back({{"kind", c.kind},
+                       {"base_lr", c.base_lr},
+                       {"step_size", c.step_size},
+                       {"milestones", c.milestones},
+                       {"gamma", c.gamma},
+                       {"total_steps", c.total_steps},
+                       {"min_lr", c.min_lr},
                        {"warmup_steps", c.warmup_steps},
-                       {"warmup_start_factor", c.warmup_start_factor}, {"n", n}});
+                       {"warmup_start_factor", c.warmup_start_factor},
+                       {"n", n}});
   }
   const auto r = testing::run_peer("lr_schedules.py", {configs.dump()});
   ASSERT_EQ(r.code, 0) << r.output;
@@ -195,8 +249,8 @@ TEST(LrSchedules, EqualTorchOptimLrSchedulerStepByStep) {
       const double got = lr_at(sched, step);
       const double rel = std::abs(got - expected[step]) / expected[step];
       worst = std::max(worst, rel);
-      EXPECT_LE(rel, 1e-12) << sched.kind << " (warm-up " << sched.warmup_steps << ") step "
-                            << step << ": dtrain " << got << ", PyTorch " << expected[step];
+      EXPECT_LE(rel, 1e-12) << sched.kind << " (warm-up " << sched.warmup_steps << ") step " << step
+                            << ": dtrain " << got << ", PyTorch " << expected[step];
     }
     ++k;
   }
@@ -248,8 +302,8 @@ TEST_F(LossAndClip, LabelSmoothingAndClipGradNormEqualPyTorch) {
   for (size_t i = 0; i < grads.size(); ++i) tensors.emplace_back("g" + std::to_string(i), grads[i]);
   testing::save_tensors((dir_ / "t.pt").string(), tensors);
 
-  const auto r = testing::run_peer("loss_and_clip.py",
-                                   {(dir_ / "t.pt").string(), "0.0,0.1,0.3", "1.0,100.0"});
+  const auto r =
+      testing::run_peer("loss_and_clip.py", {(dir_ / "t.pt").string(), "0.0,0.1,0.3", "1.0,100.0"});
   ASSERT_EQ(r.code, 0) << r.output;
   double worst_loss = 0, worst_grad = 0;
   for (const char* smoothing : {"0.0", "0.1", "0.3"}) {
@@ -284,8 +338,8 @@ TEST_F(LossAndClip, LabelSmoothingAndClipGradNormEqualPyTorch) {
 
 TEST(ClassificationCounts, CountTop1AndTop5OnAKnownBatch) {
   // Rows: the target is the largest logit; the 3rd largest; the smallest.
-  const at::Tensor logits = at::tensor({0.1f, 0.9f, 0.2f, 0.3f, 0.4f, 0.5f, 0.6f,   //
-                                        0.7f, 0.1f, 0.2f, 0.3f, 0.6f, 0.5f, 0.9f,   //
+  const at::Tensor logits = at::tensor({0.1f, 0.9f, 0.2f, 0.3f, 0.4f, 0.5f, 0.6f,  //
+                                        0.7f, 0.1f, 0.2f, 0.3f, 0.6f, 0.5f, 0.9f,  //
                                         0.5f, 0.4f, 0.3f, 0.6f, 0.7f, 0.8f, 0.0f})
                                 .view({3, 7});
   const at::Tensor targets = at::tensor({1, 4, 6}, at::kLong);

@@ -48,7 +48,8 @@ class TrainCli : public testing::ScratchDir {
 TEST_F(TrainCli, UnknownOptimizerOrScheduleOrFp16OnCpuIsAOneLineUsageError) {
   Shell r = dtrain_cli("train " + data_ + " --optimizer lamb");
   EXPECT_EQ(r.code, 2);
-  EXPECT_EQ(r.output, "dtrain train: error: unknown optimizer 'lamb'; valid optimizers: sgd, adamw\n");
+  EXPECT_EQ(r.output,
+            "dtrain train: error: unknown optimizer 'lamb'; valid optimizers: sgd, adamw\n");
   r = dtrain_cli("train " + data_ + " --lr-schedule onecycle");
   EXPECT_EQ(r.code, 2);
   EXPECT_EQ(r.output,
@@ -56,7 +57,8 @@ TEST_F(TrainCli, UnknownOptimizerOrScheduleOrFp16OnCpuIsAOneLineUsageError) {
             "multistep, cosine\n");
   r = dtrain_cli("train " + data_ + " --amp fp16");
   EXPECT_EQ(r.code, 2);
-  EXPECT_EQ(r.output, "dtrain train: error: fp16 autocast needs a CUDA device; use --amp bf16 on CPU\n");
+  EXPECT_EQ(r.output,
+            "dtrain train: error: fp16 autocast needs a CUDA device; use --amp bf16 on CPU\n");
   r = dtrain_cli("train " + data_ + " --lr-schedule multistep --lr-milestones 3,x");
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.output.find("--lr-milestones '3,x' is not a list of epochs"), std::string::npos)
@@ -65,8 +67,8 @@ TEST_F(TrainCli, UnknownOptimizerOrScheduleOrFp16OnCpuIsAOneLineUsageError) {
 
 TEST_F(TrainCli, CudaWithoutAGpuIsAUsageErrorNamingDeviceCpu) {
   if (torch::cuda::is_available()) GTEST_SKIP() << "a GPU is visible";
-  for (auto [name, args] : {std::pair<std::string, std::string>{"train", ""},
-                             {"eval", " --checkpoint x"}}) {
+  for (auto [name, args] :
+       {std::pair<std::string, std::string>{"train", ""}, {"eval", " --checkpoint x"}}) {
     Shell r = dtrain_cli(name + args + " --dataset mnist --device cuda");
     EXPECT_EQ(r.code, 2) << r.output;
     EXPECT_EQ(r.output, "dtrain " + name +
@@ -92,9 +94,11 @@ TEST_F(TrainCli, ProgressLinesEveryNStepsWithoutATerminalAndNoneWithQuiet) {
 
 TEST_F(TrainCli, EvalOfATrainedCheckpointPrintsTop1Top5AndLossOverTheWholeSplit) {
   const std::string ckpt = (dir_ / "c").string();
-  Shell r = dtrain_cli("train " + data_ + " --epochs 1 --quiet --optimizer adamw --lr 1e-3 "
+  Shell r = dtrain_cli("train " + data_ +
+                       " --epochs 1 --quiet --optimizer adamw --lr 1e-3 "
                        "--lr-schedule cosine --lr-warmup-steps 3 --label-smoothing 0.1 "
-                       "--clip-grad-norm 5 --norm-weight-decay 0 --checkpoint-dir " + ckpt);
+                       "--clip-grad-norm 5 --norm-weight-decay 0 --checkpoint-dir " +
+                       ckpt);
   ASSERT_EQ(r.code, 0) << r.output;
   r = dtrain_cli("eval --model cnn --dataset mnist --data-dir " + (dir_ / "data").string() +
                  " --threads 1 --device cpu --batch-size 10 --checkpoint " + ckpt +
@@ -145,8 +149,8 @@ TEST(ChannelsLast, ResNet18OutputsAndGradientsEqualNchw) {
     const double scale = std::max(1.0, ga.abs().max().item<double>());
     worst = std::max(worst, (ga - gb).abs().max().item<double>() / scale);
   }
-  std::cout << "  max train gradient difference NHWC vs NCHW (relative to the largest): "
-            << worst << "\n";
+  std::cout << "  max train gradient difference NHWC vs NCHW (relative to the largest): " << worst
+            << "\n";
   EXPECT_LE(worst, 1e-4);
 }
 
