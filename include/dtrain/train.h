@@ -5,8 +5,18 @@
 // Usage:
 //   dtrain::ProcessGroup pg = dtrain::init_process_group();
 //   dtrain::TrainOptions o;
-//   o.model = "cnn";
-//   o.dataset.name = "fashion-mnist";
+//   o.model = "resnet50";
+//   o.dataset.name = "imagefolder";
+//   o.dataset.data_dir = "/data/imagenet";
+//   o.optimizer.name = "sgd";          // dtrain/optim.h
+//   o.optimizer.lr = 0.1;
+//   o.optimizer.nesterov = true;
+//   o.optimizer.weight_decay = 1e-4;
+//   o.optimizer.norm_weight_decay = 0.0;
+//   o.lr_schedule = "cosine";          // dtrain/lr_schedule.h
+//   o.lr_warmup_epochs = 5;
+//   o.label_smoothing = 0.1;
+//   o.amp = "bf16";                    // dtrain/amp.h
 //   auto history = dtrain::train(o, pg, &std::cout);
 
 #include <cstdint>
@@ -157,8 +167,8 @@ std::string to_json(const EpochMetrics& m);
 /// the "epoch E/N" lines; S optimizer steps so far), and broadcasts
 /// its bytes, so the other ranks need no access to the directory. Every rank
 /// restores the model, the optimizer's state (SGD momentum buffers or AdamW
-/// moments and step counts), the CPU generator and the step counter (from
-/// which the learning-rate schedule continues), and continues epoch E at batch
+/// moments and step counts), the fp16 loss scaler, the CPU generator and the
+/// step counter (from which the learning-rate schedule continues), and continues epoch E at batch
 ///   floor(samples_in_epoch / (batch_size x world_size))
 /// of the current run: DistributedSampler's permutation does not depend on
 /// the world size and rank r takes every W-th position, so the saved run
@@ -203,8 +213,10 @@ at::Tensor classification_loss(const at::Tensor& logits, const at::Tensor& targe
 /// model.to(memory_format=torch.channels_last) does.
 void to_channels_last(torch::nn::Module& module);
 
-/// Checks options that need no data or peers (sizes, counts, names, the
-/// metrics file's directory); throws InvalidArgument naming the field.
+/// Checks options that need no data or peers (sizes, counts, names,
+/// optimizer, schedule, --amp against the device, --device cuda without a
+/// GPU); throws InvalidArgument naming the flag, listing the valid values for
+/// an unknown optimizer or schedule.
 void validate(const TrainOptions& options);
 
 }  // namespace dtrain

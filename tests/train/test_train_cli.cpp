@@ -154,5 +154,50 @@ TEST(ChannelsLast, ResNet18OutputsAndGradientsEqualNchw) {
   EXPECT_LE(worst, 1e-4);
 }
 
+// ---- On a GPU (skipped without one) ---------------------------------------------
+
+class OnGpu : public testing::ScratchDir {
+ protected:
+  void SetUp() override {
+    if (!torch::cuda::is_available()) GTEST_SKIP() << "no GPU visible to LibTorch";
+    ScratchDir::SetUp();
+    testing::write_tiny_dataset(dir_ / "data", 96, 32);
+  }
+  TrainOptions options(const std::string& amp, bool channels_last) const {
+    TrainOptions o;
+    o.model = "cnn";
+    o.dataset.name = "mnist";
+    o.dataset.data_dir = (dir_ / "data").string();
+    o.epochs = 2;
+    o.batch_size = 8;
+    o.device = "cuda";
+    o.amp = amp;
+    o.channels_last = channels_last;
+    o.clip_grad_norm = 1.0;
+    o.progress = TrainOptions::Progress::kNone;
+    o.optimizer.name = "adamw";
+    o.optimizer.lr = 1e-3;
+    return o;
+  }
+};
+
+TEST_F(OnGpu, Fp16TrainingScalesTheLossAndReportsTheScale) {
+  const auto history = train(options("fp16", true), ProcessGroup(), nullptr);
+  ASSERT_EQ(history.size(), 2u);
+  // 24 steps: no growth yet (2000 clean steps), at most a few backoffs.
+  EXPECT_GT(history[1].loss_scale, 0);
+  EXPECT_LE(history[1].loss_scale, 65536.0);
+  EXPECT_LT(history[1].train_loss, history[0].train_loss + 0.5);
+}
+
+TEST_F(OnGpu, Bf16AndChannelsLastTrainAndMatchFp32Closely) {
+  const auto fp32 = train(options("none", false), ProcessGroup(), nullptr);
+  const auto bf16 = train(options("bf16", true), ProcessGroup(), nullptr);
+  ASSERT_EQ(fp32.size(), 2u);
+  ASSERT_EQ(bf16.size(), 2u);
+  EXPECT_EQ(bf16[1].loss_scale, 0) << "no loss scaling under bf16";
+  EXPECT_NEAR(bf16[1].train_loss, fp32[1].train_loss, 0.1);
+}
+
 }  // namespace
 }  // namespace dtrain
