@@ -141,11 +141,16 @@ struct GradScalerOptions {
 /// unscales, and step never averages twice.
 ///
 /// Not thread-safe. Optimizers are identified by address; they are not
-/// owned and must stay alive between unscale_/step and update().
+/// owned and must stay alive between unscale_/step and update(). Movable,
+/// not copyable (a copy would share the scale tensor).
 class GradScaler {
  public:
   /// Throws InvalidArgument for factors or an interval out of range.
   explicit GradScaler(GradScalerOptions options = {});
+  GradScaler(GradScaler&&) = default;
+  GradScaler& operator=(GradScaler&&) = default;
+  GradScaler(const GradScaler&) = delete;
+  GradScaler& operator=(const GradScaler&) = delete;
 
   /// loss * scale (a new tensor; the loss's dtype promoted with fp32, as in
   /// PyTorch). The first call creates the scale on loss's device. Disabled:

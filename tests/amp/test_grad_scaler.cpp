@@ -93,6 +93,24 @@ TEST(GradScaler, TheScaleDoublesAfterGrowthIntervalCleanSteps) {
   EXPECT_EQ(trackers, (std::vector<int64_t>{1, 2, 0, 1, 2, 0, 1}));
 }
 
+// As in PyTorch, found-inf is recorded per optimizer: an overflow in one
+// optimizer's gradients skips only its step, and update() backs off if any
+// optimizer found one.
+TEST(GradScaler, EachOptimizerSkipsOnlyForItsOwnInfAndUpdateBacksOffForAny) {
+  auto a = make_reference_model(), b = make_reference_model();
+  torch::optim::SGD opt_a(a->parameters(), 0.1), opt_b(b->parameters(), 0.1);
+  GradScaler scaler;
+  scaler.scale(reference_loss(a, 0) + reference_loss(b, 1)).backward();
+  b->weight.mutable_grad()[1][2] = INFINITY;
+  const auto before_a = snapshot(*a), before_b = snapshot(*b);
+  EXPECT_TRUE(scaler.step(opt_a));
+  EXPECT_FALSE(scaler.step(opt_b));
+  EXPECT_FALSE(same(before_a, snapshot(*a)));
+  EXPECT_TRUE(same(before_b, snapshot(*b)));
+  scaler.update();
+  EXPECT_EQ(scaler.get_scale(), 32768.0);
+}
+
 // The reference is PyTorch 1.13's own GradScaler class (torch/cuda/amp/
 // grad_scaler.py) run on the CPU with its two CUDA kernels replaced by their
 // arithmetic transcribed from AmpKernels.cu; see grad_scaler_reference.py.
@@ -291,7 +309,7 @@ TEST(GradScaler, LoadingAnEmptyOrIncompleteStateDictIsRefusedNamingTheKey) {
   EXPECT_THROW(s.load_state_dict(c10::impl::GenericDict(c10::StringType::get(), c10::AnyType::get())),
                InvalidArgument);
   auto d = scaler_after_some_steps().state_dict();
-  d.erase(std::string("_growth_tracker"));
+  EXPECT_EQ(d.erase(std::string("_growth_tracker")), 1u);
   const std::string e = testing::error_of([&] { s.load_state_dict(d); });
   EXPECT_NE(e.find("'_growth_tracker'"), std::string::npos) << e;
   EXPECT_EQ(s.get_scale(), 65536.0) << "a refused state_dict must change nothing";
