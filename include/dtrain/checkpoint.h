@@ -61,6 +61,8 @@
 
 #include <ATen/core/Tensor.h>
 
+#include "dtrain/weights.h"
+
 namespace torch {
 namespace nn {
 class Module;
@@ -71,9 +73,6 @@ class Optimizer;
 }  // namespace torch
 
 namespace dtrain {
-
-/// Tensors by name, in the module's registration order.
-using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
 
 /// One parameter group's hyperparameters, as torch.optim's state_dict()
 /// names them. Fields of the other optimizer keep their defaults.
@@ -140,8 +139,9 @@ struct Checkpoint {
 
 // ---- State of models, optimizers and generators -------------------------------
 
-/// CPU copies of the module's parameters and buffers (recursively), named as
-/// named_parameters()/named_buffers() name them (the state_dict() names).
+/// CPU copies of the module's parameters and buffers, keyed and ordered as
+/// PyTorch's state_dict() (dtrain::state_dict() in dtrain/weights.h), so the
+/// checkpoint's "model" loads into the torchvision model with strict=True.
 NamedTensors model_state(const torch::nn::Module& module);
 
 /// Copies `state` into the module's parameters and buffers (on their

@@ -32,8 +32,8 @@ struct EvalOptions {
   /// Where the weights come from (exactly one):
   ///   checkpoint_dir  the model of the newest valid checkpoint in it
   ///                   (dtrain/checkpoint.h)
-  ///   init_weights    a state_dict saved by Python's torch.save (the model
-  ///                   zoo's load_weights(); see evaluate())
+  ///   init_weights    a state_dict file (load_weights(), dtrain/weights.h:
+  ///                   Python's torch.save(dict(model.state_dict()), PATH))
   std::string checkpoint_dir;
   std::string init_weights;
   /// When not empty, rank 0 writes the logits of every sample, in dataset

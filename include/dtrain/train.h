@@ -82,6 +82,11 @@ struct TrainOptions {
   /// every rank (the step counter and the schedule still advance, as with
   /// PyTorch's scheduler).
   std::string amp = "none";
+  /// When not empty, a state_dict file (dtrain/weights.h: Python's
+  /// torch.save(dict(model.state_dict()), PATH), save_weights(), or a
+  /// checkpoint) loaded into the model right after it is created, on every
+  /// rank; a checkpoint the run resumes from takes precedence.
+  std::string init_weights;
   /// Seeds model initialisation and the sampler's permutations.
   uint64_t seed = 0;
   /// Intra-op threads per process; 0 keeps LibTorch's default (which

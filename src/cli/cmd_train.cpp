@@ -180,6 +180,8 @@ void add_train_command(CLI::App& root, int* exit_code) {
       "train", "Train an image classifier data-parallel (start it with 'dtrain run')");
   add_common_flags(cmd, o.model, o.dataset, o.device, o.threads, o.loader_threads,
                    o.channels_last, flags->group);
+  cmd->add_option("--init-weights", o.init_weights,
+                  "Start from these weights: torch.save(dict(model.state_dict()), PATH)");
   cmd->add_option("--epochs", o.epochs, "Epochs")->capture_default_str()->check(positive());
   cmd->add_option("--batch-size", o.batch_size, "Samples per step on each process")
       ->capture_default_str()

@@ -19,6 +19,7 @@ void add_train_command(CLI::App& root, int* exit_code);  // cmd_train.cpp
 void add_eval_command(CLI::App& root, int* exit_code);   // cmd_train.cpp
 void add_data_command(CLI::App& root, int* exit_code);   // cmd_data.cpp
 void add_bench_command(CLI::App& root, int* exit_code);  // cmd_bench.cpp
+void add_models_command(CLI::App& root, int* exit_code);  // cmd_models.cpp
 
 /// The failure path of a subcommand (main.cpp): prints
 /// "<who>: error: <first line of e.what()>" to stderr, records `e` in

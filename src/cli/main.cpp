@@ -5,6 +5,7 @@
 //   dtrain eval  --model cnn --checkpoint DIR ...        evaluate a trained model
 //   dtrain data  ...                                     dataset preparation
 //   dtrain bench ...                                     benchmarks
+//   dtrain models                                        the model zoo
 #include <iostream>
 
 #include <CLI/CLI.hpp>
@@ -35,6 +36,7 @@ int main(int argc, char** argv) {
   dtrain::cli::add_eval_command(app, &exit_code);
   dtrain::cli::add_data_command(app, &exit_code);
   dtrain::cli::add_bench_command(app, &exit_code);
+  dtrain::cli::add_models_command(app, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -3,8 +3,6 @@
 #include <torch/nn/modules/conv.h>
 #include <torch/nn/modules/linear.h>
 
-#include "common/strings.h"
-#include "dtrain/errors.h"
 #include "models/zoo.h"
 
 namespace dtrain::models {
@@ -40,11 +38,13 @@ class Cnn : public ImageClassifier {
 }  // namespace
 
 std::shared_ptr<ImageClassifier> make_cnn(const ModelOptions& options) {
-  if (options.image_size < 4) {
-    throw InvalidArgument(cat("model 'cnn' needs images of at least 4x4, got ",
-                              options.image_size));
-  }
   return std::make_shared<Cnn>(options);
+}
+
+int64_t count_cnn(const ModelOptions& o) {
+  const int64_t flat = 64 * (o.image_size / 4) * (o.image_size / 4);
+  return (o.in_channels * 32 * 25 + 32) + (32 * 64 * 25 + 64) + (flat * 128 + 128) +
+         (128 * o.num_classes + o.num_classes);
 }
 
 }  // namespace dtrain::models

@@ -25,8 +25,6 @@
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
-#include <torch/csrc/jit/serialization/export.h>
-#include <torch/csrc/jit/serialization/pickler.h>
 #include <torch/nn/module.h>
 #include <torch/optim/adamw.h>
 #include <torch/optim/sgd.h>
@@ -40,6 +38,7 @@
 #include "common/strings.h"
 #include "dtrain/compat.h"
 #include "dtrain/errors.h"
+#include "dtrain/weights.h"
 
 namespace dtrain {
 namespace {
@@ -54,16 +53,6 @@ at::Tensor cpu_copy(const at::Tensor& t) {
 }
 
 GenericDict make_dict() { return GenericDict(c10::StringType::get(), c10::AnyType::get()); }
-
-// The parameters and buffers of `module` by name, as they live in it.
-std::map<std::string, at::Tensor> live_state(torch::nn::Module& module) {
-  std::map<std::string, at::Tensor> out;
-  for (const auto& p : module.named_parameters(/*recurse=*/true)) out[p.key()] = p.value();
-  for (const auto& b : module.named_buffers(/*recurse=*/true)) {
-    if (b.value().defined()) out[b.key()] = b.value();
-  }
-  return out;
-}
 
 std::string shape(const at::Tensor& t) { return cat(t.sizes()); }
 
@@ -217,73 +206,18 @@ OptimizerState decode_optimizer(const GenericDict& d, const std::string& where) 
   return s;
 }
 
-// torch::pickle_save, except that containers are not wrapped in
-// torch.jit._pickle.restore_type_tag calls: Python's torch.load with
-// weights_only=True (the default from PyTorch 2.6) refuses that global. The
-// zip layout (data.pkl, data/<i> per storage) is pickle_save's.
-std::vector<char> pickle_untagged(const IValue& value) {
-  std::vector<char> pickle;
-  torch::jit::Pickler pickler(
-      [&](const char* data, size_t n) { pickle.insert(pickle.end(), data, data + n); },
-      /*tensor_table=*/nullptr, /*type_renamer=*/nullptr, /*memoized_class_types=*/nullptr,
-      /*get_tensor_id=*/nullptr, /*tag_aggregates=*/false);
-  pickler.protocol();
-  pickler.pushIValue(value);
-  pickler.stop();
-  std::vector<char> out;
-  caffe2::serialize::PyTorchStreamWriter writer([&](const void* data, size_t n) {
-    const char* p = static_cast<const char*>(data);
-    out.insert(out.end(), p, p + n);
-    return n;
-  });
-  torch::jit::writeArchiveAndTensors("data", pickle.data(), pickle.size(), pickler.tensorData(),
-                                     writer);
-  writer.writeEndOfFile();
-  return out;
-}
-
 }  // namespace
 
 // ---- State of models, optimizers and generators -------------------------------
 
-NamedTensors model_state(const torch::nn::Module& module) {
-  NamedTensors out;
-  for (const auto& p : module.named_parameters(/*recurse=*/true)) {
-    out.emplace_back(p.key(), cpu_copy(p.value()));
-  }
-  for (const auto& b : module.named_buffers(/*recurse=*/true)) {
-    if (b.value().defined()) out.emplace_back(b.key(), cpu_copy(b.value()));
-  }
-  return out;
-}
+NamedTensors model_state(const torch::nn::Module& module) { return state_dict(module); }
 
 void load_model_state(torch::nn::Module& module, const NamedTensors& state,
                       const std::string& origin) {
-  std::map<std::string, at::Tensor> live = live_state(module);
-  std::map<std::string, const at::Tensor*> saved;
-  for (const auto& [name, t] : state) saved[name] = &t;
-  // Check everything before changing anything, so a mismatch leaves the
-  // module as it was.
-  for (const auto& [name, t] : live) {
-    auto it = saved.find(name);
-    if (it == saved.end()) {
-      throw DataError(cat(origin, ": the model has '", name, "' ", shape(t),
-                          " but the checkpoint does not (a different --model?)"));
-    }
-    if (!it->second->defined() || it->second->sizes() != t.sizes()) {
-      throw DataError(cat(origin, ": '", name, "' is ",
-                          it->second->defined() ? shape(*it->second) : "undefined",
-                          " in the checkpoint but ", shape(t), " in the model"));
-    }
-  }
-  for (const auto& [name, t] : saved) {
-    if (!live.count(name)) {
-      throw DataError(cat(origin, ": the checkpoint has '", name,
-                          "' which the model does not (a different --model?)"));
-    }
-  }
-  torch::NoGradGuard no_grad;
-  for (auto& [name, t] : live) t.copy_(*saved[name]);
+  // Checked before anything changes, so a mismatch leaves the module as it was.
+  const std::string why = state_mismatch(module, state, "the checkpoint");
+  if (!why.empty()) throw DataError(cat(origin, ": ", why, " (a different --model?)"));
+  copy_state(module, state);
 }
 
 OptimizerState optimizer_state(const torch::optim::Optimizer& optimizer) {
@@ -453,7 +387,7 @@ std::vector<char> encode_checkpoint(const Checkpoint& c) {
   } else {
     root.insert("scaler", IValue());
   }
-  return pickle_untagged(root);
+  return encode_torch_save(root);
 }
 
 Checkpoint decode_checkpoint(const std::vector<char>& bytes, const std::string& origin) {

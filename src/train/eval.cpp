@@ -13,6 +13,7 @@
 #include <ATen/Parallel.h>
 #include <torch/serialize.h>
 
+#include <exception>
 #include <fstream>
 #include <iomanip>
 
@@ -20,6 +21,7 @@
 #include "dtrain/checkpoint.h"
 #include "dtrain/ddp.h"
 #include "dtrain/errors.h"
+#include "dtrain/weights.h"
 #include "train/steps.h"
 
 namespace dtrain {
@@ -27,9 +29,9 @@ namespace {
 
 // Rank 0 loads the weights; the outcome is agreed on before the parameters
 // are broadcast, so a failure never leaves the other ranks waiting.
-void load_weights_collective(ImageClassifier& model, const EvalOptions& o, const ProcessGroup& pg,
-                             std::ostream* log) {
-  std::string error;
+void load_weights_collective(ImageClassifier& model, const EvalOptions& o,
+                             const ProcessGroup& pg, std::ostream* log) {
+  std::exception_ptr error;
   if (pg.rank() == 0) {
     try {
       if (!o.checkpoint_dir.empty()) {
@@ -44,20 +46,17 @@ void load_weights_collective(ImageClassifier& model, const EvalOptions& o, const
         load_model_state(model, found->checkpoint.model, found->path);
         if (log) *log << "weights from " << found->path << std::endl;
       } else {
-        // Hook: the model zoo's load_weights(module, path) (Python
-        // state_dicts) plugs in here.
-        throw InvalidArgument(cat("--init-weights ", o.init_weights,
-                                  ": this build cannot read Python state_dicts yet; use "
-                                  "--checkpoint DIR"));
+        load_weights(model, o.init_weights);  // dtrain/weights.h: Python's state_dicts
+        if (log) *log << "weights from " << o.init_weights << std::endl;
       }
-    } catch (const std::exception& e) {
-      error = e.what();
+    } catch (const std::exception&) {
+      error = std::current_exception();
     }
   }
-  std::vector<at::Tensor> failed{at::tensor({int64_t{!error.empty()}}, at::kLong)};
+  std::vector<at::Tensor> failed{at::tensor({int64_t{error != nullptr}}, at::kLong)};
   pg.broadcast(failed);
+  if (error) std::rethrow_exception(error);
   if (failed[0].item<int64_t>() != 0) {
-    if (pg.rank() == 0) throw DataError(error);
     throw DataError(cat("rank ", pg.rank(), ": rank 0 could not load the weights"));
   }
   broadcast_parameters(model, pg);

@@ -10,6 +10,7 @@
 
 #include "common/strings.h"
 #include "dtrain/errors.h"
+#include "dtrain/weights.h"
 
 namespace dtrain {
 
@@ -89,12 +90,14 @@ at::Device pick_device(const std::string& name, const ProcessGroup& pg) {
 }
 
 std::shared_ptr<ImageClassifier> build_model(const std::string& name, const DatasetSplits& splits,
-                                             at::Device device, bool channels_last) {
+                                             at::Device device, bool channels_last,
+                                             const std::string& init_weights) {
   ModelOptions mo;
   mo.in_channels = splits.sample_shape.at(0);
   mo.image_size = splits.sample_shape.at(1);
   mo.num_classes = splits.num_classes;
   auto model = make_model(name, mo);
+  if (!init_weights.empty()) load_weights(*model, init_weights);
   model->to(device);
   if (channels_last) to_channels_last(*model);
   return model;

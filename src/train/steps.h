@@ -26,10 +26,12 @@ void check_device(const std::string& name);
 at::Device pick_device(const std::string& name, const ProcessGroup& pg);
 
 /// make_model(name) sized for `splits` (channels, image size, classes),
-/// initialised from the current CPU generator, moved to `device` (and to
+/// initialised from the current CPU generator, then from `init_weights` when
+/// not empty (load_weights(), dtrain/weights.h), moved to `device` (and to
 /// channels-last when asked).
 std::shared_ptr<ImageClassifier> build_model(const std::string& name, const DatasetSplits& splits,
-                                             at::Device device, bool channels_last);
+                                             at::Device device, bool channels_last,
+                                             const std::string& init_weights = "");
 
 /// The batch's inputs on `device` (non-blocking: the image loader pins its
 /// buffers when CUDA is present), channels-last when asked.

@@ -144,7 +144,7 @@ void Trainer::setup() {
 
   device_ = pick_device(o_.device, pg_);
   torch::manual_seed(o_.seed);
-  model_ = build_model(o_.model, splits_, device_, o_.channels_last);
+  model_ = build_model(o_.model, splits_, device_, o_.channels_last, o_.init_weights);
   optimizer_ = make_optimizer(*model_, o_.optimizer);
   for (const auto& group : optimizer_->param_groups()) {
     params_.insert(params_.end(), group.params().begin(), group.params().end());

@@ -11,6 +11,8 @@
 
 #include "dtrain/checkpoint.h"
 #include "dtrain/eval.h"
+#include "dtrain/models.h"
+#include "dtrain/weights.h"
 #include "dtrain/train.h"
 #include "support/ranks.h"
 #include "train/fixtures.h"
@@ -84,6 +86,28 @@ TEST_F(Eval, ThreeRanksWithAnUnevenSplitCountEachSampleOnceAsOneProcessDoes) {
   ASSERT_EQ(a.sizes(), (std::vector<int64_t>{31, 10}));
   ASSERT_EQ(b.sizes(), a.sizes());
   EXPECT_LE((a - b).abs().max().item<double>(), 1e-6) << "rows in dataset order";
+}
+
+TEST_F(Eval, InitWeightsSavedFromTheCheckpointsModelGiveTheSameResults) {
+  const EvalResult from_checkpoint = evaluate(options("a.pt"), ProcessGroup(), nullptr);
+  ModelOptions mo;  // the tiny dataset: 1 x 12 x 12, 10 classes
+  mo.image_size = 12;
+  auto model = make_model("cnn", mo);
+  load_model_state(*model, load_latest_checkpoint((dir_ / "ckpt").string())->checkpoint.model,
+                   "test");
+  save_weights(*model, (dir_ / "w.pt").string());
+  EvalOptions o = options("b.pt");
+  o.checkpoint_dir.clear();
+  o.init_weights = (dir_ / "w.pt").string();
+  std::vector<EvalResult> results(2);
+  testing::run_ranks(
+      2, [&](const ProcessGroup& pg) { results[pg.rank()] = evaluate(o, pg, nullptr); },
+      std::chrono::seconds(120));
+  for (const EvalResult& r : results) {
+    EXPECT_EQ(r.samples, 31);
+    EXPECT_DOUBLE_EQ(r.top1, from_checkpoint.top1);
+    EXPECT_NEAR(r.loss, from_checkpoint.loss, 1e-6);
+  }
 }
 
 TEST_F(Eval, AMissingCheckpointFailsOnEveryRankNamingTheDirectory) {
