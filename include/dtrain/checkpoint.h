@@ -15,22 +15,35 @@
 //   "format":           "dtrain-checkpoint-1"
 //   "model":            {name: tensor}  parameters and buffers, as
 //                       model.state_dict() names them (CPU tensors)
-//   "optimizer":        torch.optim.SGD.state_dict() layout:
-//                       {"state": {index: {"momentum_buffer": tensor}},
-//                        "param_groups": [{"lr", "momentum", "dampening",
-//                          "weight_decay", "nesterov", "maximize",
-//                          "params": [0, ..., n-1]}]}
+//   "optimizer":        torch.optim.SGD's or torch.optim.AdamW's state_dict():
+//                       {"state": {index: {name: tensor}},
+//                        "param_groups": [{hyperparameters...,
+//                          "params": [indices]}, ...]}
+//                       SGD: state "momentum_buffer"; groups "lr",
+//                       "momentum", "dampening", "weight_decay",
+//                       "nesterov", "maximize". AdamW: state "step" (float
+//                       scalar tensor, as PyTorch >= 1.12), "exp_avg",
+//                       "exp_avg_sq" ("max_exp_avg_sq" with amsgrad); groups
+//                       "lr", "betas" (tuple), "eps", "weight_decay",
+//                       "amsgrad", "maximize", "foreach", "capturable".
+//                       Indices number the parameters group after group.
 //   "epoch":            0-based epoch in progress (or next to start)
 //   "step":             optimizer steps taken since the run began
 //   "samples_in_epoch": samples of `epoch` consumed by all ranks together
 //                       (the DistributedSampler position)
 //   "world_size", "batch_size", "seed": of the run that saved it
 //   "rng_state":        torch.get_rng_state() (uint8, the CPU generator)
+//   "scaler":           GradScaler.state_dict() under fp16 loss scaling
+//                       ({"scale", "growth_factor", "backoff_factor",
+//                       "growth_interval", "_growth_tracker"}), else None
+//                       (absent in older checkpoints)
+// The learning-rate schedule has no state of its own: the lr is a function of
+// "step" (dtrain/lr_schedule.h), so "step" restores it.
 //
 // Usage:
 //   dtrain::Checkpoint c;
 //   c.model = dtrain::model_state(*model);
-//   c.optimizer = dtrain::sgd_state(optimizer);
+//   c.optimizer = dtrain::optimizer_state(optimizer);
 //   c.step = step;
 //   dtrain::save_checkpoint("/ckpt", c);
 //   ...
@@ -40,6 +53,7 @@
 //   }
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <utility>
@@ -54,29 +68,57 @@ namespace nn {
 class Module;
 }  // namespace nn
 namespace optim {
-class SGD;
+class Optimizer;
 }  // namespace optim
 }  // namespace torch
 
 namespace dtrain {
 
-/// SGD's hyperparameters (param_groups[0]) and per-parameter state. One
-/// parameter group only, which is what dtrain's trainer uses.
-struct SgdState {
+/// One parameter group's hyperparameters, as torch.optim's state_dict()
+/// names them. Fields of the other optimizer keep their defaults.
+struct ParamGroupState {
   double lr = 0.01;
+  double weight_decay = 0;
+  /// SGD.
   double momentum = 0;
   double dampening = 0;
-  double weight_decay = 0;
   bool nesterov = false;
-  /// One entry per parameter, in the optimizer's parameter order; undefined
-  /// where SGD has no buffer yet (before the first step, or momentum 0).
-  std::vector<at::Tensor> momentum_buffers;
+  /// AdamW.
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  bool amsgrad = false;
+  /// Parameters in the group; their indices follow the previous groups'.
+  int64_t size = 0;
+};
+
+/// An optimizer's state in torch.optim's state_dict() layout (see the top of
+/// this header).
+struct OptimizerState {
+  /// "sgd" or "adamw" (optimizer_names()); in the file, AdamW's groups have
+  /// "betas" and SGD's do not.
+  std::string type = "sgd";
+  std::vector<ParamGroupState> groups;
+  /// One entry per parameter, in optimizer order (group after group): the
+  /// state tensors by name (SGD "momentum_buffer"; AdamW "step", a float
+  /// scalar, "exp_avg", "exp_avg_sq", "max_exp_avg_sq"); empty where the
+  /// optimizer has no state for it yet.
+  std::vector<std::map<std::string, at::Tensor>> state;
+};
+
+/// A GradScaler's state_dict() values (dtrain/amp.h, torch.cuda.amp.GradScaler).
+struct ScalerState {
+  double scale = 65536.0;
+  double growth_factor = 2.0;
+  double backoff_factor = 0.5;
+  int64_t growth_interval = 2000;
+  int64_t growth_tracker = 0;
 };
 
 /// What a checkpoint holds (the file's layout is at the top of this header).
 struct Checkpoint {
   NamedTensors model;
-  SgdState optimizer;
+  OptimizerState optimizer;
   /// 0-based epoch in progress; after a finished epoch, the next one.
   int64_t epoch = 0;
   /// Optimizer steps since the run began (it names the file).
@@ -91,6 +133,8 @@ struct Checkpoint {
   uint64_t seed = 0;
   /// The CPU generator's state (cpu_rng_state()); may be undefined.
   at::Tensor rng_state;
+  /// The fp16 loss scaler's state; nullopt without loss scaling.
+  std::optional<ScalerState> scaler;
 };
 
 // ---- State of models, optimizers and generators -------------------------------
@@ -106,15 +150,18 @@ NamedTensors model_state(const torch::nn::Module& module);
 void load_model_state(torch::nn::Module& module, const NamedTensors& state,
                       const std::string& origin);
 
-/// The optimizer's hyperparameters and momentum buffers (CPU copies).
-/// Requires exactly one parameter group.
-SgdState sgd_state(const torch::optim::SGD& optimizer);
+/// The optimizer's hyperparameters and per-parameter state (CPU copies).
+/// Supports torch::optim::SGD and torch::optim::AdamW (any number of
+/// parameter groups); throws InvalidArgument for another optimizer.
+OptimizerState optimizer_state(const torch::optim::Optimizer& optimizer);
 
-/// Restores the momentum buffers into `optimizer` (on the parameters'
+/// Restores the per-parameter state into `optimizer` (on the parameters'
 /// devices). Hyperparameters stay as configured: a resumed run may change
-/// the learning rate. Throws DataError naming `origin` when the parameter
-/// count or a buffer's shape differs.
-void load_sgd_state(torch::optim::SGD& optimizer, const SgdState& state, const std::string& origin);
+/// the learning rate. Throws DataError naming `origin` when the optimizer
+/// type, the group sizes, a state entry's name or a tensor's shape differ;
+/// the optimizer is unchanged then.
+void load_optimizer_state(torch::optim::Optimizer& optimizer, const OptimizerState& state,
+                          const std::string& origin);
 
 /// torch.get_rng_state() / torch.set_rng_state(): the default CPU generator.
 /// Thread-safe (the generator's own mutex).

@@ -5,8 +5,18 @@
 // Usage:
 //   dtrain::ProcessGroup pg = dtrain::init_process_group();
 //   dtrain::TrainOptions o;
-//   o.model = "cnn";
-//   o.dataset.name = "fashion-mnist";
+//   o.model = "resnet50";
+//   o.dataset.name = "imagefolder";
+//   o.dataset.data_dir = "/data/imagenet";
+//   o.optimizer.name = "sgd";          // dtrain/optim.h
+//   o.optimizer.lr = 0.1;
+//   o.optimizer.nesterov = true;
+//   o.optimizer.weight_decay = 1e-4;
+//   o.optimizer.norm_weight_decay = 0.0;
+//   o.lr_schedule = "cosine";          // dtrain/lr_schedule.h
+//   o.lr_warmup_epochs = 5;
+//   o.label_smoothing = 0.1;
+//   o.amp = "bf16";                    // dtrain/amp.h
 //   auto history = dtrain::train(o, pg, &std::cout);
 
 #include <cstdint>
@@ -18,6 +28,8 @@
 #include "dtrain/comm.h"
 #include "dtrain/data.h"
 #include "dtrain/ddp.h"
+#include "dtrain/lr_schedule.h"
+#include "dtrain/optim.h"
 
 namespace dtrain {
 
@@ -32,10 +44,44 @@ struct TrainOptions {
   int64_t batch_size = 64;
   /// Samples per evaluation batch on each rank.
   int64_t eval_batch_size = 1000;
-  /// SGD with momentum.
-  double lr = 0.01;
-  double momentum = 0.9;
-  double weight_decay = 0.0;
+  /// Optimizer, learning rate and weight decay groups (dtrain/optim.h);
+  /// optimizer.lr is the base learning rate before lr_scaling.
+  OptimizerOptions optimizer;
+  /// "none", or "linear": the base lr is multiplied by the global batch
+  /// (batch_size x world size x accumulation_steps) / 256 (Goyal et al.).
+  std::string lr_scaling = "none";
+  /// Learning-rate schedule, stepped after every optimizer step (see
+  /// lr_schedule_for()): "constant", "step", "multistep" or "cosine".
+  std::string lr_schedule = "constant";
+  /// step: epochs between decays (StepLR's step_size, in epochs).
+  int64_t lr_step_size = 30;
+  /// multistep: epochs at which the lr decays (MultiStepLR's milestones).
+  std::vector<int64_t> lr_milestones;
+  /// step, multistep: decay factor.
+  double lr_gamma = 0.1;
+  /// cosine: the final lr (eta_min).
+  double lr_min = 0;
+  /// Linear warm-up over this many epochs or optimizer steps (at most one
+  /// of the two non-zero; 0: none), from lr x lr_warmup_decay.
+  int64_t lr_warmup_epochs = 0;
+  int64_t lr_warmup_steps = 0;
+  double lr_warmup_decay = 0.01;
+  /// Label smoothing of the training loss (F.cross_entropy's
+  /// label_smoothing), in [0, 1).
+  double label_smoothing = 0;
+  /// Clip the gradients' global 2-norm to this after each synchronised
+  /// backward (torch.nn.utils.clip_grad_norm_); 0: no clipping.
+  double clip_grad_norm = 0;
+  /// Parameters, buffers and inputs in channels-last (NHWC) memory format.
+  bool channels_last = false;
+  /// Mixed precision (dtrain/amp.h): "none", "bf16" (CPU and CUDA) or "fp16"
+  /// (CUDA; with PyTorch's dynamic loss scaling). Autocast covers the
+  /// forward pass and the loss on the training thread and its cast cache is
+  /// cleared after each forward; under fp16 the gradients are unscaled
+  /// before clipping and a step whose gradients overflowed is skipped on
+  /// every rank (the step counter and the schedule still advance, as with
+  /// PyTorch's scheduler).
+  std::string amp = "none";
   /// When not empty, a state_dict file (dtrain/weights.h: Python's
   /// torch.save(dict(model.state_dict()), PATH), save_weights(), or a
   /// checkpoint) loaded into the model right after it is created, on every
@@ -78,19 +124,39 @@ struct TrainOptions {
   int keep_checkpoints = 3;
   /// Print DDP's runtime statistics every epoch.
   bool verbose = false;
+  /// Progress within an epoch, printed by rank 0 to `log`:
+  ///   kNone     nothing between the epoch lines
+  ///   kLines    "  epoch E/N step S/T  images/sec X  loss L  ETA m:ss" every
+  ///             progress_every_steps steps or progress_every_seconds seconds
+  ///             (whichever comes first; 0 disables that trigger)
+  ///   kInPlace  the same line redrawn in place ("\r", at most 10 times a
+  ///             second), for a terminal; erased before the epoch line
+  /// images/sec is rank 0's rate x world size; loss is rank 0's mean so far.
+  enum class Progress { kNone, kLines, kInPlace };
+  Progress progress = Progress::kLines;
+  int64_t progress_every_steps = 100;
+  double progress_every_seconds = 30;
 };
 
 /// What one epoch measured (identical on every rank).
 struct EpochMetrics {
   int64_t epoch = 0;  ///< 1-based
-  double train_loss = 0;
-  double test_acc = 0;  ///< fraction in [0, 1]
+  double train_loss = 0;  ///< with label smoothing when it is on
+  double test_acc = 0;    ///< top-1, fraction in [0, 1]
+  double test_top5 = 0;   ///< top-5 (top-k with k = classes when fewer than 5)
+  double test_loss = 0;   ///< plain cross-entropy on the test split
+  double lr = 0;          ///< the learning rate of the epoch's last step
+  /// fp16 loss scale after the epoch; 0 when no loss scaling is in use
+  /// (written as null).
+  double loss_scale = 0;
   double images_per_sec = 0;  ///< training images of all ranks per second
   double epoch_seconds = 0;   ///< training plus evaluation
   int world_size = 1;
 };
 
-/// One JSON object, as written to the metrics file.
+/// One JSON object, as written to the metrics file: epoch, train_loss,
+/// test_acc (top-1), test_top5, test_loss, lr, loss_scale (null when not
+/// used), images_per_sec, epoch_seconds, world_size.
 std::string to_json(const EpochMetrics& m);
 
 /// Trains `options.model` on `options.dataset` data-parallel over `pg`,
@@ -105,8 +171,9 @@ std::string to_json(const EpochMetrics& m);
 /// passed over and "resumed from <path> (epoch E, step S)" (E 1-based, as in
 /// the "epoch E/N" lines; S optimizer steps so far), and broadcasts
 /// its bytes, so the other ranks need no access to the directory. Every rank
-/// restores the model, the SGD momentum buffers, the CPU generator and the
-/// step counter, and continues epoch E at batch
+/// restores the model, the optimizer's state (SGD momentum buffers or AdamW
+/// moments and step counts), the fp16 loss scaler, the CPU generator and the
+/// step counter (from which the learning-rate schedule continues), and continues epoch E at batch
 ///   floor(samples_in_epoch / (batch_size x world_size))
 /// of the current run: DistributedSampler's permutation does not depend on
 /// the world size and rank r takes every W-th position, so the saved run
@@ -122,8 +189,39 @@ std::vector<EpochMetrics> train(const TrainOptions& options, const ProcessGroup&
 int64_t resume_batch(int64_t samples_in_epoch, int64_t batch_size, int world_size,
                      int64_t batches_per_epoch);
 
-/// Checks options that need no data or peers (sizes, counts, names, the
-/// metrics file's directory); throws InvalidArgument naming the field.
+/// The schedule train() follows, in optimizer steps: steps_per_epoch is
+/// ceil(batches per epoch / accumulation_steps); epochs are converted with
+/// it; the base lr is optimizer.lr scaled by lr_scaling for `world_size`.
+LrSchedule lr_schedule_for(const TrainOptions& options, int64_t steps_per_epoch, int world_size);
+
+// ---- Steps of train(), usable alone ------------------------------------------------
+
+/// Per-sample counts over a batch: how many targets are the top-1 and among
+/// the top-5 logits (k clamped to the number of classes), and the summed
+/// cross-entropy. logits [B, C], targets [B] int64.
+struct ClassificationCounts {
+  int64_t samples = 0;
+  int64_t top1 = 0;
+  int64_t top5 = 0;
+  double loss_sum = 0;
+  ClassificationCounts& operator+=(const ClassificationCounts& o);
+};
+ClassificationCounts classification_counts(const at::Tensor& logits, const at::Tensor& targets);
+
+/// The training loss: mean cross-entropy with label smoothing
+/// (F.cross_entropy(logits, targets, label_smoothing=...)).
+at::Tensor classification_loss(const at::Tensor& logits, const at::Tensor& targets,
+                               double label_smoothing);
+
+/// Converts the module's 4-D parameters and buffers (and their gradients)
+/// to channels-last memory format in place, as
+/// model.to(memory_format=torch.channels_last) does.
+void to_channels_last(torch::nn::Module& module);
+
+/// Checks options that need no data or peers (sizes, counts, names,
+/// optimizer, schedule, --amp against the device, --device cuda without a
+/// GPU); throws InvalidArgument naming the flag, listing the valid values for
+/// an unknown optimizer or schedule.
 void validate(const TrainOptions& options);
 
 }  // namespace dtrain

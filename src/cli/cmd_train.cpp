@@ -1,4 +1,7 @@
-// `dtrain train`: flags -> TrainOptions -> dtrain::train().
+// `dtrain train`: flags -> TrainOptions -> dtrain::train(); `dtrain eval`:
+// the same data flags -> EvalOptions -> dtrain::evaluate().
+#include <unistd.h>
+
 #include <cctype>
 #include <iostream>
 
@@ -8,19 +11,54 @@
 #include "cli/validators.h"
 #include "common/strings.h"
 #include "dtrain/errors.h"
+#include "dtrain/eval.h"
 #include "dtrain/models.h"
 #include "dtrain/train.h"
 
 namespace dtrain::cli {
 namespace {
 
-struct TrainFlags {
-  TrainOptions options;
-  std::string comm_hook = "none";
+// How a worker joins its group (shared by train and eval).
+struct GroupFlags {
   std::string backend = "gloo";
   double timeout_s = 1800;
-  std::string checkpoint_every;
 };
+
+struct TrainFlags {
+  TrainOptions options;
+  GroupFlags group;
+  std::string comm_hook = "none";
+  std::string checkpoint_every;
+  std::string adamw_betas = "0.9,0.999";
+  std::string lr_milestones;
+  std::vector<double> norm_weight_decay, bias_weight_decay;  // 0 or 1 value
+  bool quiet = false;
+};
+
+struct EvalFlags {
+  EvalOptions options;
+  GroupFlags group;
+};
+
+ProcessGroup join_group(const GroupFlags& f) {
+  InitOptions init = resolve_init_options({}, process_env());
+  init.backend = f.backend;
+  init.timeout = std::chrono::milliseconds(static_cast<int64_t>(f.timeout_s * 1000));
+  return init.init_method == "env://" ? ProcessGroup() : init_process_group(init);
+}
+
+// "a,b,c" -> numbers; false on junk.
+template <typename T>
+bool parse_list(const std::string& text, std::vector<T>* out) {
+  out->clear();
+  for (const std::string& part : split(text, ',')) {
+    double v = 0;
+    if (!parse_double(part, &v)) return false;
+    out->push_back(static_cast<T>(v));
+    if (static_cast<double>(out->back()) != v) return false;
+  }
+  return true;
+}
 
 // --checkpoint-every: "N" or "Nsteps" (optimizer steps), "Nepochs" (epochs);
 // the singular and a space before the unit are accepted too. False when
@@ -62,12 +100,23 @@ int run_train(const TrainFlags& f) {
       throw InvalidArgument(cat("--checkpoint-every '", f.checkpoint_every,
                                 "' is not N (steps), Nsteps or Nepochs"));
     }
+    std::vector<double> betas;
+    if (!parse_list(f.adamw_betas, &betas) || betas.size() != 2) {
+      throw InvalidArgument(cat("--adamw-betas '", f.adamw_betas, "' is not B1,B2"));
+    }
+    o.optimizer.beta1 = betas[0];
+    o.optimizer.beta2 = betas[1];
+    if (!f.lr_milestones.empty() && !parse_list(f.lr_milestones, &o.lr_milestones)) {
+      throw InvalidArgument(cat("--lr-milestones '", f.lr_milestones,
+                                "' is not a list of epochs like 30,60,80"));
+    }
+    if (!f.norm_weight_decay.empty()) o.optimizer.norm_weight_decay = f.norm_weight_decay[0];
+    if (!f.bias_weight_decay.empty()) o.optimizer.bias_weight_decay = f.bias_weight_decay[0];
+    o.progress = f.quiet                    ? TrainOptions::Progress::kNone
+                 : ::isatty(STDOUT_FILENO) ? TrainOptions::Progress::kInPlace
+                                           : TrainOptions::Progress::kLines;
     validate(o);  // before joining the group: bad flags never leave peers waiting
-    InitOptions init = resolve_init_options({}, process_env());
-    init.backend = f.backend;
-    init.timeout = std::chrono::milliseconds(static_cast<int64_t>(f.timeout_s * 1000));
-    ProcessGroup pg =
-        init.init_method == "env://" ? ProcessGroup() : init_process_group(init);
+    ProcessGroup pg = join_group(f.group);
     train(o, pg, &std::cout);
     return 0;
   } catch (const InvalidArgument& e) {
@@ -77,6 +126,51 @@ int run_train(const TrainFlags& f) {
   }
 }
 
+int run_eval(const EvalFlags& f) {
+  try {
+    validate(f.options);
+    ProcessGroup pg = join_group(f.group);
+    evaluate(f.options, pg, &std::cout);
+    return 0;
+  } catch (const InvalidArgument& e) {
+    return report_error("dtrain eval", e, 2);
+  } catch (const std::exception& e) {
+    return report_error("dtrain eval", e);
+  }
+}
+
+// Flags `dtrain train` and `dtrain eval` share: model, data, device, group.
+void add_common_flags(CLI::App* cmd, std::string& model, DatasetOptions& data,
+                      std::string& device, int& threads, int& loader_threads,
+                      bool& channels_last, GroupFlags& group) {
+  cmd->add_option("--model", model, "Model: " + join(model_names(), ", "))
+      ->capture_default_str();
+  cmd->add_option("--dataset", data.name, "Dataset: " + join(dataset_names(), ", "))
+      ->capture_default_str();
+  cmd->add_option("--data-dir", data.data_dir, "Dataset directory (default per dataset)");
+  cmd->add_option("--image-size", data.image_size, "Crop size for imagefolder/packed (0: 224)")
+      ->capture_default_str()
+      ->check(non_negative());
+  cmd->add_flag("--strict", data.strict,
+                "Fail on a corrupt or unreadable image instead of skipping it");
+  cmd->add_option("--threads", threads, "Intra-op threads per process (0: LibTorch default)")
+      ->capture_default_str()
+      ->check(non_negative());
+  cmd->add_option("--loader-threads", loader_threads, "Data loader threads per process")
+      ->capture_default_str()
+      ->check(non_negative());
+  cmd->add_flag("--channels-last", channels_last,
+                "Parameters and inputs in channels-last (NHWC) memory format");
+  cmd->add_option("--device", device, "auto, cpu, cuda (cuda:<local rank>) or cuda:N")
+      ->capture_default_str();
+  cmd->add_option("--backend", group.backend, "Collective backend: gloo, nccl")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"gloo", "nccl"}));
+  cmd->add_option("--timeout", group.timeout_s, "Seconds a collective may take before failing")
+      ->capture_default_str()
+      ->check(positive());
+}
+
 }  // namespace
 
 void add_train_command(CLI::App& root, int* exit_code) {
@@ -84,19 +178,10 @@ void add_train_command(CLI::App& root, int* exit_code) {
   TrainOptions& o = flags->options;
   CLI::App* cmd = root.add_subcommand(
       "train", "Train an image classifier data-parallel (start it with 'dtrain run')");
-  cmd->add_option("--model", o.model, "Model: " + join(model_names(), ", "))
-      ->capture_default_str();
+  add_common_flags(cmd, o.model, o.dataset, o.device, o.threads, o.loader_threads,
+                   o.channels_last, flags->group);
   cmd->add_option("--init-weights", o.init_weights,
                   "Start from these weights: torch.save(dict(model.state_dict()), PATH)");
-  cmd->add_option("--dataset", o.dataset.name, "Dataset: " + join(dataset_names(), ", "))
-      ->capture_default_str();
-  cmd->add_option("--data-dir", o.dataset.data_dir, "Dataset directory (default per dataset)");
-  cmd->add_option("--image-size", o.dataset.image_size,
-                  "Crop size for imagefolder/packed (0: 224)")
-      ->capture_default_str()
-      ->check(non_negative());
-  cmd->add_flag("--strict", o.dataset.strict,
-                "Fail on a corrupt or unreadable image instead of skipping it");
   cmd->add_option("--epochs", o.epochs, "Epochs")->capture_default_str()->check(positive());
   cmd->add_option("--batch-size", o.batch_size, "Samples per step on each process")
       ->capture_default_str()
@@ -104,19 +189,87 @@ void add_train_command(CLI::App& root, int* exit_code) {
   cmd->add_option("--eval-batch-size", o.eval_batch_size, "Samples per evaluation batch")
       ->capture_default_str()
       ->check(positive());
-  cmd->add_option("--lr", o.lr, "SGD learning rate")->capture_default_str()->check(positive());
-  cmd->add_option("--momentum", o.momentum, "SGD momentum")->capture_default_str()->check(non_negative());
-  cmd->add_option("--weight-decay", o.weight_decay, "SGD weight decay")
+  // Optimizer.
+  cmd->add_option("--optimizer", o.optimizer.name, "Optimizer: " + join(optimizer_names(), ", "))
+      ->capture_default_str();
+  cmd->add_option("--lr", o.optimizer.lr, "Base learning rate")
+      ->capture_default_str()
+      ->check(positive());
+  cmd->add_option("--momentum", o.optimizer.momentum, "SGD momentum")
+      ->capture_default_str()
+      ->check(non_negative());
+  cmd->add_flag("--nesterov", o.optimizer.nesterov, "SGD with Nesterov momentum");
+  cmd->add_option("--adamw-betas", flags->adamw_betas, "AdamW betas B1,B2")
+      ->capture_default_str();
+  cmd->add_option("--adamw-eps", o.optimizer.eps, "AdamW eps")
+      ->capture_default_str()
+      ->check(non_negative());
+  cmd->add_option("--weight-decay", o.optimizer.weight_decay,
+                  "Weight decay (SGD: L2 penalty; AdamW: decoupled)")
+      ->capture_default_str()
+      ->check(non_negative());
+  cmd->add_option("--norm-weight-decay", flags->norm_weight_decay,
+                  "Weight decay of normalisation-layer parameters (BatchNorm, LayerNorm, "
+                  "GroupNorm); 0 skips them (default: --weight-decay)")
+      ->expected(1)
+      ->check(non_negative());
+  cmd->add_option("--bias-weight-decay", flags->bias_weight_decay,
+                  "Weight decay of every bias; 0 skips them (default: --weight-decay)")
+      ->expected(1)
+      ->check(non_negative());
+  // Learning-rate schedule.
+  cmd->add_option("--lr-scaling", o.lr_scaling,
+                  "none, or linear: lr x global batch / 256 (Goyal et al.)")
+      ->capture_default_str();
+  cmd->add_option("--lr-schedule", o.lr_schedule,
+                  "Schedule, stepped every optimizer step: " + join(lr_schedule_names(), ", "))
+      ->capture_default_str();
+  cmd->add_option("--lr-step-size", o.lr_step_size, "step: epochs between decays")
+      ->capture_default_str()
+      ->check(positive());
+  cmd->add_option("--lr-milestones", flags->lr_milestones,
+                  "multistep: epochs at which the lr decays, e.g. 30,60,80");
+  cmd->add_option("--lr-gamma", o.lr_gamma, "step, multistep: decay factor")
+      ->capture_default_str()
+      ->check(positive());
+  cmd->add_option("--lr-min", o.lr_min, "cosine: final learning rate")
+      ->capture_default_str()
+      ->check(non_negative());
+  cmd->add_option("--lr-warmup-epochs", o.lr_warmup_epochs, "Linear warm-up over N epochs")
+      ->capture_default_str()
+      ->check(non_negative());
+  cmd->add_option("--lr-warmup-steps", o.lr_warmup_steps,
+                  "Linear warm-up over N optimizer steps")
+      ->capture_default_str()
+      ->check(non_negative());
+  cmd->add_option("--lr-warmup-decay", o.lr_warmup_decay,
+                  "The warm-up starts at lr x this factor")
+      ->capture_default_str()
+      ->check(positive());
+  // Loss and gradients.
+  cmd->add_option("--label-smoothing", o.label_smoothing, "Label smoothing in [0, 1)")
+      ->capture_default_str()
+      ->check(non_negative());
+  cmd->add_option("--amp", o.amp,
+                  "Mixed precision: none, bf16 (CPU, CUDA), fp16 (CUDA, dynamic loss scaling)")
+      ->capture_default_str();
+  cmd->add_option("--clip-grad-norm", o.clip_grad_norm,
+                  "Clip the gradients' global 2-norm to this (0: off)")
       ->capture_default_str()
       ->check(non_negative());
   cmd->add_option("--seed", o.seed, "Seed for initialisation and shuffling")->capture_default_str();
-  cmd->add_option("--threads", o.threads, "Intra-op threads per process (0: LibTorch default)")
-      ->capture_default_str()
-      ->check(non_negative());
-  cmd->add_option("--loader-threads", o.loader_threads, "Data loader threads per process")
-      ->capture_default_str()
-      ->check(non_negative());
+  // Output.
   cmd->add_option("--metrics-file", o.metrics_file, "Write one JSON object per epoch here");
+  cmd->add_flag("-q,--quiet", flags->quiet, "No progress lines within an epoch");
+  cmd->add_option("--progress-steps", o.progress_every_steps,
+                  "Without a terminal: a progress line every N steps (0: never)")
+      ->capture_default_str()
+      ->check(non_negative());
+  cmd->add_option("--progress-seconds", o.progress_every_seconds,
+                  "Without a terminal: a progress line every T seconds (0: never)")
+      ->capture_default_str()
+      ->check(non_negative());
+  // Checkpoints.
   cmd->add_option("--checkpoint-dir", o.checkpoint_dir,
                   "Resume from the newest valid checkpoint here and write new ones (rank 0)");
   cmd->add_option("--checkpoint-every", flags->checkpoint_every,
@@ -127,6 +280,7 @@ void add_train_command(CLI::App& root, int* exit_code) {
   cmd->add_option("--keep-checkpoints", o.keep_checkpoints, "Newest checkpoints kept")
       ->capture_default_str()
       ->check(positive());
+  // DDP.
   cmd->add_option("--bucket-cap-mb", o.ddp.bucket_cap_mb, "DDP bucket size in MiB")
       ->capture_default_str()
       ->check(positive());
@@ -141,16 +295,29 @@ void add_train_command(CLI::App& root, int* exit_code) {
                 "Tolerate parameters that get no gradient");
   cmd->add_flag("--gradient-as-bucket-view", o.ddp.gradient_as_bucket_view,
                 "Let gradients alias DDP's buckets");
-  cmd->add_option("--device", o.device, "auto, cpu, cuda (cuda:<local rank>) or cuda:N")
-      ->capture_default_str();
-  cmd->add_option("--backend", flags->backend, "Collective backend: gloo, nccl")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"gloo", "nccl"}));
-  cmd->add_option("--timeout", flags->timeout_s, "Seconds a collective may take before failing")
-      ->capture_default_str()
-      ->check(positive());
   cmd->add_flag("-v,--verbose", o.verbose, "Print DDP's runtime statistics each epoch");
   cmd->callback([flags, exit_code] { *exit_code = run_train(*flags); });
+}
+
+void add_eval_command(CLI::App& root, int* exit_code) {
+  auto flags = std::make_shared<EvalFlags>();
+  EvalOptions& o = flags->options;
+  CLI::App* cmd = root.add_subcommand(
+      "eval", "Evaluate a model on a dataset's evaluation split, each sample once, "
+              "data-parallel (start it with 'dtrain run')");
+  add_common_flags(cmd, o.model, o.dataset, o.device, o.threads, o.loader_threads,
+                   o.channels_last, flags->group);
+  cmd->add_option("--checkpoint", o.checkpoint_dir,
+                  "Weights: the model of the newest valid checkpoint in this directory");
+  cmd->add_option("--init-weights", o.init_weights,
+                  "Weights: a state_dict saved by Python's torch.save");
+  cmd->add_option("--batch-size", o.batch_size, "Samples per batch on each process")
+      ->capture_default_str()
+      ->check(positive());
+  cmd->add_option("--logits-file", o.logits_file,
+                  "Rank 0 writes every sample's logits here, in dataset order "
+                  "(a [N, classes] float tensor for torch.load)");
+  cmd->callback([flags, exit_code] { *exit_code = run_eval(*flags); });
 }
 
 }  // namespace dtrain::cli

@@ -2,6 +2,7 @@
 //
 //   dtrain run   --nproc-per-node N -- PROGRAM ARGS...   launch workers (torchrun-compatible)
 //   dtrain train --model cnn --dataset fashion-mnist     the batteries-included trainer
+//   dtrain eval  --model cnn --checkpoint DIR ...        evaluate a trained model
 //   dtrain data  ...                                     dataset preparation
 //   dtrain bench ...                                     benchmarks
 //   dtrain models                                        the model zoo
@@ -33,6 +34,7 @@ int main(int argc, char** argv) {
   int exit_code = 0;
   dtrain::cli::add_run_command(app, &exit_code);
   dtrain::cli::add_train_command(app, &exit_code);
+  dtrain::cli::add_eval_command(app, &exit_code);
   dtrain::cli::add_data_command(app, &exit_code);
   dtrain::cli::add_bench_command(app, &exit_code);
   dtrain::cli::add_models_command(app, &exit_code);

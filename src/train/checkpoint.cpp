@@ -7,13 +7,15 @@
 // storage, as torch::pickle_save lays it out), so `torch.load(path)` in
 // Python returns the dict with real tensors; the pickle holds only dicts,
 // lists, numbers, strings and tensors, so weights_only=True accepts it too. The dict mirrors what a
-// PyTorch user already has: "model" is a state_dict, "optimizer" is SGD's state_dict (state keyed
-// by parameter index, one param group), so
+// PyTorch user already has: "model" is a state_dict, "optimizer" is SGD's or AdamW's state_dict (state keyed
+// by parameter index), so
 //   model.load_state_dict(ckpt["model"]); sgd.load_state_dict(ckpt["optimizer"])
 // works for a PyTorch model with the same parameter names and order.
-// Not covered: SGD's "foreach"/"differentiable"/"fused" flags (Python fills
-// in its defaults on load), optimizers other than SGD, several parameter
-// groups, and CUDA generators (only the CPU generator's state is kept).
+// The same holds for AdamW (torch.optim.AdamW), with any number of parameter
+// groups (torchvision's weight-decay groups). Not covered: the
+// "differentiable"/"fused" flags of PyTorch 2.x (Python fills in its
+// defaults on load), other optimizers, and CUDA generators (only the CPU
+// generator's state is kept).
 // The way back is limited by LibTorch's unpickler: 1.13's reads
 // collections.OrderedDict as None and lacks SETITEM (Python's opcode for a
 // one-entry dict), so a checkpoint re-saved by Python is refused with a
@@ -24,9 +26,12 @@
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/nn/module.h>
+#include <torch/optim/adamw.h>
 #include <torch/optim/sgd.h>
 #include <torch/serialize.h>
 
+#include <algorithm>
+#include <cmath>
 #include <map>
 #include <mutex>
 
@@ -96,62 +101,107 @@ at::Tensor tensor_value(const IValue& v, const std::string& what) {
   return v.toTensor();
 }
 
-IValue encode_sgd(const SgdState& s) {
+IValue encode_optimizer(const OptimizerState& s) {
   c10::Dict<int64_t, c10::Dict<std::string, at::Tensor>> state;
-  c10::List<int64_t> params;
-  for (size_t i = 0; i < s.momentum_buffers.size(); ++i) {
-    params.push_back(static_cast<int64_t>(i));
-    if (!s.momentum_buffers[i].defined()) continue;
+  for (size_t i = 0; i < s.state.size(); ++i) {
+    if (s.state[i].empty()) continue;
     c10::Dict<std::string, at::Tensor> one;
-    one.insert("momentum_buffer", cpu_copy(s.momentum_buffers[i]));
+    for (const auto& [name, t] : s.state[i]) one.insert(name, cpu_copy(t));
     state.insert(static_cast<int64_t>(i), one);
   }
-  GenericDict group = make_dict();
-  group.insert("lr", s.lr);
-  group.insert("momentum", s.momentum);
-  group.insert("dampening", s.dampening);
-  group.insert("weight_decay", s.weight_decay);
-  group.insert("nesterov", s.nesterov);
-  group.insert("maximize", false);
-  group.insert("params", params);
   c10::impl::GenericList groups(c10::AnyType::get());
-  groups.push_back(group);
+  int64_t next = 0;
+  for (const ParamGroupState& g : s.groups) {
+    GenericDict group = make_dict();
+    group.insert("lr", g.lr);
+    if (s.type == "adamw") {
+      group.insert("betas", c10::ivalue::Tuple::create(std::vector<IValue>{g.beta1, g.beta2}));
+      group.insert("eps", g.eps);
+      group.insert("weight_decay", g.weight_decay);
+      group.insert("amsgrad", g.amsgrad);
+      group.insert("maximize", false);
+      group.insert("foreach", IValue());
+      group.insert("capturable", false);
+    } else {
+      group.insert("momentum", g.momentum);
+      group.insert("dampening", g.dampening);
+      group.insert("weight_decay", g.weight_decay);
+      group.insert("nesterov", g.nesterov);
+      group.insert("maximize", false);
+    }
+    c10::List<int64_t> params;
+    for (int64_t k = 0; k < g.size; ++k) params.push_back(next++);
+    group.insert("params", params);
+    groups.push_back(group);
+  }
   GenericDict out = make_dict();
   out.insert("state", state);
   out.insert("param_groups", groups);
   return out;
 }
 
-SgdState decode_sgd(const GenericDict& d, const std::string& where) {
-  const IValue groups_value = field(d, "param_groups", where);
-  if (!groups_value.isList() || groups_value.toListRef().size() != 1 ||
-      !groups_value.toListRef()[0].isGenericDict()) {
-    throw DataError(cat(where,
-                        ": 'param_groups' must be a list of one dict (dtrain trains "
-                        "with one SGD parameter group)"));
+ParamGroupState decode_group(const GenericDict& group, bool adamw, const std::string& where) {
+  ParamGroupState g;
+  g.lr = number_field(group, "lr", where);
+  g.weight_decay = number_field(group, "weight_decay", where);
+  if (adamw) {
+    const IValue betas = field(group, "betas", where);
+    if (!betas.isTuple() || betas.toTupleRef().elements().size() != 2) {
+      throw DataError(cat(where, ": 'betas' is not a pair"));
+    }
+    auto beta = [&](size_t k) {
+      const IValue& v = betas.toTupleRef().elements()[k];
+      if (!v.isDouble() && !v.isInt()) throw DataError(cat(where, ": 'betas' are not numbers"));
+      return v.isDouble() ? v.toDouble() : static_cast<double>(v.toInt());
+    };
+    g.beta1 = beta(0);
+    g.beta2 = beta(1);
+    g.eps = number_field(group, "eps", where);
+    g.amsgrad = bool_field(group, "amsgrad", where);
+  } else {
+    g.momentum = number_field(group, "momentum", where);
+    g.dampening = number_field(group, "dampening", where);
+    g.nesterov = bool_field(group, "nesterov", where);
   }
-  const GenericDict group = groups_value.toListRef()[0].toGenericDict();
-  SgdState s;
-  s.lr = number_field(group, "lr", where);
-  s.momentum = number_field(group, "momentum", where);
-  s.dampening = number_field(group, "dampening", where);
-  s.weight_decay = number_field(group, "weight_decay", where);
-  s.nesterov = bool_field(group, "nesterov", where);
   const IValue params = field(group, "params", where);
   if (!params.isList()) throw DataError(cat(where, ": 'params' is not a list"));
-  s.momentum_buffers.resize(params.toListRef().size());
+  g.size = static_cast<int64_t>(params.toListRef().size());
+  return g;
+}
+
+OptimizerState decode_optimizer(const GenericDict& d, const std::string& where) {
+  const IValue groups_value = field(d, "param_groups", where);
+  if (!groups_value.isList() || groups_value.toListRef().empty()) {
+    throw DataError(cat(where, ": 'param_groups' must be a non-empty list"));
+  }
+  OptimizerState s;
+  int64_t total = 0;
+  for (const IValue& g : groups_value.toListRef()) {
+    if (!g.isGenericDict()) throw DataError(cat(where, ": a parameter group is not a dict"));
+    const GenericDict group = g.toGenericDict();
+    if (s.groups.empty()) s.type = group.contains("betas") ? "adamw" : "sgd";
+    s.groups.push_back(decode_group(group, s.type == "adamw", where));
+    total += s.groups.back().size;
+  }
+  s.state.resize(static_cast<size_t>(total));
   for (const auto& item : dict_field(d, "state", where)) {
     const int64_t index = item.key().isInt() ? item.key().toInt() : -1;
-    if (index < 0 || index >= static_cast<int64_t>(s.momentum_buffers.size()) ||
-        !item.value().isGenericDict()) {
+    if (index < 0 || index >= total || !item.value().isGenericDict()) {
       throw DataError(cat(where, ": optimizer state entry ", item.key(),
-                          " is not a parameter index below ", s.momentum_buffers.size()));
+                          " is not a parameter index below ", total));
     }
-    const GenericDict one = item.value().toGenericDict();
-    auto buf = one.find("momentum_buffer");
-    if (buf == one.end() || buf->value().isNone()) continue;
-    s.momentum_buffers[index] =
-        tensor_value(buf->value(), cat(where, ": momentum_buffer of parameter ", index));
+    for (const auto& entry : item.value().toGenericDict()) {
+      if (!entry.key().isString() || entry.value().isNone()) continue;
+      const std::string& name = entry.key().toStringRef();
+      const IValue& v = entry.value();
+      // AdamW's "step" is a tensor from PyTorch 1.12 on, a number before.
+      s.state[index][name] =
+          v.isTensor() ? v.toTensor()
+          : (v.isInt() || v.isDouble())
+              ? at::scalar_tensor(v.isInt() ? static_cast<double>(v.toInt()) : v.toDouble(),
+                                  at::kFloat)
+              : tensor_value(v, cat(where, ": ", name, " of parameter ", index));
+    }
   }
   return s;
 }
@@ -170,63 +220,123 @@ void load_model_state(torch::nn::Module& module, const NamedTensors& state,
   copy_state(module, state);
 }
 
-SgdState sgd_state(const torch::optim::SGD& optimizer) {
-  if (optimizer.param_groups().size() != 1) {
-    throw InvalidArgument(cat("sgd_state: the optimizer has ", optimizer.param_groups().size(),
-                              " parameter groups; checkpoints support one"));
-  }
-  const auto& group = optimizer.param_groups()[0];
-  const auto& o = static_cast<const torch::optim::SGDOptions&>(group.options());
-  SgdState s;
-  s.lr = o.lr();
-  s.momentum = o.momentum();
-  s.dampening = o.dampening();
-  s.weight_decay = o.weight_decay();
-  s.nesterov = o.nesterov();
+OptimizerState optimizer_state(const torch::optim::Optimizer& optimizer) {
   using StateMap = std::decay_t<decltype(optimizer.state())>;
-  for (const at::Tensor& p : group.params()) {
-    auto it =
-        optimizer.state().find(compat::optimizer_state_key<StateMap>(p.unsafeGetTensorImpl()));
-    at::Tensor buf;
-    if (it != optimizer.state().end()) {
-      const auto& st = static_cast<const torch::optim::SGDParamState&>(*it->second);
-      if (st.momentum_buffer().defined()) buf = cpu_copy(st.momentum_buffer());
+  OptimizerState s;
+  for (const auto& group : optimizer.param_groups()) {
+    ParamGroupState g;
+    g.size = static_cast<int64_t>(group.params().size());
+    if (const auto* o = dynamic_cast<const torch::optim::SGDOptions*>(&group.options())) {
+      s.type = "sgd";
+      g.lr = o->lr();
+      g.weight_decay = o->weight_decay();
+      g.momentum = o->momentum();
+      g.dampening = o->dampening();
+      g.nesterov = o->nesterov();
+    } else if (const auto* a = dynamic_cast<const torch::optim::AdamWOptions*>(&group.options())) {
+      s.type = "adamw";
+      g.lr = a->lr();
+      g.weight_decay = a->weight_decay();
+      g.beta1 = std::get<0>(a->betas());
+      g.beta2 = std::get<1>(a->betas());
+      g.eps = a->eps();
+      g.amsgrad = a->amsgrad();
+    } else {
+      throw InvalidArgument("optimizer_state: checkpoints support torch::optim::SGD and AdamW");
     }
-    s.momentum_buffers.push_back(buf);
+    s.groups.push_back(g);
+    for (const at::Tensor& p : group.params()) {
+      std::map<std::string, at::Tensor> one;
+      auto it =
+          optimizer.state().find(compat::optimizer_state_key<StateMap>(p.unsafeGetTensorImpl()));
+      if (it != optimizer.state().end() && s.type == "sgd") {
+        const auto& st = static_cast<const torch::optim::SGDParamState&>(*it->second);
+        if (st.momentum_buffer().defined()) one["momentum_buffer"] = cpu_copy(st.momentum_buffer());
+      } else if (it != optimizer.state().end()) {
+        const auto& st = static_cast<const torch::optim::AdamWParamState&>(*it->second);
+        one["step"] = at::scalar_tensor(static_cast<double>(st.step()), at::kFloat);
+        one["exp_avg"] = cpu_copy(st.exp_avg());
+        one["exp_avg_sq"] = cpu_copy(st.exp_avg_sq());
+        if (st.max_exp_avg_sq().defined()) one["max_exp_avg_sq"] = cpu_copy(st.max_exp_avg_sq());
+      }
+      s.state.push_back(std::move(one));
+    }
   }
   return s;
 }
 
-void load_sgd_state(torch::optim::SGD& optimizer, const SgdState& state,
-                    const std::string& origin) {
-  if (optimizer.param_groups().size() != 1) {
-    throw InvalidArgument(cat("load_sgd_state: the optimizer has ", optimizer.param_groups().size(),
-                              " parameter groups; checkpoints support one"));
+void load_optimizer_state(torch::optim::Optimizer& optimizer, const OptimizerState& state,
+                          const std::string& origin) {
+  const OptimizerState live = optimizer_state(optimizer);  // type and group sizes
+  std::vector<int64_t> want, have;
+  for (const auto& g : live.groups) want.push_back(g.size);
+  for (const auto& g : state.groups) have.push_back(g.size);
+  if (live.type != state.type) {
+    throw DataError(cat(origin, ": the checkpoint holds ", state.type,
+                        " state but this run uses --optimizer ", live.type));
   }
-  const std::vector<at::Tensor>& params = optimizer.param_groups()[0].params();
-  if (params.size() != state.momentum_buffers.size()) {
-    throw DataError(cat(origin, ": the optimizer state is for ", state.momentum_buffers.size(),
-                        " parameters but the model has ", params.size()));
+  if (want != have || state.state.size() != live.state.size()) {
+    throw DataError(cat(origin, ": the checkpoint's optimizer has parameter groups of sizes ",
+                        c10::IntArrayRef(have), " but this run's has ", c10::IntArrayRef(want),
+                        " (a different --model, --norm-weight-decay or --bias-weight-decay?)"));
   }
+  std::vector<at::Tensor> params;
+  for (const auto& group : optimizer.param_groups()) {
+    params.insert(params.end(), group.params().begin(), group.params().end());
+  }
+  const std::vector<std::string> names =
+      state.type == "sgd"
+          ? std::vector<std::string>{"momentum_buffer"}
+          : std::vector<std::string>{"step", "exp_avg", "exp_avg_sq", "max_exp_avg_sq"};
   for (size_t i = 0; i < params.size(); ++i) {
-    const at::Tensor& buf = state.momentum_buffers[i];
-    if (buf.defined() && buf.sizes() != params[i].sizes()) {
-      throw DataError(cat(origin, ": momentum buffer of parameter ", i, " is ", shape(buf),
-                          " but the parameter is ", shape(params[i])));
+    for (const auto& [name, t] : state.state[i]) {
+      if (std::find(names.begin(), names.end(), name) == names.end()) {
+        throw DataError(cat(origin, ": unexpected ", state.type, " state '", name,
+                            "' for parameter ", i));
+      }
+      if (name != "step" && (!t.defined() || t.sizes() != params[i].sizes())) {
+        throw DataError(cat(origin, ": ", name, " of parameter ", i, " is ",
+                            t.defined() ? shape(t) : "undefined", " but the parameter is ",
+                            shape(params[i])));
+      }
+    }
+    if (state.type == "adamw" && !state.state[i].empty() &&
+        (!state.state[i].count("step") || !state.state[i].count("exp_avg") ||
+         !state.state[i].count("exp_avg_sq"))) {
+      throw DataError(cat(origin, ": adamw state of parameter ", i,
+                          " lacks step, exp_avg or exp_avg_sq"));
     }
   }
   using StateMap = std::decay_t<decltype(optimizer.state())>;
-  auto& live = optimizer.state();
+  auto& slots = optimizer.state();
+  auto like = [](const at::Tensor& t, const at::Tensor& p) {
+    return t.to(p.options(), /*non_blocking=*/false, /*copy=*/true);
+  };
   for (size_t i = 0; i < params.size(); ++i) {
     const auto key = compat::optimizer_state_key<StateMap>(params[i].unsafeGetTensorImpl());
-    const at::Tensor& buf = state.momentum_buffers[i];
-    if (!buf.defined()) {
-      live.erase(key);
+    const auto& one = state.state[i];
+    auto find = [&](const char* name) {
+      auto it = one.find(name);
+      return it == one.end() ? at::Tensor() : it->second;
+    };
+    if (one.empty() || (state.type == "sgd" && !find("momentum_buffer").defined())) {
+      slots.erase(key);
       continue;
     }
-    auto st = std::make_unique<torch::optim::SGDParamState>();
-    st->momentum_buffer(buf.to(params[i].options(), /*non_blocking=*/false, /*copy=*/true));
-    live[key] = std::move(st);
+    if (state.type == "sgd") {
+      auto st = std::make_unique<torch::optim::SGDParamState>();
+      st->momentum_buffer(like(find("momentum_buffer"), params[i]));
+      slots[key] = std::move(st);
+    } else {
+      auto st = std::make_unique<torch::optim::AdamWParamState>();
+      st->step(static_cast<int64_t>(std::llround(find("step").item<double>())));
+      st->exp_avg(like(find("exp_avg"), params[i]));
+      st->exp_avg_sq(like(find("exp_avg_sq"), params[i]));
+      if (find("max_exp_avg_sq").defined()) {
+        st->max_exp_avg_sq(like(find("max_exp_avg_sq"), params[i]));
+      }
+      slots[key] = std::move(st);
+    }
   }
 }
 
@@ -254,7 +364,7 @@ std::vector<char> encode_checkpoint(const Checkpoint& c) {
   GenericDict root = make_dict();
   root.insert("format", std::string(kFormat));
   root.insert("model", model);
-  root.insert("optimizer", encode_sgd(c.optimizer));
+  root.insert("optimizer", encode_optimizer(c.optimizer));
   root.insert("epoch", c.epoch);
   root.insert("step", c.step);
   root.insert("samples_in_epoch", c.samples_in_epoch);
@@ -265,6 +375,17 @@ std::vector<char> encode_checkpoint(const Checkpoint& c) {
     root.insert("rng_state", cpu_copy(c.rng_state));
   } else {
     root.insert("rng_state", IValue());
+  }
+  if (c.scaler) {
+    GenericDict scaler = make_dict();
+    scaler.insert("scale", c.scaler->scale);
+    scaler.insert("growth_factor", c.scaler->growth_factor);
+    scaler.insert("backoff_factor", c.scaler->backoff_factor);
+    scaler.insert("growth_interval", c.scaler->growth_interval);
+    scaler.insert("_growth_tracker", c.scaler->growth_tracker);
+    root.insert("scaler", scaler);
+  } else {
+    root.insert("scaler", IValue());
   }
   return encode_torch_save(root);
 }
@@ -290,7 +411,8 @@ Checkpoint decode_checkpoint(const std::vector<char>& bytes, const std::string& 
     c.model.emplace_back(name,
                          tensor_value(item.value(), cat(origin, ": model entry '", name, "'")));
   }
-  c.optimizer = decode_sgd(dict_field(root, "optimizer", origin), cat(origin, ": optimizer"));
+  c.optimizer =
+      decode_optimizer(dict_field(root, "optimizer", origin), cat(origin, ": optimizer"));
   c.epoch = int_field(root, "epoch", origin);
   c.step = int_field(root, "step", origin);
   c.samples_in_epoch = int_field(root, "samples_in_epoch", origin);
@@ -299,6 +421,18 @@ Checkpoint decode_checkpoint(const std::vector<char>& bytes, const std::string& 
   c.seed = static_cast<uint64_t>(int_field(root, "seed", origin));
   const IValue rng = field(root, "rng_state", origin);
   if (!rng.isNone()) c.rng_state = tensor_value(rng, cat(origin, ": rng_state"));
+  auto scaler = root.find("scaler");  // absent before mixed precision
+  if (scaler != root.end() && !scaler->value().isNone()) {
+    const GenericDict d = dict_field(root, "scaler", origin);
+    const std::string where = cat(origin, ": scaler");
+    ScalerState st;
+    st.scale = number_field(d, "scale", where);
+    st.growth_factor = number_field(d, "growth_factor", where);
+    st.backoff_factor = number_field(d, "backoff_factor", where);
+    st.growth_interval = int_field(d, "growth_interval", where);
+    st.growth_tracker = int_field(d, "_growth_tracker", where);
+    c.scaler = st;
+  }
   if (c.epoch < 0 || c.step < 0 || c.samples_in_epoch < 0 || c.world_size < 1) {
     throw DataError(cat(origin, ": negative counters (epoch ", c.epoch, ", step ", c.step,
                         ", samples_in_epoch ", c.samples_in_epoch, ", world_size ", c.world_size,

@@ -161,7 +161,9 @@ TEST_F(Weights, CheckpointModelEntryLoadsIntoTorchvisionStrictly) {
   auto model = make_model("resnet18", o);
   Checkpoint c;
   c.model = model_state(*model);
-  c.optimizer.momentum_buffers.resize(model->parameters().size());
+  c.optimizer.groups.resize(1);  // one SGD group, no state yet
+  c.optimizer.groups[0].size = static_cast<int64_t>(model->parameters().size());
+  c.optimizer.state.resize(model->parameters().size());
   const std::string file = save_checkpoint(dir_.string(), c);
   testing::PythonPeer peer;
   EXPECT_EQ(peer.ask("checkpoint resnet18 " + file), "ok");

@@ -35,7 +35,7 @@ struct Trained {
 Checkpoint sample_checkpoint(int64_t step, Trained& t) {
   Checkpoint c;
   c.model = model_state(*t.model);
-  c.optimizer = sgd_state(t.sgd);
+  c.optimizer = optimizer_state(t.sgd);
   c.epoch = 2;
   c.step = step;
   c.samples_in_epoch = 96;
@@ -69,12 +69,15 @@ TEST_F(Checkpoints, SaveThenLoadReturnsTheSameTensorsCountersAndRngState) {
     EXPECT_EQ(c.model[i].first, saved.model[i].first);
     EXPECT_TRUE(same(c.model[i].second, saved.model[i].second)) << c.model[i].first;
   }
-  ASSERT_EQ(c.optimizer.momentum_buffers.size(), 2u);
+  ASSERT_EQ(c.optimizer.state.size(), 2u);
   for (size_t i = 0; i < 2; ++i) {
-    EXPECT_TRUE(same(c.optimizer.momentum_buffers[i], saved.optimizer.momentum_buffers[i]));
+    EXPECT_TRUE(same(c.optimizer.state[i].at("momentum_buffer"),
+                     saved.optimizer.state[i].at("momentum_buffer")));
   }
-  EXPECT_DOUBLE_EQ(c.optimizer.lr, 0.1);
-  EXPECT_DOUBLE_EQ(c.optimizer.momentum, 0.9);
+  EXPECT_EQ(c.optimizer.type, "sgd");
+  ASSERT_EQ(c.optimizer.groups.size(), 1u);
+  EXPECT_DOUBLE_EQ(c.optimizer.groups[0].lr, 0.1);
+  EXPECT_DOUBLE_EQ(c.optimizer.groups[0].momentum, 0.9);
   EXPECT_EQ(c.epoch, 2);
   EXPECT_EQ(c.step, 7);
   EXPECT_EQ(c.samples_in_epoch, 96);
@@ -90,12 +93,33 @@ TEST_F(Checkpoints, SaveThenLoadReturnsTheSameTensorsCountersAndRngState) {
   EXPECT_TRUE(same(at::rand({8}), expected));
 }
 
+TEST_F(Checkpoints, ScalerStateRoundTripsAndIsNoneWithoutLossScaling) {
+  Trained t;
+  Checkpoint c = sample_checkpoint(3, t);
+  save_checkpoint(dir_.string(), c);
+  EXPECT_FALSE(load_latest_checkpoint(dir_.string())->checkpoint.scaler.has_value());
+  ScalerState s;
+  s.scale = 1024.0;
+  s.growth_tracker = 17;
+  s.growth_interval = 100;
+  c.scaler = s;
+  c.step = 4;
+  save_checkpoint(dir_.string(), c);
+  const auto loaded = load_latest_checkpoint(dir_.string())->checkpoint.scaler;
+  ASSERT_TRUE(loaded.has_value());
+  EXPECT_DOUBLE_EQ(loaded->scale, 1024.0);
+  EXPECT_EQ(loaded->growth_tracker, 17);
+  EXPECT_EQ(loaded->growth_interval, 100);
+  EXPECT_DOUBLE_EQ(loaded->growth_factor, 2.0);
+  EXPECT_DOUBLE_EQ(loaded->backoff_factor, 0.5);
+}
+
 TEST_F(Checkpoints, RestoredModelAndMomentumTakeTheSameNextStep) {
   Trained a;
   const Checkpoint c = sample_checkpoint(1, a);
   Trained b;  // different initialisation and momentum
   load_model_state(*b.model, c.model, "test");
-  load_sgd_state(b.sgd, c.optimizer, "test");
+  load_optimizer_state(b.sgd, c.optimizer, "test");
   const at::Tensor x = at::randn({5, 4});
   for (Trained* t : {&a, &b}) {
     t->sgd.zero_grad();
@@ -310,7 +334,7 @@ TEST_F(Checkpoints, PythonTorchLoadReadsItIntoAPyTorchCnnAndSgd) {
   sgd.step();
   Checkpoint c;
   c.model = model_state(*model);
-  c.optimizer = sgd_state(sgd);
+  c.optimizer = optimizer_state(sgd);
   c.epoch = 1;
   c.step = 5;
   c.samples_in_epoch = 64;
@@ -378,7 +402,7 @@ torch.save(ck, sys.argv[2])
     double sum = 0;
     lines >> sum;
     const at::Tensor t = kind == "model" ? c.model.at(models++).second
-                                         : c.optimizer.momentum_buffers.at(std::stoul(key));
+                                         : c.optimizer.state.at(std::stoul(key)).at("momentum_buffer");
     if (kind == "model") {
       EXPECT_EQ(key, c.model.at(models - 1).first);
     } else {
@@ -411,8 +435,9 @@ torch.save(ck, sys.argv[2])
   auto fresh = make_model("cnn", mo);
   load_model_state(*fresh, again->model, back.string());
   EXPECT_TRUE(same(fresh->named_parameters()["fc2.bias"], c.model.back().second));
-  ASSERT_EQ(again->optimizer.momentum_buffers.size(), 8u);
-  EXPECT_TRUE(same(again->optimizer.momentum_buffers[7], c.optimizer.momentum_buffers[7]));
+  ASSERT_EQ(again->optimizer.state.size(), 8u);
+  EXPECT_TRUE(same(again->optimizer.state[7].at("momentum_buffer"),
+                   c.optimizer.state[7].at("momentum_buffer")));
 }
 
 }  // namespace

@@ -1,0 +1,104 @@
+#pragma once
+// Optimizers as the ImageNet recipes configure them: SGD (momentum,
+// Nesterov) and AdamW, with weight decay per parameter group as
+// torchvision's references set it (set_weight_decay: --norm-weight-decay,
+// --bias-weight-decay), plus the per-step helpers the trainer uses.
+//
+// Usage:
+//   dtrain::OptimizerOptions o;
+//   o.name = "adamw";
+//   o.lr = 1e-3;
+//   o.weight_decay = 0.05;
+//   o.norm_weight_decay = 0.0;  // no decay on BatchNorm/LayerNorm/GroupNorm parameters
+//   o.bias_weight_decay = 0.0;  // nor on any parameter named "bias"
+//   auto opt = dtrain::make_optimizer(*model, o);
+//   ...
+//   dtrain::set_learning_rate(*opt, dtrain::lr_at(schedule, step));
+//   dtrain::clip_grad_norm(model->parameters(), 1.0);
+//   opt->step();
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+namespace torch {
+namespace nn {
+class Module;
+}  // namespace nn
+namespace optim {
+class Optimizer;
+}  // namespace optim
+}  // namespace torch
+
+namespace dtrain {
+
+struct OptimizerOptions {
+  /// One of optimizer_names(): "sgd" (torch.optim.SGD) or "adamw"
+  /// (torch.optim.AdamW; LibTorch's AdamW computes the same update).
+  std::string name = "sgd";
+  /// The initial learning rate (a schedule overwrites it each step).
+  double lr = 0.01;
+  /// SGD: momentum and Nesterov momentum (requires momentum > 0).
+  double momentum = 0.9;
+  bool nesterov = false;
+  /// AdamW: betas and eps (PyTorch's defaults).
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  /// L2 penalty (SGD) or decoupled weight decay (AdamW) of every parameter
+  /// not covered by the two fields below.
+  double weight_decay = 0;
+  /// Weight decay of the parameters of normalisation layers (BatchNorm,
+  /// LayerNorm, GroupNorm, InstanceNorm); nullopt: weight_decay.
+  std::optional<double> norm_weight_decay;
+  /// Weight decay of every parameter named "bias" (before the norm rule, as
+  /// in torchvision); nullopt: weight_decay.
+  std::optional<double> bias_weight_decay;
+};
+
+/// "sgd", "adamw".
+std::vector<std::string> optimizer_names();
+
+/// Throws InvalidArgument naming the flag (and listing the optimizers for an
+/// unknown name) when `o` is unusable.
+void validate(const OptimizerOptions& o);
+
+/// A trainable parameter and the group it goes to.
+struct ParameterGroups {
+  /// torchvision's set_weight_decay() order: "other", then "norm" (only when
+  /// norm_weight_decay is set), then "bias" (only when bias_weight_decay is
+  /// set); empty groups are left out. Parameters in module order.
+  std::vector<std::string> names;
+  std::vector<std::vector<at::Tensor>> params;
+  std::vector<double> weight_decay;
+};
+
+/// Splits the module's trainable parameters (requires_grad) into groups as
+/// torchvision's set_weight_decay() does for the same settings.
+ParameterGroups parameter_groups(torch::nn::Module& module, const OptimizerOptions& o);
+
+/// The optimizer for `module`'s parameters, one parameter group per entry
+/// of parameter_groups(). The optimizer refers to the module's tensors: keep
+/// the module alive (and on its device) while using it. Throws
+/// InvalidArgument for bad options.
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(torch::nn::Module& module,
+                                                        const OptimizerOptions& o);
+
+/// Sets the learning rate of every parameter group (what a PyTorch
+/// scheduler's step() does).
+void set_learning_rate(torch::optim::Optimizer& optimizer, double lr);
+
+/// The learning rate of the first parameter group.
+double learning_rate(const torch::optim::Optimizer& optimizer);
+
+/// torch.nn.utils.clip_grad_norm_(params, max_norm) with the 2-norm: scales
+/// all gradients by min(1, max_norm / (total_norm + 1e-6)), where total_norm
+/// is the norm of all gradients together; returns total_norm (before
+/// clipping). Parameters without a gradient are ignored. Synchronises with
+/// the gradients' device.
+double clip_grad_norm(const std::vector<at::Tensor>& params, double max_norm);
+
+}  // namespace dtrain

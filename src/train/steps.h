@@ -1,0 +1,46 @@
+#pragma once
+// Pieces shared by train() (trainer.cpp) and evaluate() (eval.cpp): the
+// device, the model for a dataset, moving a batch to the device, and one
+// pass over an evaluation split.
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+
+#include "dtrain/comm.h"
+#include "dtrain/data.h"
+#include "dtrain/models.h"
+#include "dtrain/train.h"
+
+namespace dtrain::detail {
+
+/// Throws InvalidArgument when `name` is not auto, cpu, cuda or cuda:N, or
+/// names CUDA while no GPU is visible (the message says to use --device cpu).
+void check_device(const std::string& name);
+
+/// "auto", "cpu", "cuda" (cuda:<local rank>) or "cuda:N". Throws
+/// InvalidArgument naming --device cpu when no GPU is visible.
+at::Device pick_device(const std::string& name, const ProcessGroup& pg);
+
+/// make_model(name) sized for `splits` (channels, image size, classes),
+/// initialised from the current CPU generator, then from `init_weights` when
+/// not empty (load_weights(), dtrain/weights.h), moved to `device` (and to
+/// channels-last when asked).
+std::shared_ptr<ImageClassifier> build_model(const std::string& name, const DatasetSplits& splits,
+                                             at::Device device, bool channels_last,
+                                             const std::string& init_weights = "");
+
+/// The batch's inputs on `device` (non-blocking: the image loader pins its
+/// buffers when CUDA is present), channels-last when asked.
+at::Tensor device_inputs(const at::Tensor& inputs, at::Device device, bool channels_last);
+
+/// One pass over `loader`'s epoch 0 in eval mode without gradients; this
+/// rank's counts. When `logits` is not null, this rank's logits (CPU, float)
+/// are appended to it batch by batch. Leaves the model in train mode.
+ClassificationCounts evaluate_split(ImageClassifier& model, Loader& loader, at::Device device,
+                                    bool channels_last, std::vector<at::Tensor>* logits = nullptr);
+
+}  // namespace dtrain::detail

@@ -1,0 +1,382 @@
+// The training loop behind dtrain::train(), in the steps trainer.h lists.
+
+#include "train/trainer.h"
+
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <iomanip>
+
+#include <ATen/Parallel.h>
+#include <torch/utils.h>
+
+#include "common/strings.h"
+#include "dtrain/errors.h"
+#include "train/steps.h"
+
+namespace dtrain::detail {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+LoaderOptions loader_options(const TrainOptions& o, const ProcessGroup& pg, bool train) {
+  LoaderOptions l;
+  l.batch_size = train ? o.batch_size : o.eval_batch_size;
+  l.shuffle = train;
+  l.pad = train;  // evaluation sees every test sample exactly once
+  l.seed = o.seed;
+  l.rank = pg.rank();
+  l.world_size = pg.size();
+  l.threads = o.loader_threads;
+  return l;
+}
+
+void print_stats(std::ostream& log, const DdpStats& s) {
+  log << std::fixed << std::setprecision(2) << "  ddp: forward " << s.forward_seconds * 1e3
+      << " ms, backward " << s.backward_compute_seconds * 1e3 << " ms, comm "
+      << s.comm_seconds * 1e3 << " ms (" << std::setprecision(0) << s.overlap_fraction() * 100
+      << "% overlapped with backward, exposed " << std::setprecision(2)
+      << s.exposed_comm_seconds * 1e3 << " ms), hook " << s.comm_hook << ", "
+      << s.bucket_bytes.size() << " buckets [";
+  for (size_t i = 0; i < s.bucket_bytes.size(); ++i) {
+    log << (i ? ", " : "") << std::setprecision(2) << s.bucket_bytes[i] / 1048576.0 << " MiB/"
+        << s.bucket_parameters[i];
+  }
+  log << "]\n";
+}
+
+// Note [Resume]
+// Only rank 0 looks at the checkpoint directory: it picks the newest
+// checkpoint that verifies (before the metrics file is opened, which is
+// appended to on resume) and later broadcasts the checkpoint's bytes. So
+// every rank restores exactly the same state, the choice cannot differ
+// between ranks, and the other ranks need no shared filesystem. The model is
+// restored before DistributedDataParallel's construction (whose broadcast
+// from rank 0 then agrees with it), together with the optimizer state (the
+// optimizer refers to the same parameter tensors DDP later wraps) and the
+// CPU generator. The learning-rate schedule is a function of the step
+// counter (Note [Closed-form schedules]), so restoring the step restores it.
+// See train() in train.h for why the sampler position carries across world
+// sizes.
+std::optional<LoadedCheckpoint> find_checkpoint(const TrainOptions& o, std::ostream* log) {
+  std::error_code ec;
+  std::filesystem::create_directories(o.checkpoint_dir, ec);
+  if (ec) {
+    throw InvalidArgument(
+        cat("cannot create --checkpoint-dir '", o.checkpoint_dir, "': ", ec.message()));
+  }
+  std::vector<std::string> skipped;
+  std::optional<LoadedCheckpoint> found = load_latest_checkpoint(o.checkpoint_dir, &skipped);
+  if (log) {
+    for (const std::string& s : skipped) *log << "skipped " << s << std::endl;
+    if (!found) {
+      *log << (skipped.empty() ? "no checkpoint in " : "no valid checkpoint in ")
+           << o.checkpoint_dir << "; starting from scratch" << std::endl;
+    }
+  }
+  return found;
+}
+
+// Collective: rank 0's checkpoint (or none) on every rank (Note [Resume]).
+std::optional<Checkpoint> share_checkpoint(std::optional<LoadedCheckpoint> found,
+                                           const ProcessGroup& pg) {
+  const bool root = pg.rank() == 0;
+  std::vector<char> bytes;
+  if (root && found && pg.size() > 1) bytes = encode_checkpoint(found->checkpoint);
+  std::vector<at::Tensor> header{
+      at::tensor({static_cast<int64_t>(bytes.size()), int64_t{root && found}}, at::kLong)};
+  pg.broadcast(header);
+  const int64_t n = header[0][0].item<int64_t>();
+  if (header[0][1].item<int64_t>() == 0) return std::nullopt;
+  if (pg.size() > 1) {
+    std::vector<at::Tensor> payload{root ? at::from_blob(bytes.data(), {n}, at::kByte)
+                                         : at::empty({n}, at::kByte)};
+    pg.broadcast(payload);
+    if (!root) {
+      const char* p = reinterpret_cast<const char*>(payload[0].data_ptr<uint8_t>());
+      return decode_checkpoint(std::vector<char>(p, p + n),
+                               cat("rank ", pg.rank(), ": the checkpoint rank 0 sent"));
+    }
+  }
+  return std::move(found->checkpoint);
+}
+
+}  // namespace
+
+Trainer::Trainer(const TrainOptions& options, const ProcessGroup& pg, std::ostream* log)
+    : o_(options),
+      pg_(pg),
+      log_(pg.rank() == 0 ? log : nullptr),
+      leader_(pg.rank() == 0),
+      progress_(pg.rank() == 0 ? log : nullptr, options.progress, options.progress_every_steps,
+                options.progress_every_seconds) {}
+
+void Trainer::setup() {
+  if (o_.threads > 0) at::set_num_threads(o_.threads);
+  const bool checkpointing = !o_.checkpoint_dir.empty();
+  // The one place the cadence defaults are resolved (train.h).
+  every_steps_ = o_.checkpoint_every_steps;
+  every_epochs_ =
+      o_.checkpoint_every_epochs > 0 ? o_.checkpoint_every_epochs : (every_steps_ > 0 ? 0 : 1);
+  if (leader_ && checkpointing) found_ = find_checkpoint(o_, log_);
+  if (leader_ && !o_.metrics_file.empty()) {
+    metrics_.open(o_.metrics_file,
+                  found_ ? std::ios::out | std::ios::app : std::ios::out | std::ios::trunc);
+    if (!metrics_) {
+      throw InvalidArgument(
+          cat("cannot write --metrics-file '", o_.metrics_file, "': ", std::strerror(errno)));
+    }
+  }
+  origin_ = found_ ? found_->path : std::string("the checkpoint");
+
+  DatasetOptions data = o_.dataset;
+  data.train = loader_options(o_, pg_, /*train=*/true);
+  data.test = loader_options(o_, pg_, /*train=*/false);
+  splits_ = open_dataset(data);
+  const int64_t batches = splits_.train->batches_per_epoch();
+  steps_per_epoch_ = (batches + o_.accumulation_steps - 1) / o_.accumulation_steps;
+  schedule_ = lr_schedule_for(o_, steps_per_epoch_, pg_.size());
+  validate(schedule_);  // every rank alike, before any collective
+
+  device_ = pick_device(o_.device, pg_);
+  torch::manual_seed(o_.seed);
+  model_ = build_model(o_.model, splits_, device_, o_.channels_last, o_.init_weights);
+  optimizer_ = make_optimizer(*model_, o_.optimizer);
+  for (const auto& group : optimizer_->param_groups()) {
+    params_.insert(params_.end(), group.params().begin(), group.params().end());
+  }
+  GradScalerOptions so;
+  if (o_.amp != "none") {
+    amp_dtype_ = amp_dtype_from_name(o_.amp);
+    check_autocast(device_.type(), *amp_dtype_);
+    so.enabled = needs_grad_scaler(*amp_dtype_);
+  } else {
+    so.enabled = false;  // a pass-through: one training loop for every precision
+  }
+  so.process_group = pg_;  // ranks skip overflowed steps together
+  scaler_ = std::make_unique<GradScaler>(so);
+  if (checkpointing) resume_ = share_checkpoint(std::move(found_), pg_);
+}
+
+void Trainer::resume() {
+  if (!resume_) return;
+  load_model_state(*model_, resume_->model, origin_);
+  if (o_.channels_last) to_channels_last(*model_);
+  load_optimizer_state(*optimizer_, resume_->optimizer, origin_);
+  if (resume_->rng_state.defined()) set_cpu_rng_state(resume_->rng_state);
+  if (resume_->scaler && scaler_->is_enabled()) {
+    c10::impl::GenericDict d(c10::StringType::get(), c10::AnyType::get());
+    d.insert("scale", resume_->scaler->scale);
+    d.insert("growth_factor", resume_->scaler->growth_factor);
+    d.insert("backoff_factor", resume_->scaler->backoff_factor);
+    d.insert("growth_interval", resume_->scaler->growth_interval);
+    d.insert("_growth_tracker", resume_->scaler->growth_tracker);
+    scaler_->load_state_dict(d);
+  }
+  first_epoch_ = resume_->epoch;
+  global_step_ = resume_->step;
+  skip_batches_ = resume_batch(resume_->samples_in_epoch, o_.batch_size, pg_.size(),
+                               splits_.train->batches_per_epoch());
+}
+
+void Trainer::wrap() {
+  ddp_ = std::make_unique<DistributedDataParallel<ImageClassifier>>(model_, pg_, o_.ddp);
+}
+
+void Trainer::log_start() const {
+  if (!log_) return;
+  *log_ << "dtrain train: model " << o_.model << ", dataset " << o_.dataset.name << ", "
+        << pg_.size() << " rank(s) x batch " << o_.batch_size << ", "
+        << splits_.train->batches_per_epoch() << " steps per epoch, " << at::get_num_threads()
+        << " thread(s) per rank on " << device_.str() << std::endl;
+  *log_ << "  optimizer " << o_.optimizer.name << ", lr " << schedule_.base_lr
+        << (o_.lr_scaling == "linear" ? " (linear scaling)" : "") << ", schedule "
+        << schedule_.kind;
+  if (schedule_.warmup_steps > 0) *log_ << " after " << schedule_.warmup_steps << " warm-up steps";
+  *log_ << (o_.channels_last ? ", channels-last" : "")
+        << (amp_dtype_ ? ", amp " + o_.amp : std::string()) << std::endl;
+  if (!resume_) return;
+  *log_ << "resumed from " << origin_ << " (epoch " << first_epoch_ + 1 << ", step " << global_step_
+        << ")" << std::endl;
+  if (skip_batches_ > 0) {
+    *log_ << "  epoch " << first_epoch_ + 1 << " continues at batch " << skip_batches_ << " of "
+          << splits_.train->batches_per_epoch() << " (saved by " << resume_->world_size
+          << " rank(s) x batch " << resume_->batch_size << " after " << resume_->samples_in_epoch
+          << " samples)" << std::endl;
+  }
+  if (resume_->seed != o_.seed) {
+    *log_ << "  warning: the checkpoint was written with --seed " << resume_->seed
+          << ", this run uses --seed " << o_.seed
+          << ": the rest of the epoch is a different sample order" << std::endl;
+  }
+}
+
+// Note [Mixed precision step]
+// As PyTorch's AMP recipe: autocast covers the forward pass and the loss
+// only (the guard's end clears the cast cache, so the next step's weights
+// are cast afresh); backward runs outside it on the scaled loss; DDP
+// averages the scaled gradients; before clipping they are unscaled, and
+// GradScaler::step skips the optimizer step on every rank when any rank saw
+// inf/NaN. Without fp16 the scaler is disabled and each call passes through.
+at::Tensor Trainer::forward_backward(const Batch& batch, bool sync_step) {
+  auto no_sync = sync_step ? std::optional<DataParallel::NoSync>()
+                           : std::optional<DataParallel::NoSync>(ddp_->no_sync());
+  at::Tensor loss;
+  {
+    std::optional<AutocastGuard> autocast;
+    if (amp_dtype_) autocast.emplace(device_.type(), *amp_dtype_);
+    at::Tensor logits = ddp_->forward(device_inputs(batch.inputs, device_, o_.channels_last));
+    loss = classification_loss(logits, batch.targets.to(device_, /*non_blocking=*/true),
+                               o_.label_smoothing);
+  }
+  scaler_->scale(o_.accumulation_steps > 1 ? loss / o_.accumulation_steps : loss).backward();
+  return loss.detach();
+}
+
+void Trainer::optimizer_step() {  // Note [Mixed precision step]
+  lr_ = lr_at(schedule_, global_step_);
+  set_learning_rate(*optimizer_, lr_);
+  if (o_.clip_grad_norm > 0) {
+    scaler_->unscale_(*optimizer_);
+    clip_grad_norm(params_, o_.clip_grad_norm);
+  }
+  scaler_->step(*optimizer_);
+  scaler_->update();
+  optimizer_->zero_grad();
+  ++global_step_;
+}
+
+Trainer::EpochTotals Trainer::run_epoch(int64_t epoch) {
+  const auto start = Clock::now();
+  splits_.train->start_epoch(epoch);
+  if (epoch == first_epoch_ && skip_batches_ > 0) splits_.train->skip_to(skip_batches_);
+  const int64_t batches = splits_.train->batches_per_epoch();
+  progress_.start(epoch + 1, o_.epochs, batches, splits_.train->position());
+  EpochTotals t;
+  int pending = 0;  // batches accumulated since the last optimizer step
+  bool save_after_epoch = false;
+  Batch batch;
+  optimizer_->zero_grad();
+  while (splits_.train->next(batch)) {
+    // position() counts this batch: it is the last when it reaches batches.
+    const bool last = splits_.train->position() == batches;
+    const bool sync_step = ++pending == o_.accumulation_steps || last;
+    const at::Tensor loss = forward_backward(batch, sync_step);
+    if (sync_step) {
+      optimizer_step();
+      pending = 0;
+      if (!o_.checkpoint_dir.empty() && every_steps_ > 0 && global_step_ % every_steps_ == 0) {
+        // After the step nothing is pending, so the state is complete.
+        if (last) {
+          save_after_epoch = true;
+        } else {
+          checkpoint(epoch, splits_.train->position() * o_.batch_size * pg_.size());
+        }
+      }
+    }
+    const double n = static_cast<double>(batch.targets.size(0));
+    t.loss_sum += loss.item<double>() * n;
+    t.samples += n;
+    progress_.update(splits_.train->position(), static_cast<int64_t>(t.samples), pg_.size(),
+                     t.loss_sum / t.samples);
+  }
+  progress_.finish();
+  t.seconds = since(start);
+  t.save_after_evaluation = save_after_epoch;
+  return t;
+}
+
+EpochMetrics Trainer::evaluate(int64_t epoch, const EpochTotals& t) {
+  const double train_seconds = t.seconds;
+  const ClassificationCounts c = evaluate_split(*model_, *splits_.test, device_, o_.channels_last);
+  // Ranks step in lockstep (DDP), so the sum of the ranks' rates is the
+  // group's throughput.
+  std::vector<double> sums =
+      all_reduce_sum(pg_, {t.loss_sum, t.samples, static_cast<double>(c.top1),
+                           static_cast<double>(c.top5), c.loss_sum, static_cast<double>(c.samples),
+                           train_seconds > 0 ? t.samples / train_seconds : 0});
+  EpochMetrics m;
+  m.epoch = epoch + 1;
+  m.train_loss = sums[1] > 0 ? sums[0] / sums[1] : 0;
+  m.test_acc = sums[5] > 0 ? sums[2] / sums[5] : 0;
+  m.test_top5 = sums[5] > 0 ? sums[3] / sums[5] : 0;
+  m.test_loss = sums[5] > 0 ? sums[4] / sums[5] : 0;
+  m.images_per_sec = sums[6];
+  m.lr = lr_ > 0 ? lr_ : lr_at(schedule_, global_step_);
+  m.loss_scale = scaler_->is_enabled() ? scaler_->get_scale() : 0;
+  m.world_size = pg_.size();
+  return m;
+}
+
+void Trainer::report(const EpochMetrics& m) {
+  if (log_) {
+    *log_ << std::fixed << "epoch " << m.epoch << "/" << o_.epochs << "  train_loss "
+          << std::setprecision(4) << m.train_loss << "  test_acc " << std::setprecision(2)
+          << m.test_acc * 100 << "%  top5 " << m.test_top5 * 100 << "%  lr " << std::defaultfloat
+          << std::setprecision(4) << m.lr << std::fixed << "  images/sec " << std::setprecision(1)
+          << m.images_per_sec << "  time " << std::setprecision(1) << m.epoch_seconds << " s"
+          << std::endl;
+    if (o_.verbose) print_stats(*log_, ddp_->stats());
+  }
+  if (metrics_.is_open()) metrics_ << to_json(m) << std::endl;
+}
+
+// Rank 0 writes; the others only train on (they hold the same state).
+void Trainer::checkpoint(int64_t epoch, int64_t samples_in_epoch) {
+  if (!leader_) return;
+  Checkpoint c;
+  c.model = model_state(*model_);
+  c.optimizer = optimizer_state(*optimizer_);
+  c.epoch = epoch;
+  c.step = global_step_;
+  c.samples_in_epoch = samples_in_epoch;
+  c.world_size = pg_.size();
+  c.batch_size = o_.batch_size;
+  c.seed = o_.seed;
+  c.rng_state = cpu_rng_state();
+  if (scaler_->is_enabled()) {
+    const c10::impl::GenericDict d = scaler_->state_dict();
+    ScalerState st;
+    st.scale = d.at("scale").toDouble();
+    st.growth_factor = d.at("growth_factor").toDouble();
+    st.backoff_factor = d.at("backoff_factor").toDouble();
+    st.growth_interval = d.at("growth_interval").toInt();
+    st.growth_tracker = d.at("_growth_tracker").toInt();
+    c.scaler = st;
+  }
+  try {
+    save_checkpoint(o_.checkpoint_dir, c, o_.keep_checkpoints);
+  } catch (const InvalidArgument&) {
+    throw;
+  } catch (const Error& e) {
+    throw Error(cat("rank 0: writing the checkpoint of step ", global_step_, ": ", e.what()));
+  }
+}
+
+std::vector<EpochMetrics> Trainer::run() {
+  setup();
+  resume();
+  wrap();
+  log_start();
+  std::vector<EpochMetrics> history;
+  for (int64_t epoch = first_epoch_; epoch < o_.epochs; ++epoch) {
+    const auto start = Clock::now();
+    const EpochTotals totals = run_epoch(epoch);
+    EpochMetrics m = evaluate(epoch, totals);
+    m.epoch_seconds = since(start);
+    history.push_back(m);
+    report(m);
+    const bool epoch_due = every_epochs_ > 0 && (epoch + 1) % every_epochs_ == 0;
+    if (!o_.checkpoint_dir.empty() &&
+        (totals.save_after_evaluation || epoch_due || epoch + 1 == o_.epochs)) {
+      checkpoint(epoch + 1, 0);
+    }
+  }
+  return history;
+}
+
+}  // namespace dtrain::detail

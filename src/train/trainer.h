@@ -1,0 +1,79 @@
+#pragma once
+// train()'s loop as named steps (dtrain/train.h documents the behaviour):
+//   setup()      checkpoint lookup (rank 0), metrics file, data, model,
+//                optimizer, schedule, loss scaler, the checkpoint shared by
+//                rank 0
+//   resume()     model, optimizer, scaler, generator and position from it
+//   wrap()       DistributedDataParallel around the (restored) model
+//   run_epoch()  one epoch's training steps, mid-epoch checkpoints
+//   evaluate()   the test split, reduced across ranks, into the epoch's metrics
+//   report()     epoch line, metrics file
+//   checkpoint() rank 0 writes one
+// One Trainer per train() call; not thread-safe.
+
+#include <fstream>
+#include <memory>
+#include <optional>
+#include <ostream>
+#include <vector>
+
+#include <torch/optim/optimizer.h>
+
+#include "dtrain/amp.h"
+#include "dtrain/checkpoint.h"
+#include "dtrain/ddp.h"
+#include "dtrain/models.h"
+#include "dtrain/train.h"
+#include "train/progress.h"
+
+namespace dtrain::detail {
+
+class Trainer {
+ public:
+  Trainer(const TrainOptions& options, const ProcessGroup& pg, std::ostream* log);
+  std::vector<EpochMetrics> run();
+
+ private:
+  struct EpochTotals {
+    double loss_sum = 0, samples = 0, seconds = 0;
+    /// A step checkpoint fell on the epoch's last step: written after
+    /// evaluation, with the epoch's end position.
+    bool save_after_evaluation = false;
+  };
+  void setup();
+  void resume();
+  void wrap();
+  EpochTotals run_epoch(int64_t epoch);
+  at::Tensor forward_backward(const Batch& batch, bool sync_step);
+  void optimizer_step();
+  EpochMetrics evaluate(int64_t epoch, const EpochTotals& totals);
+  void report(const EpochMetrics& m);
+  void checkpoint(int64_t epoch, int64_t samples_in_epoch);
+  void log_start() const;
+
+  const TrainOptions& o_;
+  const ProcessGroup& pg_;
+  std::ostream* log_;  // rank 0's, else null
+  bool leader_;
+  // Resolved in setup().
+  int64_t every_steps_ = 0, every_epochs_ = 0, steps_per_epoch_ = 0;
+  std::optional<LoadedCheckpoint> found_;  // rank 0's pick
+  std::optional<Checkpoint> resume_;       // what every rank restores
+  std::string origin_;
+  std::ofstream metrics_;
+  DatasetSplits splits_;
+  at::Device device_{at::kCPU};
+  std::shared_ptr<ImageClassifier> model_;
+  std::unique_ptr<torch::optim::Optimizer> optimizer_;
+  std::vector<at::Tensor> params_;
+  LrSchedule schedule_;
+  std::unique_ptr<DistributedDataParallel<ImageClassifier>> ddp_;
+  std::optional<at::ScalarType> amp_dtype_;  // autocast dtype, when on
+  std::unique_ptr<GradScaler> scaler_;       // enabled under fp16 only
+  ProgressLine progress_;
+  // Position.
+  int64_t first_epoch_ = 0, global_step_ = 0, skip_batches_ = 0;
+  double lr_ = 0;  // of the last step taken
+};
+
+}  // namespace dtrain::detail

@@ -1,0 +1,69 @@
+#pragma once
+// Running the PyTorch peer scripts (tests/train/peer/*.py) from a test:
+// /usr/bin/python3 with torch 1.13 (the system one; the first python3 on PATH
+// may lack torch), tensors handed over as torch.load-able files.
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <ATen/ATen.h>
+#include <torch/serialize.h>
+
+namespace dtrain::testing {
+
+inline bool python_has_torch() {
+  return std::system("/usr/bin/python3 -c 'import torch, torchvision' >/dev/null 2>&1") == 0;
+}
+
+/// Writes {name: tensor} as a file torch.load reads.
+inline void save_tensors(const std::string& path,
+                         const std::vector<std::pair<std::string, at::Tensor>>& tensors) {
+  c10::Dict<std::string, at::Tensor> d;
+  for (const auto& [name, t] : tensors) d.insert(name, t.detach().cpu().contiguous());
+  const std::vector<char> bytes = torch::pickle_save(d);
+  std::ofstream(path, std::ios::binary)
+      .write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+struct PythonRun {
+  int code = -1;
+  std::string output;  // stdout and stderr
+};
+
+/// Runs tests/train/peer/<script> with `args` (each single-quoted).
+inline PythonRun run_peer(const std::string& script, const std::vector<std::string>& args) {
+  std::string cmd =
+      "timeout -k 5 300 /usr/bin/python3 " DTRAIN_SOURCE_DIR "/tests/train/peer/" + script;
+  for (const std::string& a : args) cmd += " '" + a + "'";
+  cmd += " 2>&1";
+  PythonRun r;
+  FILE* p = ::popen(cmd.c_str(), "r");
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) r.output.append(buf, n);
+  const int status = ::pclose(p);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return r;
+}
+
+/// The last line of `text` that starts with `key` + " ", without the key.
+inline std::string value_of(const std::string& text, const std::string& key) {
+  std::string found;
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t end = text.find('\n', pos);
+    if (end == std::string::npos) end = text.size();
+    const std::string line = text.substr(pos, end - pos);
+    if (line.rfind(key + " ", 0) == 0) found = line.substr(key.size() + 1);
+    pos = end + 1;
+  }
+  return found;
+}
+
+}  // namespace dtrain::testing

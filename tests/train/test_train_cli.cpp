@@ -1,0 +1,203 @@
+// `dtrain train` and `dtrain eval` from the command line: bad flags are one
+// line naming the fix (exit 2), progress lines and --quiet, eval over a
+// checkpoint. channels-last (library) gives NCHW's results.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+
+#include <ATen/ATen.h>
+#include <torch/cuda.h>
+#include <torch/nn/module.h>
+#include <torch/utils.h>
+
+#include "dtrain/models.h"
+#include "dtrain/train.h"
+#include "train/fixtures.h"
+
+namespace dtrain {
+namespace {
+
+struct Shell {
+  int code = -1;
+  std::string output;
+};
+
+Shell dtrain_cli(const std::string& args) {
+  const std::string cmd = "timeout -k 5 120 " DTRAIN_BINARY_DIR "/dtrain " + args + " 2>&1";
+  Shell r;
+  FILE* p = ::popen(cmd.c_str(), "r");
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) r.output.append(buf, n);
+  const int status = ::pclose(p);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return r;
+}
+
+class TrainCli : public testing::ScratchDir {
+ protected:
+  void SetUp() override {
+    ScratchDir::SetUp();
+    testing::write_tiny_dataset(dir_ / "data", 96, 32);  // 12 steps of 8
+    data_ = "--dataset mnist --data-dir " + (dir_ / "data").string() +
+            " --threads 1 --device cpu --batch-size 8";
+  }
+  std::string data_;
+};
+
+TEST_F(TrainCli, UnknownOptimizerOrScheduleOrFp16OnCpuIsAOneLineUsageError) {
+  Shell r = dtrain_cli("train " + data_ + " --optimizer lamb");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.output,
+            "dtrain train: error: unknown optimizer 'lamb'; valid optimizers: sgd, adamw\n");
+  r = dtrain_cli("train " + data_ + " --lr-schedule onecycle");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.output,
+            "dtrain train: error: unknown lr schedule 'onecycle'; valid schedules: constant, step, "
+            "multistep, cosine\n");
+  r = dtrain_cli("train " + data_ + " --amp fp16");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.output,
+            "dtrain train: error: fp16 autocast needs a CUDA device; use --amp bf16 on CPU\n");
+  r = dtrain_cli("train " + data_ + " --lr-schedule multistep --lr-milestones 3,x");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.output.find("--lr-milestones '3,x' is not a list of epochs"), std::string::npos)
+      << r.output;
+}
+
+TEST_F(TrainCli, CudaWithoutAGpuIsAUsageErrorNamingDeviceCpu) {
+  if (torch::cuda::is_available()) GTEST_SKIP() << "a GPU is visible";
+  for (auto [name, args] :
+       {std::pair<std::string, std::string>{"train", ""}, {"eval", " --checkpoint x"}}) {
+    Shell r = dtrain_cli(name + args + " --dataset mnist --device cuda");
+    EXPECT_EQ(r.code, 2) << r.output;
+    EXPECT_EQ(r.output, "dtrain " + name +
+                            ": error: --device cuda: no GPU is visible to this LibTorch; use "
+                            "--device cpu\n");
+  }
+}
+
+TEST_F(TrainCli, ProgressLinesEveryNStepsWithoutATerminalAndNoneWithQuiet) {
+  Shell r = dtrain_cli("train " + data_ + " --epochs 1 --progress-steps 5 --progress-seconds 0");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("  epoch 1/1 step 5/12  images/sec "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("  epoch 1/1 step 10/12  images/sec "), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("step 12/12"), std::string::npos) << "the epoch line follows";
+  EXPECT_EQ(r.output.find('\r'), std::string::npos) << "not redrawn in place without a terminal";
+  EXPECT_NE(r.output.find("epoch 1/1  train_loss "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("  top5 "), std::string::npos) << r.output;
+
+  r = dtrain_cli("train " + data_ + " --epochs 1 --progress-steps 5 --quiet");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_EQ(r.output.find(" step "), std::string::npos) << r.output;
+}
+
+TEST_F(TrainCli, EvalOfATrainedCheckpointPrintsTop1Top5AndLossOverTheWholeSplit) {
+  const std::string ckpt = (dir_ / "c").string();
+  Shell r = dtrain_cli("train " + data_ +
+                       " --epochs 1 --quiet --optimizer adamw --lr 1e-3 "
+                       "--lr-schedule cosine --lr-warmup-steps 3 --label-smoothing 0.1 "
+                       "--clip-grad-norm 5 --norm-weight-decay 0 --checkpoint-dir " +
+                       ckpt);
+  ASSERT_EQ(r.code, 0) << r.output;
+  r = dtrain_cli("eval --model cnn --dataset mnist --data-dir " + (dir_ / "data").string() +
+                 " --threads 1 --device cpu --batch-size 10 --checkpoint " + ckpt +
+                 " --logits-file " + (dir_ / "logits.pt").string());
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("weights from " + ckpt + "/checkpoint-00000012.pt"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("evaluated 32 samples on 1 rank(s): top-1 "), std::string::npos)
+      << r.output;
+  EXPECT_TRUE(std::filesystem::exists(dir_ / "logits.pt"));
+}
+
+// Compared as PyTorch 1.13 itself agrees with itself (torchvision's ResNet-18,
+// CPU): eval-mode logits to ~1e-6, train-mode cross-entropy gradients to ~1e-5
+// of their largest value. (The gradient of a plain sum through train-mode
+// BatchNorm is a difference of near-equal terms and is not comparable.)
+TEST(ChannelsLast, ResNet18OutputsAndGradientsEqualNchw) {
+  torch::manual_seed(1);
+  ModelOptions mo;
+  mo.in_channels = 3;
+  mo.image_size = 32;
+  auto nchw = make_model("resnet18", mo);
+  torch::manual_seed(1);
+  auto nhwc = make_model("resnet18", mo);
+  to_channels_last(*nhwc);
+  const at::Tensor conv1 = nhwc->named_parameters()["conv1.weight"];
+  EXPECT_TRUE(conv1.is_contiguous(at::MemoryFormat::ChannelsLast));
+  EXPECT_FALSE(conv1.is_contiguous());
+  const at::Tensor x = at::randn({8, 3, 32, 32});
+  const at::Tensor x_nhwc = x.contiguous(at::MemoryFormat::ChannelsLast);
+  const at::Tensor targets = at::arange(8, at::kLong);
+  {
+    torch::NoGradGuard no_grad;
+    nchw->eval();
+    nhwc->eval();
+    const double out = (nchw->forward(x) - nhwc->forward(x_nhwc)).abs().max().item<double>();
+    std::cout << "  max eval logit difference NHWC vs NCHW: " << out << "\n";
+    EXPECT_LE(out, 1e-5);
+    nchw->train();
+    nhwc->train();
+  }
+  classification_loss(nchw->forward(x), targets, 0).backward();
+  classification_loss(nhwc->forward(x_nhwc), targets, 0).backward();
+  const auto pa = nchw->named_parameters(), pb = nhwc->named_parameters();
+  double worst = 0;
+  for (const auto& item : pa) {
+    const at::Tensor ga = item.value().grad(), gb = pb[item.key()].grad();
+    const double scale = std::max(1.0, ga.abs().max().item<double>());
+    worst = std::max(worst, (ga - gb).abs().max().item<double>() / scale);
+  }
+  std::cout << "  max train gradient difference NHWC vs NCHW (relative to the largest): " << worst
+            << "\n";
+  EXPECT_LE(worst, 1e-4);
+}
+
+// ---- On a GPU (skipped without one) ---------------------------------------------
+
+class OnGpu : public testing::ScratchDir {
+ protected:
+  void SetUp() override {
+    if (!torch::cuda::is_available()) GTEST_SKIP() << "no GPU visible to LibTorch";
+    ScratchDir::SetUp();
+    testing::write_tiny_dataset(dir_ / "data", 96, 32);
+  }
+  TrainOptions options(const std::string& amp, bool channels_last) const {
+    TrainOptions o;
+    o.model = "cnn";
+    o.dataset.name = "mnist";
+    o.dataset.data_dir = (dir_ / "data").string();
+    o.epochs = 2;
+    o.batch_size = 8;
+    o.device = "cuda";
+    o.amp = amp;
+    o.channels_last = channels_last;
+    o.clip_grad_norm = 1.0;
+    o.progress = TrainOptions::Progress::kNone;
+    o.optimizer.name = "adamw";
+    o.optimizer.lr = 1e-3;
+    return o;
+  }
+};
+
+TEST_F(OnGpu, Fp16TrainingScalesTheLossAndReportsTheScale) {
+  const auto history = train(options("fp16", true), ProcessGroup(), nullptr);
+  ASSERT_EQ(history.size(), 2u);
+  // 24 steps: no growth yet (2000 clean steps), at most a few backoffs.
+  EXPECT_GT(history[1].loss_scale, 0);
+  EXPECT_LE(history[1].loss_scale, 65536.0);
+  EXPECT_LT(history[1].train_loss, history[0].train_loss + 0.5);
+}
+
+TEST_F(OnGpu, Bf16AndChannelsLastTrainAndMatchFp32Closely) {
+  const auto fp32 = train(options("none", false), ProcessGroup(), nullptr);
+  const auto bf16 = train(options("bf16", true), ProcessGroup(), nullptr);
+  ASSERT_EQ(fp32.size(), 2u);
+  ASSERT_EQ(bf16.size(), 2u);
+  EXPECT_EQ(bf16[1].loss_scale, 0) << "no loss scaling under bf16";
+  EXPECT_NEAR(bf16[1].train_loss, fp32[1].train_loss, 0.1);
+}
+
+}  // namespace
+}  // namespace dtrain
