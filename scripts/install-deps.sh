@@ -22,9 +22,14 @@ readonly BUILD_PACKAGES=(
 # Run time, data and the tests: the dataset, the PyTorch peer for the
 # benchmark, process and network tools, MPI and etcd for the launcher's
 # later rendezvous back ends, debootstrap for the trixie (LibTorch 2.6) stage.
+# python3-protobuf, protobuf-compiler: the observe tests decode TensorBoard
+# event files with protobuf's own runtime over a .proto compiled at test time
+# (an independent reader of dtrain's encoder). python3-pip: installs
+# TensorBoard (not packaged by Debian) for the EventAccumulator test.
 readonly RUN_PACKAGES=(
   dataset-fashion-mnist python3-torch python3-torchvision python3-numpy
   hyperfine iproute2 procps etcd-server openmpi-bin libopenmpi-dev debootstrap
+  python3-protobuf protobuf-compiler python3-pip
 )
 readonly PACKAGES=("${BUILD_PACKAGES[@]}" "${RUN_PACKAGES[@]}")
 
@@ -52,6 +57,18 @@ as_root() {
   fi
 }
 
+# TensorBoard, from PyPI through pip: the observe tests read dtrain's event
+# files with its EventAccumulator (they skip with a message without it).
+# Optional: a failure is reported, not fatal.
+install_python_tools() {
+  if /usr/bin/python3 -c 'import tensorboard' >/dev/null 2>&1; then
+    return 0
+  fi
+  log "installing tensorboard with pip (for the observe tests)"
+  as_root /usr/bin/python3 -m pip install -q --break-system-packages tensorboard ||
+    log "WARNING: pip could not install tensorboard; its test will be skipped"
+}
+
 main() {
   if [[ "${1:-}" == --list ]]; then
     printf '%s\n' "${PACKAGES[@]}"
@@ -65,6 +82,7 @@ main() {
   mapfile -t missing < <(missing_packages)
   if [[ ${#missing[@]} -eq 0 ]]; then
     log "all ${#PACKAGES[@]} packages are installed"
+    install_python_tools
     return 0
   fi
   log "installing ${#missing[@]} missing package(s): ${missing[*]}"
@@ -74,6 +92,7 @@ main() {
 
   mapfile -t missing < <(missing_packages)
   [[ ${#missing[@]} -eq 0 ]] || die "still missing after apt-get install: ${missing[*]}"
+  install_python_tools
   log "done"
 }
 
