@@ -263,6 +263,13 @@ void Reducer::finalize_backward() {
   if (options_.find_unused_parameters) globally_used = all_reduce_used();
   write_back(globally_used);
   record_stats(backward_end);
+  // Observability hook (dtrain/timeline.h): the same launch/completion times.
+  if (options_.bucket_observer) {
+    for (size_t i = 0; i < buckets_.size(); ++i) {
+      options_.bucket_observer({static_cast<int>(i), totals_.bucket_bytes[i], buckets_[i].launched,
+                                buckets_[i].completed});
+    }
+  }
   reset_pass();
 }
 
