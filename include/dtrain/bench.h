@@ -49,26 +49,73 @@ DdpBenchResult run_ddp_bench(const DdpBenchOptions& options, const ProcessGroup&
 std::string to_json(const DdpBenchResult& r);
 
 struct CollectiveBenchOptions {
-  /// "allreduce", "allgather", "broadcast".
+  /// allreduce, allgather, reduce_scatter, broadcast, reduce or alltoall.
   std::string op = "allreduce";
+  /// Message sizes in bytes, as nccl-tests' -b/-e/-f: min_bytes, then times
+  /// step_factor while <= max_bytes. The size is nccl-tests' "size" column:
+  /// the whole buffer (allgather's output, reduce_scatter's input, the
+  /// buffer each rank sends in alltoall).
   int64_t min_bytes = 8;
   int64_t max_bytes = int64_t{64} << 20;
-  /// Each size is the previous times this.
-  int64_t step_factor = 4;
+  int64_t step_factor = 2;
+  /// Timed and warm-up iterations per size and mode (-n, -w).
   int iterations = 20;
-  int warmup = 3;
+  int warmup = 5;
+  /// Check every element of the result after timing (-c); off: #wrong is -1.
+  bool check = true;
+  /// Element type (-d): float, double, int32, int64.
+  std::string dtype = "float";
+  /// Reduction (-o) of allreduce, reduce_scatter and reduce: sum, prod, min, max.
+  std::string redop = "sum";
+  /// Root of broadcast and reduce (-r).
+  int root = 0;
+};
+
+/// One mode's measurement: mean time per operation over the ranks, nccl-tests'
+/// algorithm and bus bandwidths, and the elements that differ from the
+/// expected result, summed over ranks (-1: not checked).
+struct CollectiveBenchTiming {
+  double time_us = 0;
+  double algbw_gbps = 0;  ///< size / time, GB/s (1e9 bytes)
+  double busbw_gbps = 0;  ///< algbw x bus_bandwidth_factor(op, n)
+  int64_t wrong = -1;
 };
 
 /// One row of nccl-tests' table.
 struct CollectiveBenchRow {
-  int64_t bytes = 0;
-  double time_us = 0;  ///< mean per operation
-  double algbw_gbps = 0;  ///< bytes / time, GB/s
-  double busbw_gbps = 0;  ///< algbw x the op's bus factor (2(n-1)/n for allreduce)
+  int64_t bytes = 0;   ///< "size"
+  int64_t count = 0;   ///< "count": elements per rank (allreduce, broadcast,
+                       ///< reduce), per rank's part (allgather, reduce_scatter),
+                       ///< per peer (alltoall)
+  std::string type;    ///< "float", ...
+  std::string redop;   ///< the reduction, or "none"
+  int root = -1;       ///< broadcast/reduce's root, else -1
+  CollectiveBenchTiming out_of_place, in_place;
 };
 
-/// Times the collective for each size (float32 tensors). Collective.
+/// The collectives run_collective_bench knows, in nccl-tests' order.
+std::vector<std::string> collective_bench_ops();
+
+/// nccl-tests' bus-bandwidth factor: 2(n-1)/n for allreduce; (n-1)/n for
+/// allgather, reduce_scatter and alltoall; 1 for broadcast and reduce.
+/// Throws InvalidArgument for an unknown op.
+double bus_bandwidth_factor(const std::string& op, int world_size);
+
+/// Parses a byte size as nccl-tests does: a number with an optional K, M or
+/// G suffix (powers of 1024). Throws InvalidArgument naming `text`.
+int64_t parse_byte_size(const std::string& text);
+
+/// Times the collective for each size, out-of-place and in-place, and checks
+/// the results (see Note [Collectives as nccl-tests runs them] in
+/// src/bench/collective_bench.cpp). Collective. Throws InvalidArgument for an
+/// unknown op, type or reduction, a bad size range or root.
 std::vector<CollectiveBenchRow> run_collective_bench(const CollectiveBenchOptions& options,
                                                      const ProcessGroup& pg);
+
+/// nccl-tests' table: header, one line per row, "# Out of bounds values" and
+/// "# Avg bus bandwidth" (over both modes of every row).
+std::string format_collective_table(const CollectiveBenchOptions& options,
+                                    const std::vector<CollectiveBenchRow>& rows, int world_size,
+                                    const std::string& backend);
 
 }  // namespace dtrain

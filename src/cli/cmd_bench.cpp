@@ -1,4 +1,5 @@
 // `dtrain bench ddp|collective`: benchmarks reported like their peers.
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 
@@ -89,27 +90,44 @@ void add_ddp(CLI::App& bench, int* exit_code) {
 }
 
 void add_collective(CLI::App& bench, int* exit_code) {
-  auto o = std::make_shared<CollectiveBenchOptions>();
-  CLI::App* cmd =
-      bench.add_subcommand("collective", "Collective bandwidth per message size (nccl-tests style)");
-  cmd->add_option("--op", o->op, "allreduce, allgather, broadcast")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"allreduce", "allgather", "broadcast"}));
-  cmd->add_option("-b,--min-bytes", o->min_bytes, "Smallest message")->capture_default_str();
-  cmd->add_option("-e,--max-bytes", o->max_bytes, "Largest message")->capture_default_str();
-  cmd->add_option("-f,--step-factor", o->step_factor, "Size multiplier")->capture_default_str();
-  cmd->add_option("-n,--iters", o->iterations, "Iterations per size")->capture_default_str();
-  cmd->add_option("-w,--warmup-iters", o->warmup, "Warm-up iterations")->capture_default_str();
-  cmd->callback([o, exit_code] {
+  struct Flags {
+    CollectiveBenchOptions o;
+    std::string min_bytes = "8", max_bytes = "64M";
+    int check = 1;
+  };
+  auto f = std::make_shared<Flags>();
+  CLI::App* cmd = bench.add_subcommand(
+      "collective", "Collective bandwidth per message size, nccl-tests' flags and table");
+  cmd->add_option("collective", f->o.op, join(collective_bench_ops(), ", "))->capture_default_str();
+  cmd->add_option("-b,--minbytes", f->min_bytes, "Smallest size (bytes; K, M, G suffixes)")
+      ->capture_default_str();
+  cmd->add_option("-e,--maxbytes", f->max_bytes, "Largest size")->capture_default_str();
+  cmd->add_option("-f,--stepfactor", f->o.step_factor, "Size multiplier")->capture_default_str();
+  cmd->add_option("-n,--iters", f->o.iterations, "Timed iterations per size")->capture_default_str();
+  cmd->add_option("-w,--warmup_iters", f->o.warmup, "Warm-up iterations")->capture_default_str();
+  cmd->add_option("-c,--check", f->check, "Check results (0/1)")->capture_default_str();
+  cmd->add_option("-d,--datatype", f->o.dtype, "float, double, int32, int64")->capture_default_str();
+  cmd->add_option("-o,--op", f->o.redop, "Reduction: sum, prod, min, max")->capture_default_str();
+  cmd->add_option("-r,--root", f->o.root, "Root of broadcast and reduce")->capture_default_str();
+  cmd->callback([f, exit_code] {
+    try {
+      f->o.min_bytes = parse_byte_size(f->min_bytes);
+      f->o.max_bytes = parse_byte_size(f->max_bytes);
+    } catch (const InvalidArgument& e) {
+      *exit_code = report_error("dtrain bench collective", e, 2);
+      return;
+    }
+    f->o.check = f->check != 0;
     *exit_code = with_group("collective", [&](const ProcessGroup& pg) {
-      auto rows = run_collective_bench(*o, pg);
-      if (pg.rank() != 0) return;
-      std::printf("# %s, %d ranks, float32, Gloo\n#%12s %12s %12s %12s\n", o->op.c_str(),
-                  pg.size(), "size (B)", "time (us)", "algbw (GB/s)", "busbw (GB/s)");
-      for (const auto& r : rows) {
-        std::printf(" %12lld %12.1f %12.3f %12.3f\n", static_cast<long long>(r.bytes), r.time_us,
-                    r.algbw_gbps, r.busbw_gbps);
+      auto rows = run_collective_bench(f->o, pg);
+      if (pg.rank() == 0) {
+        std::fputs(format_collective_table(f->o, rows, pg.size(), pg.backend_name()).c_str(), stdout);
+        std::fflush(stdout);
       }
+      // As nccl-tests, a wrong result fails the run (every rank knows the sum).
+      int64_t wrong = 0;
+      for (const auto& r : rows) wrong += std::max<int64_t>(r.out_of_place.wrong, 0) + std::max<int64_t>(r.in_place.wrong, 0);
+      if (wrong > 0) throw Error(cat(f->o.op, ": ", wrong, " result element(s) differ from the expected values"));
     });
   });
 }

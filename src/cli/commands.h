@@ -18,6 +18,7 @@ void add_run_command(CLI::App& root, int* exit_code);    // cmd_run.cpp
 void add_train_command(CLI::App& root, int* exit_code);  // cmd_train.cpp
 void add_data_command(CLI::App& root, int* exit_code);   // cmd_data.cpp
 void add_bench_command(CLI::App& root, int* exit_code);  // cmd_bench.cpp
+void add_timeline_command(CLI::App& root, int* exit_code);  // cmd_timeline.cpp
 
 /// The failure path of a subcommand (main.cpp): prints
 /// "<who>: error: <first line of e.what()>" to stderr, records `e` in

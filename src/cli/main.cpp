@@ -4,6 +4,7 @@
 //   dtrain train --model cnn --dataset fashion-mnist     the batteries-included trainer
 //   dtrain data  ...                                     dataset preparation
 //   dtrain bench ...                                     benchmarks
+//   dtrain timeline merge RANK0.json ... -o all.json      join per-rank timelines
 #include <iostream>
 
 #include <CLI/CLI.hpp>
@@ -33,6 +34,7 @@ int main(int argc, char** argv) {
   dtrain::cli::add_train_command(app, &exit_code);
   dtrain::cli::add_data_command(app, &exit_code);
   dtrain::cli::add_bench_command(app, &exit_code);
+  dtrain::cli::add_timeline_command(app, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
