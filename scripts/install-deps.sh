@@ -13,9 +13,10 @@ set -euo pipefail
 # (libprotobuf-dev, libgoogle-glog-dev, libgflags-dev, python3-dev).
 # libjpeg62-turbo-dev: libturbojpeg0-dev's CMake config (libjpeg-turbo::*)
 # refers to libjpeg.a/libjpeg.so from it, but does not depend on it.
+# prometheus-cpp-dev: the per-rank Prometheus /metrics endpoint (src/observe).
 readonly BUILD_PACKAGES=(
   build-essential cmake ninja-build ccache clang-format
-  libtorch-dev libgloo-dev libcli11-dev nlohmann-json3-dev
+  libtorch-dev libgloo-dev libcli11-dev nlohmann-json3-dev prometheus-cpp-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   zlib1g-dev libturbojpeg0-dev libjpeg62-turbo-dev libpng-dev
 )
@@ -26,10 +27,12 @@ readonly BUILD_PACKAGES=(
 # event files with protobuf's own runtime over a .proto compiled at test time
 # (an independent reader of dtrain's encoder). python3-pip: installs
 # TensorBoard (not packaged by Debian) for the EventAccumulator test.
+# prometheus: its promtool lints the /metrics text and its server scrapes the
+# endpoint on loopback in the observe tests.
 readonly RUN_PACKAGES=(
   dataset-fashion-mnist python3-torch python3-torchvision python3-numpy
   hyperfine iproute2 procps etcd-server openmpi-bin libopenmpi-dev debootstrap
-  python3-protobuf protobuf-compiler python3-pip
+  python3-protobuf protobuf-compiler python3-pip prometheus
 )
 readonly PACKAGES=("${BUILD_PACKAGES[@]}" "${RUN_PACKAGES[@]}")
 
