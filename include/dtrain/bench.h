@@ -25,6 +25,9 @@ struct DdpBenchOptions {
   int threads = 0;  ///< intra-op threads (0: LibTorch default)
   double bucket_cap_mb = 25.0;
   std::string comm_hook = "none";
+  /// Chrome-trace timeline of every step (dtrain/timeline.h): a path, with
+  /// "{rank}" or ".rank<r>" per rank (timeline_path_for_rank); empty: none.
+  std::string timeline;
 };
 
 /// Times in milliseconds: per-rank means (or medians, _p50) over the
@@ -92,6 +95,41 @@ struct CollectiveBenchRow {
   int root = -1;       ///< broadcast/reduce's root, else -1
   CollectiveBenchTiming out_of_place, in_place;
 };
+
+/// One world size of a scaling run: `dtrain bench ddp`'s figures.
+struct ScalingPoint {
+  int procs = 1;
+  double images_per_sec = 0;
+  double step_ms = 0;
+};
+
+/// Throughput against the number of processes, with the ideal line from the
+/// smallest run (ideal(p) = ips(p0) x p / p0) and the efficiency
+/// ips / ideal. Epoch time is epoch_samples / images_per_sec.
+struct ScalingTable {
+  std::string model;
+  int64_t batch_size = 0;
+  int64_t epoch_samples = 60000;
+  std::vector<ScalingPoint> points;  ///< sorted by procs
+  double ideal_images_per_sec(const ScalingPoint& p) const;
+  double efficiency(const ScalingPoint& p) const;
+  double epoch_seconds(const ScalingPoint& p) const;
+};
+
+/// The table from `dtrain bench ddp --json` objects (one per world size, any
+/// order). Throws InvalidArgument naming the object that lacks a field, or
+/// when two share a world size or their models differ.
+ScalingTable scaling_table_from_results(const std::vector<std::string>& json_objects,
+                                        int64_t epoch_samples = 60000);
+/// {"model", "batch_size", "epoch_samples", "points": [{"procs",
+/// "images_per_sec", "step_ms", "ideal_images_per_sec", "efficiency",
+/// "epoch_seconds"}]}.
+std::string to_json(const ScalingTable& table);
+/// Two panels (images/sec and epoch time against processes), the measured
+/// points joined by a line, the ideal line dashed, efficiency labels. Each
+/// point is a <circle> with data-procs and data-value attributes holding the
+/// plotted figures.
+std::string scaling_svg(const ScalingTable& table);
 
 /// The collectives run_collective_bench knows, in nccl-tests' order.
 std::vector<std::string> collective_bench_ops();

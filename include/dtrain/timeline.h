@@ -130,6 +130,12 @@ class TimelineSpan {
 /// so the reducer calls nothing. `timeline` must outlive the DDP module.
 std::function<void(const BucketTiming&)> timeline_bucket_observer(Timeline* timeline);
 
+/// The file of `rank` for a --timeline argument: "{rank}" in `pattern` is
+/// replaced by the rank; without it, a world of several ranks gets
+/// ".rank<r>" before the extension ("tl.json" -> "tl.rank1.json"), and a
+/// single process uses `pattern` as it is.
+std::string timeline_path_for_rank(const std::string& pattern, int rank, int world_size);
+
 /// Joins per-rank timelines into one trace at `output`: every event keeps its
 /// pid (the rank), so each rank is one process in the viewer. Inputs may
 /// lack the closing bracket (a rank that crashed). Throws InvalidArgument

@@ -1,7 +1,12 @@
-// `dtrain bench ddp|collective`: benchmarks reported like their peers.
+// `dtrain bench ddp|collective|scaling`: benchmarks reported like their peers.
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <iostream>
+#include <sstream>
 
 #include <CLI/CLI.hpp>
 
@@ -75,6 +80,8 @@ void add_ddp(CLI::App& bench, int* exit_code) {
   cmd->add_option("--comm-hook", f->o.comm_hook, "none, fp16, bf16")
       ->capture_default_str()
       ->check(CLI::IsMember({"none", "fp16", "bf16"}));
+  cmd->add_option("--timeline", f->o.timeline,
+                  "Chrome trace per rank (FILE.rank<r>.json, or {rank} in FILE); join with 'dtrain timeline merge'");
   cmd->add_flag("--json", f->json, "Print one JSON object (rank 0)");
   cmd->callback([f, exit_code] {
     *exit_code = with_group("ddp", [&](const ProcessGroup& pg) {
@@ -132,6 +139,114 @@ void add_collective(CLI::App& bench, int* exit_code) {
   });
 }
 
+// The last line of `text` holding a JSON object (launcher tags such as
+// "[rank0]: " before it are dropped); "" when there is none.
+std::string last_json_object(const std::string& text) {
+  std::string found;
+  for (const std::string& line : split(text, '\n')) {
+    const size_t brace = line.find('{');
+    if (brace != std::string::npos && line.find("world_size") != std::string::npos) found = line.substr(brace);
+  }
+  return found;
+}
+
+std::string self_path() {
+  char buf[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
+  return n > 0 ? std::string(buf, n) : "dtrain";
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw InvalidArgument(cat("bench scaling: cannot read '", path, "'; check the path"));
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+void add_scaling(CLI::App& bench, int* exit_code) {
+  struct Flags {
+    DdpBenchOptions o;
+    std::string procs = "1,2";
+    std::vector<std::string> from;
+    std::string output_dir = "scaling";
+    int64_t epoch_samples = 60000;
+    int timeout_s = 600;
+  };
+  auto f = std::make_shared<Flags>();
+  f->o.threads = 1;
+  CLI::App* cmd = bench.add_subcommand(
+      "scaling", "Images/sec and epoch time against processes: runs 'bench ddp' per world size; JSON + SVG");
+  cmd->add_option("--model", f->o.model, "Model: " + join(model_names(), ", "))->capture_default_str();
+  cmd->add_option("--procs", f->procs, "World sizes on this node, comma-separated")->capture_default_str();
+  cmd->add_option("--batch-size", f->o.batch_size, "Samples per step per process")
+      ->capture_default_str()
+      ->check(positive());
+  cmd->add_option("--steps", f->o.steps, "Measured steps per run")->capture_default_str()->check(positive());
+  cmd->add_option("--threads", f->o.threads, "Intra-op threads per process")->capture_default_str()->check(non_negative());
+  cmd->add_option("--from", f->from, "'dtrain bench ddp --json' result files (a cluster's runs) instead of running");
+  cmd->add_option("--epoch-samples", f->epoch_samples, "Samples per epoch for the epoch-time panel")
+      ->capture_default_str()
+      ->check(positive());
+  cmd->add_option("-o,--output-dir", f->output_dir, "Where scaling.json and scaling.svg go")->capture_default_str();
+  cmd->add_option("--timeout", f->timeout_s, "Seconds allowed per run")->capture_default_str()->check(positive());
+  cmd->callback([f, exit_code] {
+    try {
+      std::vector<std::string> results;
+      for (const std::string& path : f->from) {
+        std::string json = last_json_object(read_text(path));
+        if (json.empty()) throw InvalidArgument(cat("bench scaling: '", path, "' holds no 'bench ddp --json' result"));
+        results.push_back(json);
+      }
+      if (f->from.empty()) {
+        const std::string self = self_path();
+        for (const std::string& p : split(f->procs, ',')) {
+          long long n = 0;
+          if (!parse_int(p, &n) || n < 1) {
+            throw InvalidArgument(cat("bench scaling: bad --procs entry '", p, "'; use e.g. 1,2,4"));
+          }
+          const std::string command =
+              cat("timeout -k 5 ", f->timeout_s, " '", self, "' run --nproc-per-node ", n, " -- '", self,
+                  "' bench ddp --json --model ", f->o.model, " --batch-size ", f->o.batch_size, " --steps ",
+                  f->o.steps, " --threads ", f->o.threads, " 2>&1");
+          std::fprintf(stderr, "dtrain bench scaling: %lld process(es)...\n", n);
+          std::string out;
+          FILE* pipe = ::popen(command.c_str(), "r");
+          char buf[4096];
+          size_t got = 0;
+          while (pipe && (got = std::fread(buf, 1, sizeof buf, pipe)) > 0) out.append(buf, got);
+          const int status = pipe ? ::pclose(pipe) : -1;
+          std::string json = last_json_object(out);
+          if (status != 0 || json.empty()) {
+            throw Error(cat("bench scaling: the run with ", n, " process(es) failed (", command, "): ",
+                            first_line(out)));
+          }
+          results.push_back(json);
+        }
+      }
+      ScalingTable table = scaling_table_from_results(results, f->epoch_samples);
+      std::filesystem::create_directories(f->output_dir);
+      const std::string json_path = f->output_dir + "/scaling.json";
+      const std::string svg_path = f->output_dir + "/scaling.svg";
+      std::ofstream(json_path) << to_json(table) << "\n";
+      std::ofstream(svg_path) << scaling_svg(table);
+      std::printf("# model %s, batch %lld per process\n#%6s %14s %14s %11s %12s\n", table.model.c_str(),
+                  static_cast<long long>(table.batch_size), "procs", "images/sec", "ideal", "efficiency",
+                  "epoch (s)");
+      for (const auto& p : table.points) {
+        std::printf(" %6d %14.1f %14.1f %10.0f%% %12.2f\n", p.procs, p.images_per_sec,
+                    table.ideal_images_per_sec(p), table.efficiency(p) * 100, table.epoch_seconds(p));
+      }
+      std::printf("wrote %s and %s\n", json_path.c_str(), svg_path.c_str());
+      *exit_code = 0;
+    } catch (const InvalidArgument& e) {
+      *exit_code = report_error("dtrain bench scaling", e, 2);
+    } catch (const std::exception& e) {
+      *exit_code = report_error("dtrain bench scaling", e);
+    }
+  });
+}
+
 }  // namespace
 
 void add_bench_command(CLI::App& root, int* exit_code) {
@@ -139,6 +254,7 @@ void add_bench_command(CLI::App& root, int* exit_code) {
   bench->require_subcommand(1);
   add_ddp(*bench, exit_code);
   add_collective(*bench, exit_code);
+  add_scaling(*bench, exit_code);
 }
 
 }  // namespace dtrain::cli

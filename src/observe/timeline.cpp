@@ -136,6 +136,17 @@ void Timeline::bucket(int index, int64_t bytes, Clock::time_point launched,
            cat("{\"bucket\":", index, ",\"bytes\":", bytes, "}"));
 }
 
+std::string timeline_path_for_rank(const std::string& pattern, int rank, int world_size) {
+  const size_t at = pattern.find("{rank}");
+  if (at != std::string::npos) return pattern.substr(0, at) + std::to_string(rank) + pattern.substr(at + 6);
+  if (world_size <= 1) return pattern;
+  const size_t slash = pattern.rfind('/');
+  const size_t dot = pattern.rfind('.');
+  const bool has_ext = dot != std::string::npos && (slash == std::string::npos || dot > slash + 1);
+  const std::string tag = ".rank" + std::to_string(rank);
+  return has_ext ? pattern.substr(0, dot) + tag + pattern.substr(dot) : pattern + tag;
+}
+
 void Timeline::write_locked() {
   if (buffer_.empty()) return;
   if (!detail::write_all(fd_->get(), buffer_)) {

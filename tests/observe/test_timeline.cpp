@@ -181,6 +181,13 @@ TEST(Timeline, BucketSpansEqualTheReducersStatistics) {
   }
 }
 
+TEST(Timeline, EachRankGetsItsOwnFileName) {
+  EXPECT_EQ(timeline_path_for_rank("/t/tl.json", 0, 1), "/t/tl.json");
+  EXPECT_EQ(timeline_path_for_rank("/t/tl.json", 1, 2), "/t/tl.rank1.json");
+  EXPECT_EQ(timeline_path_for_rank("/t.d/tl", 1, 2), "/t.d/tl.rank1");
+  EXPECT_EQ(timeline_path_for_rank("/t/r{rank}/tl.json", 3, 4), "/t/r3/tl.json");
+}
+
 TEST(TimelineMerge, RanksBecomeProcessesOfOneTrace) {
   ObserveTempDir dir;
   for (int rank = 0; rank < 3; ++rank) {
