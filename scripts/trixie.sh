@@ -41,9 +41,10 @@ readonly STAMP="${TRIXIE_ROOT}/.dtrain-bootstrap-complete"
 # What the build needs inside trixie. libtorch-dev 2.6's CMake config also
 # wants the -dev packages it depends on; they come in as Depends.
 # libjpeg62-turbo-dev: libturbojpeg0-dev's CMake config refers to its files.
+# prometheus-cpp-dev: src/observe's /metrics endpoint.
 readonly PACKAGES=(
   build-essential cmake ninja-build ccache
-  libtorch-dev libgloo-dev libcli11-dev nlohmann-json3-dev
+  libtorch-dev libgloo-dev libcli11-dev nlohmann-json3-dev prometheus-cpp-dev
   libgtest-dev libgmock-dev zlib1g-dev libturbojpeg0-dev libjpeg62-turbo-dev libpng-dev
 )
 

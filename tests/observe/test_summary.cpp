@@ -27,6 +27,7 @@ const std::string kProtoDir = std::string(DTRAIN_SOURCE_DIR) + "/tests/observe";
 // Runs read_events.py; skips the calling test when its reader is missing.
 #define READ_EVENTS_OR_SKIP(args, json_out)                                          \
   do {                                                                               \
+    if (!std::filesystem::exists("/usr/bin/python3")) GTEST_SKIP() << "no /usr/bin/python3"; \
     std::string out_;                                                                \
     int rc_ = run_command("/usr/bin/python3 " + kReader + " " + (args), &out_);      \
     if (rc_ == 77) GTEST_SKIP() << out_;                                             \
