@@ -21,7 +21,9 @@ namespace {
 double ns_per_span(dtrain::Timeline* tl, long n) {
   const auto start = std::chrono::steady_clock::now();
   for (long i = 0; i < n; ++i) dtrain::TimelineSpan s(tl, "forward");
-  return std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - start).count() / n;
+  return std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - start)
+             .count() /
+         n;
 }
 
 }  // namespace
@@ -44,11 +46,15 @@ int main(int argc, char** argv) {
       const auto start = std::chrono::steady_clock::now();
       for (long i = 0; i < n; ++i) tb.add_scalar("train/loss", 1.0 / (i + 1), i);
       tb.flush();
-      scalar = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - start).count() / n;
+      scalar = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - start)
+                   .count() /
+               n;
     }
     std::filesystem::remove_all(dir);
   }
-  std::printf("{\"spans\": %ld, \"ns_per_span_off\": %.2f, \"ns_per_span_on\": %.1f, \"ns_per_scalar\": %.1f}\n",
-              n, off, on, scalar);
+  std::printf(
+      "{\"spans\": %ld, \"ns_per_span_off\": %.2f, \"ns_per_span_on\": %.1f, \"ns_per_scalar\": "
+      "%.1f}\n",
+      n, off, on, scalar);
   return 0;
 }

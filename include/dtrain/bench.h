@@ -86,13 +86,13 @@ struct CollectiveBenchTiming {
 
 /// One row of nccl-tests' table.
 struct CollectiveBenchRow {
-  int64_t bytes = 0;   ///< "size"
-  int64_t count = 0;   ///< "count": elements per rank (allreduce, broadcast,
-                       ///< reduce), per rank's part (allgather, reduce_scatter),
-                       ///< per peer (alltoall)
-  std::string type;    ///< "float", ...
-  std::string redop;   ///< the reduction, or "none"
-  int root = -1;       ///< broadcast/reduce's root, else -1
+  int64_t bytes = 0;  ///< "size"
+  int64_t count = 0;  ///< "count": elements per rank (allreduce, broadcast,
+                      ///< reduce), per rank's part (allgather, reduce_scatter),
+                      ///< per peer (alltoall)
+  std::string type;   ///< "float", ...
+  std::string redop;  ///< the reduction, or "none"
+  int root = -1;      ///< broadcast/reduce's root, else -1
   CollectiveBenchTiming out_of_place, in_place;
 };
 

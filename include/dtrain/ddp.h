@@ -97,8 +97,8 @@ std::shared_ptr<CommHook> comm_hook_by_name(const std::string& name);
 /// times DdpStats' communication figures are derived from). For observers
 /// such as dtrain::timeline_bucket_observer (dtrain/timeline.h).
 struct BucketTiming {
-  int index = 0;        ///< launch order
-  int64_t bytes = 0;    ///< the bucket's gradient bytes (DdpStats::bucket_bytes)
+  int index = 0;      ///< launch order
+  int64_t bytes = 0;  ///< the bucket's gradient bytes (DdpStats::bucket_bytes)
   std::chrono::steady_clock::time_point launched, completed;
 };
 

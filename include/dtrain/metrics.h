@@ -49,11 +49,11 @@ struct MetricsOptions {
 
 /// One training step as the trainer measured it.
 struct StepMetrics {
-  double seconds = 0;          ///< the whole step
-  int64_t samples = 0;         ///< samples this rank processed
+  double seconds = 0;   ///< the whole step
+  int64_t samples = 0;  ///< samples this rank processed
   double loss = 0;
   double data_wait_seconds = 0;
-  double comm_seconds = 0;     ///< exposed communication time
+  double comm_seconds = 0;  ///< exposed communication time
 };
 
 class MetricsExporter {

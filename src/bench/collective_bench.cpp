@@ -48,14 +48,17 @@ bool reduces(const std::string& op) {
 }
 bool rooted(const std::string& op) { return op == "broadcast" || op == "reduce"; }
 // Ops whose buffers hold one chunk per rank.
-bool chunked(const std::string& op) { return op == "allgather" || op == "reduce_scatter" || op == "alltoall"; }
+bool chunked(const std::string& op) {
+  return op == "allgather" || op == "reduce_scatter" || op == "alltoall";
+}
 
 at::ScalarType scalar_type(const std::string& dtype) {
   if (dtype == "float") return at::kFloat;
   if (dtype == "double") return at::kDouble;
   if (dtype == "int32") return at::kInt;
   if (dtype == "int64") return at::kLong;
-  throw InvalidArgument(cat("bench collective: unknown type '", dtype, "'; use float, double, int32 or int64"));
+  throw InvalidArgument(
+      cat("bench collective: unknown type '", dtype, "'; use float, double, int32 or int64"));
 }
 
 c10d::ReduceOp reduce_op(const std::string& redop) {
@@ -63,7 +66,8 @@ c10d::ReduceOp reduce_op(const std::string& redop) {
   if (redop == "prod") return c10d::ReduceOp::PRODUCT;
   if (redop == "min") return c10d::ReduceOp::MIN;
   if (redop == "max") return c10d::ReduceOp::MAX;
-  throw InvalidArgument(cat("bench collective: unknown reduction '", redop, "'; use sum, prod, min or max"));
+  throw InvalidArgument(
+      cat("bench collective: unknown reduction '", redop, "'; use sum, prod, min or max"));
 }
 
 // Rank r's value at global index i: small integers, exact under every
@@ -94,7 +98,9 @@ class Runner {
     dtype_ = scalar_type(o.dtype);
     if (pg.backend_name() == "nccl") device_ = at::Device(at::kCUDA, pg.local_rank());
     const int64_t big = chunked(o.op) ? count * n_ : count;
-    auto make = [&](int64_t numel) { return at::zeros({numel}, at::TensorOptions(dtype_).device(device_)); };
+    auto make = [&](int64_t numel) {
+      return at::zeros({numel}, at::TensorOptions(dtype_).device(device_));
+    };
     b_.send = make(o.op == "allgather" ? count : big);
     b_.recv = make(o.op == "reduce_scatter" ? count : big);
     b_.scratch = make(big);
@@ -205,7 +211,9 @@ class Runner {
     if (in_place && o_.op == "reduce_scatter") return b_.send.narrow(0, rank_ * count_, count_);
     return b_.recv;
   }
-  void wait(const c10::intrusive_ptr<c10d::Work>& work) { wait_work(work, pg_, cat("bench ", o_.op)); }
+  void wait(const c10::intrusive_ptr<c10d::Work>& work) {
+    wait_work(work, pg_, cat("bench ", o_.op));
+  }
 
   const CollectiveBenchOptions& o_;
   const ProcessGroup& pg_;
@@ -223,23 +231,25 @@ void validate(const CollectiveBenchOptions& o, const ProcessGroup& pg) {
   scalar_type(o.dtype);
   reduce_op(o.redop);
   if (o.min_bytes < 1 || o.max_bytes < o.min_bytes || o.step_factor < 2) {
-    throw InvalidArgument(cat("bench collective: bad size range -b ", o.min_bytes, " -e ", o.max_bytes,
-                              " -f ", o.step_factor, "; need 1 <= -b <= -e and -f >= 2"));
+    throw InvalidArgument(cat("bench collective: bad size range -b ", o.min_bytes, " -e ",
+                              o.max_bytes, " -f ", o.step_factor,
+                              "; need 1 <= -b <= -e and -f >= 2"));
   }
   if (o.iterations < 1 || o.warmup < 0) {
     throw InvalidArgument("bench collective: need -n >= 1 and -w >= 0");
   }
   if (o.root < 0 || o.root >= pg.size()) {
-    throw InvalidArgument(cat("bench collective: root ", o.root, " is not a rank of the ", pg.size(),
-                              "-rank group; pass -r between 0 and ", pg.size() - 1));
+    throw InvalidArgument(cat("bench collective: root ", o.root, " is not a rank of the ",
+                              pg.size(), "-rank group; pass -r between 0 and ", pg.size() - 1));
   }
   if (!pg.backend()) {
-    throw InvalidArgument("bench collective needs several ranks; start it with 'dtrain run --nproc-per-node N'");
+    throw InvalidArgument(
+        "bench collective needs several ranks; start it with 'dtrain run --nproc-per-node N'");
   }
 }
 
-CollectiveBenchTiming measure(Runner& runner, const CollectiveBenchOptions& o, const ProcessGroup& pg,
-                              bool in_place, int64_t bytes) {
+CollectiveBenchTiming measure(Runner& runner, const CollectiveBenchOptions& o,
+                              const ProcessGroup& pg, bool in_place, int64_t bytes) {
   runner.fill(in_place);
   for (int i = 0; i < o.warmup; ++i) runner.run(in_place);
   runner.sync();
@@ -247,7 +257,8 @@ CollectiveBenchTiming measure(Runner& runner, const CollectiveBenchOptions& o, c
   const auto start = Clock::now();
   for (int i = 0; i < o.iterations; ++i) runner.run(in_place);
   runner.sync();
-  const double us = std::chrono::duration<double, std::micro>(Clock::now() - start).count() / o.iterations;
+  const double us =
+      std::chrono::duration<double, std::micro>(Clock::now() - start).count() / o.iterations;
   CollectiveBenchTiming t;
   t.time_us = all_reduce_mean(pg, us);
   t.algbw_gbps = bytes / (t.time_us * 1e-6) / 1e9;
@@ -266,7 +277,8 @@ std::vector<std::string> collective_bench_ops() { return kOps; }
 
 double bus_bandwidth_factor(const std::string& op, int n) {
   if (op == "allreduce") return 2.0 * (n - 1) / n;
-  if (op == "allgather" || op == "reduce_scatter" || op == "alltoall") return static_cast<double>(n - 1) / n;
+  if (op == "allgather" || op == "reduce_scatter" || op == "alltoall")
+    return static_cast<double>(n - 1) / n;
   if (op == "broadcast" || op == "reduce") return 1.0;
   throw InvalidArgument(cat("unknown collective '", op, "'; use ", join(kOps, ", ")));
 }
@@ -276,16 +288,25 @@ int64_t parse_byte_size(const std::string& text) {
   int64_t unit = 1;
   if (!digits.empty()) {
     switch (std::toupper(static_cast<unsigned char>(digits.back()))) {
-      case 'K': unit = int64_t{1} << 10; break;
-      case 'M': unit = int64_t{1} << 20; break;
-      case 'G': unit = int64_t{1} << 30; break;
-      default: break;
+      case 'K':
+        unit = int64_t{1} << 10;
+        break;
+      case 'M':
+        unit = int64_t{1} << 20;
+        break;
+      case 'G':
+        unit = int64_t{1} << 30;
+        break;
+      default:
+        break;
     }
     if (unit != 1) digits.pop_back();
   }
   long long value = 0;
   if (!parse_int(digits, &value) || value < 0 || value > (int64_t{1} << 50) / unit) {
-    throw InvalidArgument(cat("bad byte size '", text, "'; use a number with an optional K, M or G suffix (e.g. 8, 64K, 128M)"));
+    throw InvalidArgument(
+        cat("bad byte size '", text,
+            "'; use a number with an optional K, M or G suffix (e.g. 8, 64K, 128M)"));
   }
   return value * unit;
 }
@@ -322,15 +343,19 @@ std::string format_collective_table(const CollectiveBenchOptions& o,
                         ", -b ", o.min_bytes, " -e ", o.max_bytes, " -f ", o.step_factor, " -n ",
                         o.iterations, " -w ", o.warmup, " -c ", o.check ? 1 : 0, "\n#\n");
   out +=
-      "#                                                              out-of-place                       in-place          \n"
-      "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong\n"
-      "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)       \n";
+      "#                                                              out-of-place                 "
+      "      in-place          \n"
+      "#       size         count      type   redop    root     time   algbw   busbw #wrong     "
+      "time   algbw   busbw #wrong\n"
+      "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            "
+      "(us)  (GB/s)  (GB/s)       \n";
   char line[256];
   int64_t wrong = 0;
   double busbw = 0;
   for (const auto& r : rows) {
-    std::snprintf(line, sizeof line, "%12lld  %12lld  %8s  %6s  %6d", static_cast<long long>(r.bytes),
-                  static_cast<long long>(r.count), r.type.c_str(), r.redop.c_str(), r.root);
+    std::snprintf(line, sizeof line, "%12lld  %12lld  %8s  %6s  %6d",
+                  static_cast<long long>(r.bytes), static_cast<long long>(r.count), r.type.c_str(),
+                  r.redop.c_str(), r.root);
     out += line;
     for (const CollectiveBenchTiming* t : {&r.out_of_place, &r.in_place}) {
       const std::string w = t->wrong < 0 ? "N/A" : std::to_string(t->wrong);
@@ -342,7 +367,8 @@ std::string format_collective_table(const CollectiveBenchOptions& o,
     }
     out += "\n";
   }
-  std::snprintf(line, sizeof line, "# Out of bounds values : %lld %s\n# Avg bus bandwidth    : %g \n#\n",
+  std::snprintf(line, sizeof line,
+                "# Out of bounds values : %lld %s\n# Avg bus bandwidth    : %g \n#\n",
                 static_cast<long long>(wrong), wrong == 0 ? "OK" : "FAILED",
                 rows.empty() ? 0.0 : busbw / (2.0 * rows.size()));
   out += line;

@@ -18,7 +18,8 @@ void add_timeline_command(CLI::App& root, int* exit_code) {
   };
   auto f = std::make_shared<Flags>();
   CLI::App* merge = timeline->add_subcommand(
-      "merge", "Join ranks' timelines into one trace (a process per rank) for Perfetto or chrome://tracing");
+      "merge",
+      "Join ranks' timelines into one trace (a process per rank) for Perfetto or chrome://tracing");
   merge->add_option("inputs", f->inputs, "The ranks' timeline files")->required();
   merge->add_option("-o,--output", f->output, "The merged trace")->required();
   merge->callback([f, exit_code] {

@@ -31,7 +31,8 @@ struct MetricsExporter::Impl {
 
 namespace {
 
-prometheus::Counter& counter(prometheus::Registry& r, const std::string& name, const std::string& help,
+prometheus::Counter& counter(prometheus::Registry& r, const std::string& name,
+                             const std::string& help,
                              const std::map<std::string, std::string>& labels) {
   return prometheus::BuildCounter().Name(name).Help(help).Labels(labels).Register(r).Add({});
 }
@@ -45,7 +46,8 @@ prometheus::Gauge& gauge(prometheus::Registry& r, const std::string& name, const
 
 MetricsExporter::MetricsExporter(MetricsOptions o) : impl_(std::make_unique<Impl>()) {
   if (o.port < 0 || o.port > 65535) {
-    throw InvalidArgument(cat("metrics port ", o.port, " is out of range; pass 0 (a free port) to 65535"));
+    throw InvalidArgument(
+        cat("metrics port ", o.port, " is out of range; pass 0 (a free port) to 65535"));
   }
   const std::map<std::string, std::string> labels = {
       {"rank", std::to_string(o.rank)}, {"node", o.node}, {"run_id", o.run_id}};
@@ -57,7 +59,8 @@ MetricsExporter::MetricsExporter(MetricsOptions o) : impl_(std::make_unique<Impl
   impl_->comm = &counter(r, "dtrain_comm_seconds_total",
                          "Communication time not hidden behind computation.", labels);
   impl_->loss = &gauge(r, "dtrain_loss", "Loss of the last step.", labels);
-  impl_->images_per_second = &gauge(r, "dtrain_images_per_second", "Throughput of this rank.", labels);
+  impl_->images_per_second =
+      &gauge(r, "dtrain_images_per_second", "Throughput of this rank.", labels);
   impl_->restarts = &gauge(r, "dtrain_restarts", "Restarts of the worker group so far.", labels);
   impl_->epoch = &gauge(r, "dtrain_epoch", "Current epoch.", labels);
   impl_->step_seconds = &prometheus::BuildHistogram()
@@ -71,9 +74,10 @@ MetricsExporter::MetricsExporter(MetricsOptions o) : impl_(std::make_unique<Impl
   try {
     impl_->exposer = std::make_unique<prometheus::Exposer>(address);
   } catch (const std::exception& e) {
-    throw InvalidArgument(cat("metrics endpoint ", address,
-                              " cannot be served: the port is in use or cannot be bound (", first_line(e.what()),
-                              "); pass another --metrics-port, or --metrics-port 0 to pick a free one"));
+    throw InvalidArgument(
+        cat("metrics endpoint ", address,
+            " cannot be served: the port is in use or cannot be bound (", first_line(e.what()),
+            "); pass another --metrics-port, or --metrics-port 0 to pick a free one"));
   }
   const std::vector<int> ports = impl_->exposer->GetListeningPorts();
   impl_->port = ports.empty() ? o.port : ports.front();
@@ -102,7 +106,9 @@ void MetricsExporter::record_step(const StepMetrics& s) {
 
 void MetricsExporter::set_images_per_second(double value) { impl_->images_per_second->Set(value); }
 
-void MetricsExporter::set_restarts(int64_t restarts) { impl_->restarts->Set(static_cast<double>(restarts)); }
+void MetricsExporter::set_restarts(int64_t restarts) {
+  impl_->restarts->Set(static_cast<double>(restarts));
+}
 
 void MetricsExporter::set_epoch(int64_t epoch) { impl_->epoch->Set(static_cast<double>(epoch)); }
 

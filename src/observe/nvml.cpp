@@ -55,14 +55,15 @@ struct NvmlCollectable::Api {
   bool open(const std::string& library) {
     handle = ::dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
     if (handle == nullptr) return false;
-    bool ok = load(init, "nvmlInit_v2") && load(shutdown, "nvmlShutdown") &&
-              load(count, "nvmlDeviceGetCount_v2") && load(by_index, "nvmlDeviceGetHandleByIndex_v2") &&
-              load(by_uuid, "nvmlDeviceGetHandleByUUID") &&
-              load(by_pci, "nvmlDeviceGetHandleByPciBusId_v2") && load(index, "nvmlDeviceGetIndex") &&
-              load(uuid, "nvmlDeviceGetUUID") && load(name, "nvmlDeviceGetName") &&
-              load(utilization, "nvmlDeviceGetUtilizationRates") &&
-              load(memory, "nvmlDeviceGetMemoryInfo") && load(power, "nvmlDeviceGetPowerUsage") &&
-              load(temperature, "nvmlDeviceGetTemperature") && load(clock, "nvmlDeviceGetClockInfo");
+    bool ok =
+        load(init, "nvmlInit_v2") && load(shutdown, "nvmlShutdown") &&
+        load(count, "nvmlDeviceGetCount_v2") && load(by_index, "nvmlDeviceGetHandleByIndex_v2") &&
+        load(by_uuid, "nvmlDeviceGetHandleByUUID") &&
+        load(by_pci, "nvmlDeviceGetHandleByPciBusId_v2") && load(index, "nvmlDeviceGetIndex") &&
+        load(uuid, "nvmlDeviceGetUUID") && load(name, "nvmlDeviceGetName") &&
+        load(utilization, "nvmlDeviceGetUtilizationRates") &&
+        load(memory, "nvmlDeviceGetMemoryInfo") && load(power, "nvmlDeviceGetPowerUsage") &&
+        load(temperature, "nvmlDeviceGetTemperature") && load(clock, "nvmlDeviceGetClockInfo");
     if (!ok || init() != kSuccess) {
       ::dlclose(handle);
       handle = nullptr;
@@ -78,7 +79,8 @@ struct NvmlCollectable::Api {
   }
 };
 
-NvmlCollectable::NvmlCollectable(const std::string& library, const std::vector<std::string>& selectors,
+NvmlCollectable::NvmlCollectable(const std::string& library,
+                                 const std::vector<std::string>& selectors,
                                  std::vector<std::pair<std::string, std::string>> labels)
     : api_(std::make_unique<Api>()) {
   if (!api_->open(library)) return;  // no NVML: no GPU series
@@ -93,9 +95,9 @@ NvmlCollectable::NvmlCollectable(const std::string& library, const std::vector<s
   } else {
     for (const std::string& s : selectors) {
       nvmlDevice_t d = nullptr;
-      nvmlReturn_t rc = all_digits(s)                ? api_->by_index(std::stoul(s), &d)
+      nvmlReturn_t rc = all_digits(s)             ? api_->by_index(std::stoul(s), &d)
                         : s.rfind("GPU-", 0) == 0 ? api_->by_uuid(s.c_str(), &d)
-                                                     : api_->by_pci(s.c_str(), &d);
+                                                  : api_->by_pci(s.c_str(), &d);
       if (rc == kSuccess) found.push_back(d);
     }
   }
@@ -106,11 +108,10 @@ NvmlCollectable::NvmlCollectable(const std::string& library, const std::vector<s
     api_->uuid(d, uuid, sizeof uuid);
     api_->name(d, name, sizeof name);
     // dcgm-exporter's labels, then ours.
-    std::vector<prometheus::ClientMetric::Label> l = {
-        {"gpu", std::to_string(index)},
-        {"UUID", uuid},
-        {"device", "nvidia" + std::to_string(index)},
-        {"modelName", name}};
+    std::vector<prometheus::ClientMetric::Label> l = {{"gpu", std::to_string(index)},
+                                                      {"UUID", uuid},
+                                                      {"device", "nvidia" + std::to_string(index)},
+                                                      {"modelName", name}};
     for (const auto& [k, v] : labels) l.push_back({k, v});
     devices_.push_back(d);
     device_labels_.push_back(std::move(l));

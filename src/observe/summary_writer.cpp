@@ -29,7 +29,8 @@ namespace {
 constexpr int kEventWallTime = 1, kEventStep = 2, kEventFileVersion = 3, kEventSummary = 5;
 // Summary / Summary.Value
 constexpr int kSummaryValue = 1;
-constexpr int kValueTag = 1, kValueSimple = 2, kValueHisto = 5, kValueTensor = 8, kValueMetadata = 9;
+constexpr int kValueTag = 1, kValueSimple = 2, kValueHisto = 5, kValueTensor = 8,
+              kValueMetadata = 9;
 // HistogramProto
 constexpr int kHistoMin = 1, kHistoMax = 2, kHistoNum = 3, kHistoSum = 4, kHistoSumSquares = 5,
               kHistoBucketLimit = 6, kHistoBucket = 7;
@@ -143,8 +144,10 @@ void SummaryWriter::append_event(const std::string& summary, int64_t step) {
   event.bytes_field(kEventSummary, summary);
   std::lock_guard<std::mutex> lock(mu_);
   detail::append_tfrecord(buffer_, event.bytes());
-  const double since = std::chrono::duration<double>(std::chrono::steady_clock::now() - last_write_).count();
-  if (buffer_.size() >= options_.max_buffered_bytes || since >= options_.flush_seconds) write_locked();
+  const double since =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - last_write_).count();
+  if (buffer_.size() >= options_.max_buffered_bytes || since >= options_.flush_seconds)
+    write_locked();
 }
 
 void SummaryWriter::write_locked() {

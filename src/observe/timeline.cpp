@@ -41,16 +41,16 @@ Timeline::Timeline(const std::string& path, TimelineOptions options)
     : options_(std::move(options)), path_(path), fd_(std::make_unique<detail::Fd>()) {
   fd_->reset(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
   if (!fd_->valid()) {
-    throw InvalidArgument(cat("timeline file '", path, "' cannot be created (", std::strerror(errno),
-                              "); pass a path in a writable directory"));
+    throw InvalidArgument(cat("timeline file '", path, "' cannot be created (",
+                              std::strerror(errno), "); pass a path in a writable directory"));
   }
   // Note [Timeline clock]: events are stamped with the steady clock (the
   // reducer's clock) and written as wall-clock microseconds, anchored once
   // here, so the files of several ranks on one node share a time axis.
   steady_origin_ = Clock::now();
-  wall_origin_us_ = std::chrono::duration<double, std::micro>(
-                        std::chrono::system_clock::now().time_since_epoch())
-                        .count();
+  wall_origin_us_ =
+      std::chrono::duration<double, std::micro>(std::chrono::system_clock::now().time_since_epoch())
+          .count();
   const std::string name =
       options_.process_name.empty() ? cat("rank ", options_.rank) : options_.process_name;
   std::lock_guard<std::mutex> lock(mu_);
@@ -111,8 +111,9 @@ void Timeline::complete(std::string_view name, std::string_view category, Clock:
 void Timeline::begin(std::string_view name, std::string_view category, int track) {
   char ts[48];
   std::snprintf(ts, sizeof ts, "\"ts\":%.3f", micros(Clock::now()));
-  std::string event = cat("{\"name\":", quoted(name), ",\"cat\":", quoted(category),
-                          ",\"ph\":\"B\",", ts, ",\"pid\":", options_.rank, ",\"tid\":", track, "}");
+  std::string event =
+      cat("{\"name\":", quoted(name), ",\"cat\":", quoted(category), ",\"ph\":\"B\",", ts,
+          ",\"pid\":", options_.rank, ",\"tid\":", track, "}");
   std::lock_guard<std::mutex> lock(mu_);
   append_locked(event);
 }
@@ -120,8 +121,9 @@ void Timeline::begin(std::string_view name, std::string_view category, int track
 void Timeline::end(std::string_view name, std::string_view category, int track) {
   char ts[48];
   std::snprintf(ts, sizeof ts, "\"ts\":%.3f", micros(Clock::now()));
-  std::string event = cat("{\"name\":", quoted(name), ",\"cat\":", quoted(category),
-                          ",\"ph\":\"E\",", ts, ",\"pid\":", options_.rank, ",\"tid\":", track, "}");
+  std::string event =
+      cat("{\"name\":", quoted(name), ",\"cat\":", quoted(category), ",\"ph\":\"E\",", ts,
+          ",\"pid\":", options_.rank, ",\"tid\":", track, "}");
   std::lock_guard<std::mutex> lock(mu_);
   append_locked(event);
 }
@@ -138,7 +140,8 @@ void Timeline::bucket(int index, int64_t bytes, Clock::time_point launched,
 
 std::string timeline_path_for_rank(const std::string& pattern, int rank, int world_size) {
   const size_t at = pattern.find("{rank}");
-  if (at != std::string::npos) return pattern.substr(0, at) + std::to_string(rank) + pattern.substr(at + 6);
+  if (at != std::string::npos)
+    return pattern.substr(0, at) + std::to_string(rank) + pattern.substr(at + 6);
   if (world_size <= 1) return pattern;
   const size_t slash = pattern.rfind('/');
   const size_t dot = pattern.rfind('.');

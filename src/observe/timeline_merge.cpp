@@ -27,7 +27,8 @@ nlohmann::json read_trace(const std::string& path) {
     // Writers end every event but the last with ",\n": close after the last
     // event, or, if that one was cut off mid-write, after the one before.
     std::string head = text;
-    while (!head.empty() && (std::isspace(static_cast<unsigned char>(head.back())) || head.back() == ',')) {
+    while (!head.empty() &&
+           (std::isspace(static_cast<unsigned char>(head.back())) || head.back() == ',')) {
       head.pop_back();
     }
     trace = nlohmann::json::parse(head + "\n]", nullptr, false);
@@ -47,7 +48,8 @@ nlohmann::json read_trace(const std::string& path) {
 
 int rank_of(const nlohmann::json& events, const std::string& path) {
   for (const auto& e : events) {
-    if (e.is_object() && e.contains("pid") && e["pid"].is_number_integer()) return e["pid"].get<int>();
+    if (e.is_object() && e.contains("pid") && e["pid"].is_number_integer())
+      return e["pid"].get<int>();
   }
   throw InvalidArgument(cat("timeline '", path, "' holds no event with a pid (rank)"));
 }

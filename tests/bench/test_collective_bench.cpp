@@ -23,7 +23,8 @@ double nccl_tests_factor(const std::string& op, int n) {
   return 1.0;  // broadcast, reduce
 }
 
-class EveryCollective : public ::testing::TestWithParam<std::tuple<std::string, int, std::string>> {};
+class EveryCollective : public ::testing::TestWithParam<std::tuple<std::string, int, std::string>> {
+};
 
 TEST_P(EveryCollective, ResultsAreRightElementByElementInAndOutOfPlace) {
   const auto& [op, world, redop] = GetParam();
@@ -60,7 +61,7 @@ std::vector<std::tuple<std::string, int, std::string>> cases() {
   std::vector<std::tuple<std::string, int, std::string>> out;
   for (int world : {2, 3}) {
     for (const std::string& op : collective_bench_ops()) out.emplace_back(op, world, "sum");
-    for (const std::string& redop : {"prod", "min", "max"}) {
+    for (const char* redop : {"prod", "min", "max"}) {
       out.emplace_back("allreduce", world, redop);
       out.emplace_back("reduce_scatter", world, redop);
     }
@@ -70,12 +71,13 @@ std::vector<std::tuple<std::string, int, std::string>> cases() {
 
 INSTANTIATE_TEST_SUITE_P(Ranks, EveryCollective, ::testing::ValuesIn(cases()),
                          [](const auto& info) {
-                           return std::get<0>(info.param) + "_" + std::to_string(std::get<1>(info.param)) +
-                                  "ranks_" + std::get<2>(info.param);
+                           return std::get<0>(info.param) + "_" +
+                                  std::to_string(std::get<1>(info.param)) + "ranks_" +
+                                  std::get<2>(info.param);
                          });
 
 TEST(CollectiveBench, OtherTypesAreCheckedToo) {
-  for (const std::string& dtype : {"double", "int32", "int64"}) {
+  for (const char* dtype : {"double", "int32", "int64"}) {
     CollectiveBenchOptions o;
     o.op = "allreduce";
     o.dtype = dtype;
@@ -108,7 +110,8 @@ TEST(CollectiveBench, RowsCarryNcclTestsSizeAndCount) {
 
 TEST(CollectiveBench, BusBandwidthFactorsAreNcclTests) {
   for (const std::string& op : collective_bench_ops()) {
-    for (int n : {2, 3, 8}) EXPECT_DOUBLE_EQ(bus_bandwidth_factor(op, n), nccl_tests_factor(op, n)) << op;
+    for (int n : {2, 3, 8})
+      EXPECT_DOUBLE_EQ(bus_bandwidth_factor(op, n), nccl_tests_factor(op, n)) << op;
   }
   EXPECT_DOUBLE_EQ(bus_bandwidth_factor("allreduce", 8), 1.75);
 }

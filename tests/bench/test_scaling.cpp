@@ -21,13 +21,17 @@ namespace {
 using testing::error_of;
 
 std::string result(int world, double ips, double step_ms, const std::string& model = "cnn") {
-  return nlohmann::json{{"model", model}, {"world_size", world}, {"images_per_sec", ips},
-                        {"step_ms", step_ms}, {"batch_size", 64}}
+  return nlohmann::json{{"model", model},
+                        {"world_size", world},
+                        {"images_per_sec", ips},
+                        {"step_ms", step_ms},
+                        {"batch_size", 64}}
       .dump();
 }
 
 TEST(Scaling, IdealAndEfficiencyComeFromTheSmallestRun) {
-  ScalingTable t = scaling_table_from_results({result(4, 1400, 183), result(1, 400, 160), result(2, 760, 168)});
+  ScalingTable t =
+      scaling_table_from_results({result(4, 1400, 183), result(1, 400, 160), result(2, 760, 168)});
   ASSERT_EQ(t.points.size(), 3u);
   EXPECT_EQ(t.points[0].procs, 1);
   EXPECT_EQ(t.points[2].procs, 4);
@@ -37,7 +41,9 @@ TEST(Scaling, IdealAndEfficiencyComeFromTheSmallestRun) {
 }
 
 TEST(Scaling, TwoResultsOfOneWorldSizeAreAnError) {
-  const std::string m = error_of([] { scaling_table_from_results({result(2, 1, 1), result(2, 2, 2)}); });
+  const std::string m = error_of([] {
+    scaling_table_from_results({result(2, 1, 1), result(2, 2, 2)});
+  });
   EXPECT_NE(m.find("two results for 2 processes"), std::string::npos) << m;
 }
 
@@ -47,8 +53,10 @@ TEST(Scaling, AnObjectThatIsNotABenchResultIsAnError) {
 }
 
 TEST(Scaling, SvgIsWellFormedAndItsPointsEqualTheJson) {
-  if (!std::filesystem::exists("/usr/bin/python3")) GTEST_SKIP() << "no /usr/bin/python3 for its XML parser";
-  ScalingTable t = scaling_table_from_results({result(1, 400, 160), result(2, 760, 168), result(4, 1400, 183)});
+  if (!std::filesystem::exists("/usr/bin/python3"))
+    GTEST_SKIP() << "no /usr/bin/python3 for its XML parser";
+  ScalingTable t =
+      scaling_table_from_results({result(1, 400, 160), result(2, 760, 168), result(4, 1400, 183)});
   nlohmann::json table = nlohmann::json::parse(to_json(t));
   char dir[] = "/tmp/dtrain-scaling-XXXXXX";
   ASSERT_NE(::mkdtemp(dir), nullptr);
@@ -56,7 +64,8 @@ TEST(Scaling, SvgIsWellFormedAndItsPointsEqualTheJson) {
   std::ofstream(svg) << scaling_svg(t);
   std::string out;
   {
-    FILE* p = ::popen(("/usr/bin/python3 " DTRAIN_SOURCE_DIR "/tests/bench/svg_points.py " + svg).c_str(), "r");
+    FILE* p = ::popen(
+        ("/usr/bin/python3 " DTRAIN_SOURCE_DIR "/tests/bench/svg_points.py " + svg).c_str(), "r");
     char buf[4096];
     size_t n = 0;
     while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
@@ -73,12 +82,16 @@ TEST(Scaling, SvgIsWellFormedAndItsPointsEqualTheJson) {
   for (size_t i = 0; i < 3; ++i) {
     const auto& row = table["points"][i];
     EXPECT_EQ(series["images_per_sec"][i]["procs"], row["procs"]);
-    EXPECT_NEAR(series["images_per_sec"][i]["value"].get<double>(), row["images_per_sec"].get<double>(), 1e-3);
-    EXPECT_NEAR(series["epoch_seconds"][i]["value"].get<double>(), row["epoch_seconds"].get<double>(), 1e-3);
+    EXPECT_NEAR(series["images_per_sec"][i]["value"].get<double>(),
+                row["images_per_sec"].get<double>(), 1e-3);
+    EXPECT_NEAR(series["epoch_seconds"][i]["value"].get<double>(),
+                row["epoch_seconds"].get<double>(), 1e-3);
   }
   // Higher throughput is drawn higher (smaller y), more processes further right.
-  EXPECT_LT(series["images_per_sec"][2]["cy"].get<double>(), series["images_per_sec"][0]["cy"].get<double>());
-  EXPECT_GT(series["images_per_sec"][2]["cx"].get<double>(), series["images_per_sec"][0]["cx"].get<double>());
+  EXPECT_LT(series["images_per_sec"][2]["cy"].get<double>(),
+            series["images_per_sec"][0]["cy"].get<double>());
+  EXPECT_GT(series["images_per_sec"][2]["cx"].get<double>(),
+            series["images_per_sec"][0]["cx"].get<double>());
 }
 
 }  // namespace

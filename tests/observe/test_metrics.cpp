@@ -88,20 +88,24 @@ TEST(Metrics, PortZeroPicksAFreePortThatServesMetrics) {
   ASSERT_GT(m.port(), 0);
   record_two_steps(m);
   const std::string text = http_get(m.port(), "/metrics");
-  EXPECT_NE(text.find(R"(dtrain_steps_total{node="node-a",rank="3",run_id="job7"} 2)"), std::string::npos)
+  EXPECT_NE(text.find(R"(dtrain_steps_total{node="node-a",rank="3",run_id="job7"} 2)"),
+            std::string::npos)
       << text;
-  EXPECT_NE(text.find(R"(dtrain_samples_total{node="node-a",rank="3",run_id="job7"} 128)"), std::string::npos);
+  EXPECT_NE(text.find(R"(dtrain_samples_total{node="node-a",rank="3",run_id="job7"} 128)"),
+            std::string::npos);
   EXPECT_NE(text.find("dtrain_step_seconds_count"), std::string::npos);
 }
 
 TEST(Metrics, ScrapedTextPassesPromtoolCheckMetrics) {
-  if (!std::filesystem::exists("/usr/bin/promtool")) GTEST_SKIP() << "promtool missing (Debian: prometheus)";
+  if (!std::filesystem::exists("/usr/bin/promtool"))
+    GTEST_SKIP() << "promtool missing (Debian: prometheus)";
   ObserveTempDir dir;
   MetricsExporter m(loopback_options());
   record_two_steps(m);
   { std::ofstream(dir.file("scrape.txt")) << http_get(m.port(), "/metrics"); }
   std::string out;
-  const int rc = run_command("/usr/bin/promtool check metrics < " + dir.file("scrape.txt") + " 2>&1", &out);
+  const int rc =
+      run_command("/usr/bin/promtool check metrics < " + dir.file("scrape.txt") + " 2>&1", &out);
   EXPECT_EQ(rc, 0) << out;
   EXPECT_EQ(out, "") << out;
 }
@@ -131,7 +135,8 @@ TEST(Metrics, WithoutNvmlThereAreNoGpuSeriesAndNoError) {
 // A real prometheus server on loopback scrapes the endpoint every 500 ms;
 // its query API must return the series with our labels. Bounded: 60 s.
 TEST(Metrics, ARealPrometheusServerScrapesTheSeries) {
-  if (!std::filesystem::exists("/usr/bin/prometheus")) GTEST_SKIP() << "prometheus missing (Debian: prometheus)";
+  if (!std::filesystem::exists("/usr/bin/prometheus"))
+    GTEST_SKIP() << "prometheus missing (Debian: prometheus)";
   ObserveTempDir dir;
   MetricsExporter m(loopback_options());
   record_two_steps(m);
@@ -142,10 +147,10 @@ TEST(Metrics, ARealPrometheusServerScrapesTheSeries) {
         << "scrape_configs:\n  - job_name: dtrain\n    static_configs:\n"
         << "      - targets: ['127.0.0.1:" << m.port() << "']\n";
   }
-  std::vector<std::string> args = {"/usr/bin/prometheus", "--config.file=" + dir.file("prometheus.yml"),
-                                   "--storage.tsdb.path=" + dir.file("data"),
-                                   "--web.listen-address=127.0.0.1:" + std::to_string(web),
-                                   "--log.level=error"};
+  std::vector<std::string> args = {
+      "/usr/bin/prometheus", "--config.file=" + dir.file("prometheus.yml"),
+      "--storage.tsdb.path=" + dir.file("data"),
+      "--web.listen-address=127.0.0.1:" + std::to_string(web), "--log.level=error"};
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -156,7 +161,8 @@ TEST(Metrics, ARealPrometheusServerScrapesTheSeries) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   while (std::chrono::steady_clock::now() < deadline && value.empty()) {
     std::this_thread::sleep_for(std::chrono::milliseconds(500));
-    auto reply = nlohmann::json::parse(http_get(web, "/api/v1/query?query=dtrain_steps_total"), nullptr, false);
+    auto reply = nlohmann::json::parse(http_get(web, "/api/v1/query?query=dtrain_steps_total"),
+                                       nullptr, false);
     if (reply.is_discarded() || reply.value("status", "") != "success") continue;
     const auto& result = reply["data"]["result"];
     if (result.empty()) continue;

@@ -19,8 +19,8 @@ struct Result {
 
 Result dtrain(const std::string& args, int timeout_s = 120) {
   Result r;
-  r.code = run_command("timeout -k 5 " + std::to_string(timeout_s) + " " DTRAIN_BINARY_DIR "/dtrain " +
-                           args + " 2>&1",
+  r.code = run_command("timeout -k 5 " + std::to_string(timeout_s) +
+                           " " DTRAIN_BINARY_DIR "/dtrain " + args + " 2>&1",
                        &r.output);
   return r;
 }
@@ -33,8 +33,10 @@ TEST(TimelineMergeCli, JoinsRankFilesIntoOneTrace) {
         R"([{"name":"process_name","ph":"M","pid":0,"tid":0,"args":{"name":"rank 0"}},)"
         R"({"name":"forward","cat":"train","ph":"X","ts":1.0,"dur":2.0,"pid":0,"tid":0}])");
   write(dir.file("r1.json"),  // cut off: no closing bracket
-        "[{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":1,\"tid\":0,\"args\":{\"name\":\"rank 1\"}},\n"
-        "{\"name\":\"forward\",\"cat\":\"train\",\"ph\":\"X\",\"ts\":1.5,\"dur\":2.0,\"pid\":1,\"tid\":0},\n");
+        "[{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":1,\"tid\":0,\"args\":{\"name\":\"rank "
+        "1\"}},\n"
+        "{\"name\":\"forward\",\"cat\":\"train\",\"ph\":\"X\",\"ts\":1.5,\"dur\":2.0,\"pid\":1,"
+        "\"tid\":0},\n");
   Result r = dtrain("timeline merge " + dir.file("r0.json") + " " + dir.file("r1.json") + " -o " +
                     dir.file("all.json"));
   ASSERT_EQ(r.code, 0) << r.output;
@@ -78,8 +80,10 @@ TEST(BenchCollectiveCli, ReduceScatterOverThreeProcessesPrintsNcclTestsTableWith
                     "/dtrain bench collective reduce_scatter -b 1K -e 64K -f 4 -n 5 -w 1",
                     180);
   ASSERT_EQ(r.code, 0) << r.output;
-  EXPECT_NE(r.output.find("#       size         count      type   redop    root     time   algbw   busbw #wrong"),
-            std::string::npos)
+  EXPECT_NE(
+      r.output.find(
+          "#       size         count      type   redop    root     time   algbw   busbw #wrong"),
+      std::string::npos)
       << r.output;
   EXPECT_NE(r.output.find("# Out of bounds values : 0 OK"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("float     sum      -1"), std::string::npos) << r.output;

@@ -7,8 +7,8 @@
 #include <regex>
 #include <thread>
 
-#include <nlohmann/json.hpp>
 #include <torch/torch.h>
+#include <nlohmann/json.hpp>
 
 #include "dtrain/errors.h"
 #include "dtrain/summary.h"
@@ -25,14 +25,14 @@ const std::string kReader = std::string(DTRAIN_SOURCE_DIR) + "/tests/observe/rea
 const std::string kProtoDir = std::string(DTRAIN_SOURCE_DIR) + "/tests/observe";
 
 // Runs read_events.py; skips the calling test when its reader is missing.
-#define READ_EVENTS_OR_SKIP(args, json_out)                                          \
-  do {                                                                               \
+#define READ_EVENTS_OR_SKIP(args, json_out)                                                  \
+  do {                                                                                       \
     if (!std::filesystem::exists("/usr/bin/python3")) GTEST_SKIP() << "no /usr/bin/python3"; \
-    std::string out_;                                                                \
-    int rc_ = run_command("/usr/bin/python3 " + kReader + " " + (args), &out_);      \
-    if (rc_ == 77) GTEST_SKIP() << out_;                                             \
-    ASSERT_EQ(rc_, 0) << out_;                                                       \
-    json_out = nlohmann::json::parse(out_);                                          \
+    std::string out_;                                                                        \
+    int rc_ = run_command("/usr/bin/python3 " + kReader + " " + (args), &out_);              \
+    if (rc_ == 77) GTEST_SKIP() << out_;                                                     \
+    ASSERT_EQ(rc_, 0) << out_;                                                               \
+    json_out = nlohmann::json::parse(out_);                                                  \
   } while (0)
 
 void write_sample_run(const std::string& dir) {
@@ -53,7 +53,8 @@ TEST(SummaryWriter, FileIsNamedLikeTensorFlowsEventFiles) {
   ObserveTempDir dir;
   SummaryWriter tb(dir.path());
   const std::string name = std::filesystem::path(tb.path()).filename().string();
-  EXPECT_TRUE(std::regex_match(name, std::regex(R"(events\.out\.tfevents\.\d{10}\.[^.]+.*\.\d+\.\d+)")))
+  EXPECT_TRUE(
+      std::regex_match(name, std::regex(R"(events\.out\.tfevents\.\d{10}\.[^.]+.*\.\d+\.\d+)")))
       << name;
 }
 

@@ -140,7 +140,8 @@ TEST(Timeline, BucketSpansEqualTheReducersStatistics) {
   ObserveTempDir dir;
   std::vector<DdpStats> stats(2);
   testing::run_ranks(2, [&](const ProcessGroup& pg) {
-    Timeline tl(dir.file("rank" + std::to_string(pg.rank()) + ".json"), TimelineOptions{pg.rank(), ""});
+    Timeline tl(dir.file("rank" + std::to_string(pg.rank()) + ".json"),
+                TimelineOptions{pg.rank(), ""});
     torch::manual_seed(1);
     Mlp model;
     DdpOptions o;
