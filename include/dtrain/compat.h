@@ -1,7 +1,13 @@
-#pragma once
 // The one place where LibTorch 1.13 and 2.x differ for dtrain. Everything
 // version-specific is expressed here as a small function or alias, so the rest
 // of the code is written once.
+//
+// Classic include guards instead of #pragma once: the autocast section at the
+// end needs <ATen/autocast_mode.h> (which parses ATen's operator headers), so
+// it is compiled only where DTRAIN_COMPAT_AUTOCAST is defined before this
+// header is included (src/amp), even when the rest was included earlier.
+#ifndef DTRAIN_COMPAT_H_
+#define DTRAIN_COMPAT_H_
 
 #include <sstream>
 #include <string>
@@ -60,4 +66,68 @@ typename StateMap::key_type optimizer_state_key(const void* tensor_impl) {
   }
 }
 
+/// ATen's kernels behind GradScaler (_amp_foreach_non_finite_check_and_unscale_,
+/// _amp_update_scale_) exist for CUDA tensors in every version and for CPU
+/// tensors from 2.3 on (pytorch/pytorch#109281); before that dtrain computes
+/// the same arithmetic with plain tensor ops on the CPU (src/amp/grad_scaler.cpp).
+constexpr bool kAmpKernelsOnCpu = DTRAIN_TORCH_VERSION >= 203;
+
 }  // namespace dtrain::compat
+
+#endif  // DTRAIN_COMPAT_H_
+
+#if defined(DTRAIN_COMPAT_AUTOCAST) && !defined(DTRAIN_COMPAT_AUTOCAST_H_)
+#define DTRAIN_COMPAT_AUTOCAST_H_
+#include <ATen/autocast_mode.h>
+
+namespace dtrain::compat {
+
+/// Autocast's per-thread state for one device type (CPU or CUDA). LibTorch
+/// 2.4 replaced set_enabled / set_cpu_enabled / set_autocast_gpu_dtype /
+/// set_autocast_cpu_dtype (and their getters) by set_autocast_enabled(device
+/// type, ...) and set_autocast_dtype(device type, ...); the old names are
+/// deprecated there.
+inline bool autocast_enabled(c10::DeviceType device_type) {
+#if DTRAIN_TORCH_VERSION >= 204
+  return at::autocast::is_autocast_enabled(device_type);
+#else
+  return device_type == c10::DeviceType::CUDA ? at::autocast::is_enabled()
+                                              : at::autocast::is_cpu_enabled();
+#endif
+}
+
+inline void set_autocast_enabled(c10::DeviceType device_type, bool enabled) {
+#if DTRAIN_TORCH_VERSION >= 204
+  at::autocast::set_autocast_enabled(device_type, enabled);
+#else
+  if (device_type == c10::DeviceType::CUDA) {
+    at::autocast::set_enabled(enabled);
+  } else {
+    at::autocast::set_cpu_enabled(enabled);
+  }
+#endif
+}
+
+inline at::ScalarType autocast_dtype(c10::DeviceType device_type) {
+#if DTRAIN_TORCH_VERSION >= 204
+  return at::autocast::get_autocast_dtype(device_type);
+#else
+  return device_type == c10::DeviceType::CUDA ? at::autocast::get_autocast_gpu_dtype()
+                                              : at::autocast::get_autocast_cpu_dtype();
+#endif
+}
+
+inline void set_autocast_dtype(c10::DeviceType device_type, at::ScalarType dtype) {
+#if DTRAIN_TORCH_VERSION >= 204
+  at::autocast::set_autocast_dtype(device_type, dtype);
+#else
+  if (device_type == c10::DeviceType::CUDA) {
+    at::autocast::set_autocast_gpu_dtype(dtype);
+  } else {
+    at::autocast::set_autocast_cpu_dtype(dtype);
+  }
+#endif
+}
+
+}  // namespace dtrain::compat
+#endif  // DTRAIN_COMPAT_AUTOCAST
