@@ -1,10 +1,11 @@
 #pragma once
 // Benchmarks, reported the way their peers report (tf_cnn_benchmarks-style
-// step timing for DDP, nccl-tests-style bandwidth for collectives), so the
+// step timing for DDP and whole training steps, nccl-tests-style bandwidth for collectives), so the
 // numbers compare directly. `dtrain bench` prints them; bench/*.sh runs them
 // side by side with PyTorch.
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -50,6 +51,66 @@ struct DdpBenchResult {
 /// Runs the DDP step benchmark on synthetic data. Collective.
 DdpBenchResult run_ddp_bench(const DdpBenchOptions& options, const ProcessGroup& pg);
 std::string to_json(const DdpBenchResult& r);
+
+/// `dtrain bench train`: tf_cnn_benchmarks' method on synthetic data. Every
+/// step is a full training step (forward, cross-entropy, backward through
+/// DistributedDataParallel, SGD with momentum 0.9) on one random batch made
+/// on the device once, with fixed labels.
+struct TrainBenchOptions {
+  /// Any make_model() name; "cnn" takes 1-channel inputs, the others 3.
+  std::string model = "resnet18";
+  int64_t batch_size = 32;  ///< per process
+  /// Input height/width; 0: 28 for cnn, 224 otherwise.
+  int64_t image_size = 0;
+  int64_t num_classes = 1000;
+  int threads = 0;  ///< intra-op threads (0: LibTorch default)
+  /// "none", "bf16" or "fp16" (autocast; fp16 adds a GradScaler, and needs
+  /// CUDA: on the CPU it is an InvalidArgument naming bf16).
+  std::string amp = "none";
+  /// Model weights and inputs in channels_last (NHWC) memory format.
+  bool channels_last = false;
+  int steps = 100;         ///< timed steps
+  int warmup_steps = 10;   ///< untimed steps before them
+  int display_every = 10;  ///< progress line every N timed steps (rank 0)
+  std::string device = "auto";  ///< pick_device() in dtrain/train.h
+  /// Rank 0 writes images_per_sec, loss and loss_scale scalars there every
+  /// tensorboard_every timed steps; empty: none.
+  std::string tensorboard;
+  int tensorboard_every = 10;
+  /// Chrome trace per rank, as DdpBenchOptions::timeline; empty: none.
+  std::string timeline;
+};
+
+struct TrainBenchResult {
+  TrainBenchOptions options;  ///< with image_size resolved
+  int world_size = 1;
+  std::string device;         ///< rank 0's, e.g. "cpu", "cuda:0"
+  /// Total images/sec: world_size x batch_size x steps / time of the timed
+  /// steps, the time averaged over ranks (tf_cnn_benchmarks' "total").
+  double images_per_sec = 0;
+  double step_ms = 0;         ///< mean timed step, averaged over ranks
+  double final_loss = 0;      ///< rank 0's last loss
+  double loss_scale = 1;      ///< GradScaler's scale at the end (1: none)
+};
+
+/// One progress line, for the caller to print (rank 0 only).
+using TrainBenchPrinter = std::function<void(const std::string& line)>;
+
+/// Runs `dtrain bench train`. Collective: every rank of `pg` must call it with
+/// the same options. `print` (may be empty) gets rank 0's tf_cnn_benchmarks-
+/// style lines: a header, "Step\tImg/sec\ttotal_loss", one line per
+/// display_every steps whose images/sec is the total over ranks, and the
+/// final "total images/sec: X" between dashed rules. Throws InvalidArgument
+/// for bad sizes, an unknown model (with the list), an amp/device combination
+/// autocast cannot do, or a TensorBoard directory that cannot be created,
+/// before any step runs.
+TrainBenchResult run_train_bench(const TrainBenchOptions& options, const ProcessGroup& pg,
+                                 const TrainBenchPrinter& print = {});
+/// {"impl": "dtrain", "bench": "train", "model", "world_size", "batch_size",
+/// "image_size", "num_classes", "amp", "channels_last", "threads", "device",
+/// "steps", "warmup_steps", "images_per_sec", "step_ms", "final_loss",
+/// "loss_scale"}: also a `dtrain bench scaling --from` input.
+std::string to_json(const TrainBenchResult& r);
 
 struct CollectiveBenchOptions {
   /// allreduce, allgather, reduce_scatter, broadcast, reduce or alltoall.

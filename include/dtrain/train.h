@@ -117,6 +117,12 @@ std::vector<EpochMetrics> train(const TrainOptions& options, const ProcessGroup&
 int64_t resume_batch(int64_t samples_in_epoch, int64_t batch_size, int world_size,
                      int64_t batches_per_epoch);
 
+/// The device a --device value names for this rank: "auto" (cuda:<local
+/// rank mod GPUs> when a GPU is visible, else cpu), "cpu", "cuda" (cuda:<local
+/// rank mod GPUs>) or "cuda:N". Throws InvalidArgument naming `--device cpu`
+/// when a CUDA device is asked for and none is visible, or for another name.
+at::Device pick_device(const std::string& name, const ProcessGroup& pg);
+
 /// Checks options that need no data or peers (sizes, counts, names, the
 /// metrics file's directory); throws InvalidArgument naming the field.
 void validate(const TrainOptions& options);

@@ -1,4 +1,4 @@
-// `dtrain bench ddp|collective|scaling`: benchmarks reported like their peers.
+// `dtrain bench train|ddp|collective|scaling`: benchmarks reported like their peers.
 #include <unistd.h>
 
 #include <algorithm>
@@ -96,6 +96,57 @@ void add_ddp(CLI::App& bench, int* exit_code) {
   });
 }
 
+void add_train(CLI::App& bench, int* exit_code) {
+  struct Flags {
+    TrainBenchOptions o;
+    bool json = false;
+  };
+  auto f = std::make_shared<Flags>();
+  CLI::App* cmd = bench.add_subcommand(
+      "train", "Training throughput on synthetic data, as tf_cnn_benchmarks (total images/sec)");
+  cmd->add_option("--model", f->o.model, "Model: " + join(model_names(), ", "))->capture_default_str();
+  cmd->add_option("--batch-size", f->o.batch_size, "Samples per step per process")
+      ->capture_default_str()
+      ->check(positive());
+  cmd->add_option("--image-size", f->o.image_size, "Input size (0: 28 for cnn, else 224)")
+      ->capture_default_str()
+      ->check(non_negative());
+  cmd->add_option("--num-classes", f->o.num_classes, "Classes of the model's output")
+      ->capture_default_str()
+      ->check(positive());
+  cmd->add_option("--threads", f->o.threads, "Intra-op threads per process (0: default)")
+      ->capture_default_str()
+      ->check(non_negative());
+  cmd->add_option("--amp", f->o.amp, "Autocast: none, bf16, fp16 (fp16 needs CUDA)")->capture_default_str();
+  cmd->add_flag("--channels-last", f->o.channels_last, "Weights and inputs in channels_last format");
+  cmd->add_option("--steps", f->o.steps, "Timed steps")->capture_default_str()->check(positive());
+  cmd->add_option("--warmup-steps", f->o.warmup_steps, "Untimed steps first")
+      ->capture_default_str()
+      ->check(non_negative());
+  cmd->add_option("--display-every", f->o.display_every, "Progress line every N steps")
+      ->capture_default_str()
+      ->check(positive());
+  cmd->add_option("--device", f->o.device, "auto, cpu, cuda (cuda:<local rank>) or cuda:N")
+      ->capture_default_str();
+  cmd->add_option("--tensorboard", f->o.tensorboard,
+                  "TensorBoard directory (rank 0: images_per_sec, loss, loss_scale)");
+  cmd->add_option("--tensorboard-every", f->o.tensorboard_every, "Scalars every N steps")
+      ->capture_default_str()
+      ->check(positive());
+  cmd->add_option("--timeline", f->o.timeline,
+                  "Chrome trace per rank (FILE.rank<r>.json, or {rank} in FILE)");
+  cmd->add_flag("--json", f->json, "Print one JSON object at the end (rank 0), after the lines");
+  cmd->callback([f, exit_code] {
+    *exit_code = with_group("train", [&](const ProcessGroup& pg) {
+      TrainBenchResult r = run_train_bench(f->o, pg, [](const std::string& line) {
+        std::printf("%s\n", line.c_str());
+        std::fflush(stdout);
+      });
+      if (pg.rank() == 0 && f->json) std::cout << to_json(r) << std::endl;
+    });
+  });
+}
+
 void add_collective(CLI::App& bench, int* exit_code) {
   struct Flags {
     CollectiveBenchOptions o;
@@ -166,7 +217,7 @@ std::string read_text(const std::string& path) {
 
 void add_scaling(CLI::App& bench, int* exit_code) {
   struct Flags {
-    DdpBenchOptions o;
+    TrainBenchOptions o;
     std::string procs = "1,2";
     std::vector<std::string> from;
     std::string output_dir = "scaling";
@@ -174,17 +225,23 @@ void add_scaling(CLI::App& bench, int* exit_code) {
     int timeout_s = 600;
   };
   auto f = std::make_shared<Flags>();
+  f->o.model = "cnn";
+  f->o.steps = 20;
+  f->o.warmup_steps = 3;
   f->o.threads = 1;
   CLI::App* cmd = bench.add_subcommand(
-      "scaling", "Images/sec and epoch time against processes: runs 'bench ddp' per world size; JSON + SVG");
+      "scaling", "Images/sec and epoch time against processes: runs 'bench train' per world size; JSON + SVG");
   cmd->add_option("--model", f->o.model, "Model: " + join(model_names(), ", "))->capture_default_str();
   cmd->add_option("--procs", f->procs, "World sizes on this node, comma-separated")->capture_default_str();
   cmd->add_option("--batch-size", f->o.batch_size, "Samples per step per process")
       ->capture_default_str()
       ->check(positive());
+  cmd->add_option("--image-size", f->o.image_size, "Input size (0: 28 for cnn, else 224)")
+      ->capture_default_str()
+      ->check(non_negative());
   cmd->add_option("--steps", f->o.steps, "Measured steps per run")->capture_default_str()->check(positive());
   cmd->add_option("--threads", f->o.threads, "Intra-op threads per process")->capture_default_str()->check(non_negative());
-  cmd->add_option("--from", f->from, "'dtrain bench ddp --json' result files (a cluster's runs) instead of running");
+  cmd->add_option("--from", f->from, "'dtrain bench train --json' (or 'bench ddp --json') result files (a cluster's runs) instead of running");
   cmd->add_option("--epoch-samples", f->epoch_samples, "Samples per epoch for the epoch-time panel")
       ->capture_default_str()
       ->check(positive());
@@ -195,7 +252,7 @@ void add_scaling(CLI::App& bench, int* exit_code) {
       std::vector<std::string> results;
       for (const std::string& path : f->from) {
         std::string json = last_json_object(read_text(path));
-        if (json.empty()) throw InvalidArgument(cat("bench scaling: '", path, "' holds no 'bench ddp --json' result"));
+        if (json.empty()) throw InvalidArgument(cat("bench scaling: '", path, "' holds no 'bench train --json' or 'bench ddp --json' result"));
         results.push_back(json);
       }
       if (f->from.empty()) {
@@ -207,8 +264,9 @@ void add_scaling(CLI::App& bench, int* exit_code) {
           }
           const std::string command =
               cat("timeout -k 5 ", f->timeout_s, " '", self, "' run --nproc-per-node ", n, " -- '", self,
-                  "' bench ddp --json --model ", f->o.model, " --batch-size ", f->o.batch_size, " --steps ",
-                  f->o.steps, " --threads ", f->o.threads, " 2>&1");
+                  "' bench train --json --model ", f->o.model, " --batch-size ", f->o.batch_size,
+                  " --image-size ", f->o.image_size, " --steps ", f->o.steps, " --warmup-steps ",
+                  f->o.warmup_steps, " --display-every ", f->o.steps, " --threads ", f->o.threads, " 2>&1");
           std::fprintf(stderr, "dtrain bench scaling: %lld process(es)...\n", n);
           std::string out;
           FILE* pipe = ::popen(command.c_str(), "r");
@@ -252,6 +310,7 @@ void add_scaling(CLI::App& bench, int* exit_code) {
 void add_bench_command(CLI::App& root, int* exit_code) {
   CLI::App* bench = root.add_subcommand("bench", "Benchmarks (start under 'dtrain run')");
   bench->require_subcommand(1);
+  add_train(*bench, exit_code);
   add_ddp(*bench, exit_code);
   add_collective(*bench, exit_code);
   add_scaling(*bench, exit_code);

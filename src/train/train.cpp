@@ -41,27 +41,6 @@ LoaderOptions loader_options(const TrainOptions& o, const ProcessGroup& pg, bool
   return l;
 }
 
-at::Device pick_device(const std::string& name, const ProcessGroup& pg) {
-  const bool has_gpu = torch::cuda::is_available();
-  if (name == "auto") {
-    return has_gpu ? at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(
-                                               pg.local_rank() % torch::cuda::device_count()))
-                   : at::Device(at::kCPU);
-  }
-  if (name == "cpu") return at::Device(at::kCPU);
-  if (name.rfind("cuda", 0) == 0) {
-    if (!has_gpu) {
-      throw InvalidArgument(cat("--device ", name, ": no GPU is visible to this LibTorch; use "
-                                "--device cpu"));
-    }
-    if (name == "cuda") {
-      return at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(pg.local_rank() %
-                                                                  torch::cuda::device_count()));
-    }
-    return at::Device(name);
-  }
-  throw InvalidArgument(cat("--device '", name, "' is not one of auto, cpu, cuda, cuda:N"));
-}
 
 // Fraction of the rank's test share classified correctly, as (correct, total).
 std::pair<double, double> evaluate(ImageClassifier& model, Loader& test, at::Device device) {
@@ -147,6 +126,28 @@ std::optional<Checkpoint> share_checkpoint(std::optional<LoadedCheckpoint> found
 }
 
 }  // namespace
+
+at::Device pick_device(const std::string& name, const ProcessGroup& pg) {
+  const bool has_gpu = torch::cuda::is_available();
+  if (name == "auto") {
+    return has_gpu ? at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(
+                                               pg.local_rank() % torch::cuda::device_count()))
+                   : at::Device(at::kCPU);
+  }
+  if (name == "cpu") return at::Device(at::kCPU);
+  if (name.rfind("cuda", 0) == 0) {
+    if (!has_gpu) {
+      throw InvalidArgument(cat("--device ", name, ": no GPU is visible to this LibTorch; use "
+                                "--device cpu"));
+    }
+    if (name == "cuda") {
+      return at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(pg.local_rank() %
+                                                                  torch::cuda::device_count()));
+    }
+    return at::Device(name);
+  }
+  throw InvalidArgument(cat("--device '", name, "' is not one of auto, cpu, cuda, cuda:N"));
+}
 
 int64_t resume_batch(int64_t samples_in_epoch, int64_t batch_size, int world_size,
                      int64_t batches_per_epoch) {
