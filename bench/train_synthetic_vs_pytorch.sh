@@ -67,11 +67,19 @@ run_dtrain() {  # $1: log file
     timeout -k 10 "$TIMEOUT" "$DTRAIN" run --nproc-per-node "$NPROC" -- \
         "$DTRAIN" bench train "${COMMON[@]}" >"$1" 2>&1
 }
+# Note: the peer's ranks get torchrun's variables directly; Debian's
+# torch.distributed.run 1.13 fails under this Python (redirects map is None).
 run_peer() {    # $1: log file
-    local port; port=$(free_port)
-    OMP_NUM_THREADS=$THREADS timeout -k 10 "$TIMEOUT" "$PY" -m torch.distributed.run \
-        --nproc_per_node "$NPROC" --master_addr 127.0.0.1 --master_port "$port" \
-        "$HERE/peer/pytorch_train_bench.py" "${COMMON[@]}" >"$1" 2>&1
+    local port r rc=0 pids=()
+    port=$(free_port)
+    for ((r = 0; r < NPROC; r++)); do
+        env RANK=$r LOCAL_RANK=$r WORLD_SIZE=$NPROC LOCAL_WORLD_SIZE=$NPROC MASTER_ADDR=127.0.0.1 \
+            MASTER_PORT="$port" OMP_NUM_THREADS="$THREADS" timeout -k 10 "$TIMEOUT" \
+            "$PY" "$HERE/peer/pytorch_train_bench.py" "${COMMON[@]}" >>"$1" 2>&1 &
+        pids+=($!)
+    done
+    for pid in "${pids[@]}"; do wait "$pid" || rc=$?; done
+    return $rc
 }
 
 echo "== ${MODEL} ${IMAGE}px, batch ${BATCH}/process x ${NPROC} processes x ${THREADS} thread(s)," \
@@ -81,7 +89,7 @@ for ((r = 1; r <= ROUNDS; r++)); do
     for impl in "${order[@]}"; do
         log=$OUT/$impl.round$r.log
         if "run_$impl" "$log"; then
-            echo "   round $r $impl: $(grep -a '^total images/sec' "$log" | tail -n 1)" >&2
+            echo "   round $r $impl: $(grep -a 'total images/sec: ' "$log" | tail -n 1 | sed 's/^\[rank[0-9]*\]: //')" >&2
         else
             echo "   round $r $impl FAILED (rc $?), $log:" >&2; tail -n 15 "$log" >&2; exit 1
         fi

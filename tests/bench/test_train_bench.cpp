@@ -3,9 +3,13 @@
 // the CPU, and one-line errors for bad input.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <sstream>
 #include <string>
 
@@ -94,6 +98,53 @@ TEST(BenchTrain, TwoProcessesUnderDtrainRunReportTheTotalOverRanks) {
                     "--warmup-steps 1 --display-every 1 --threads 1 --json");
   expect_run(r, "cnn", 2, 28);
   EXPECT_NE(r.output.find("Batch size:  8 global, 4 per process"), std::string::npos) << r.output;
+}
+
+TEST(BenchTrain, TensorboardGetsImagesPerSecLossAndLossScaleEveryNStepsAndTimelineTheSteps) {
+  if (std::system("/usr/bin/python3 -c 'import tensorboard' >/dev/null 2>&1") != 0) {
+    GTEST_SKIP() << "TensorBoard's EventAccumulator (python3 tensorboard) is not installed";
+  }
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("dtrain_bench_train_tb_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  Result r = dtrain("bench train --model cnn --device cpu --batch-size 4 --steps 4 --warmup-steps 1 "
+                    "--threads 1 --tensorboard " + (dir / "tb").string() +
+                    " --tensorboard-every 2 --timeline " + (dir / "tl.json").string());
+  ASSERT_EQ(r.code, 0) << r.output;
+  // TensorBoard's own reader: tag, then the steps and values it holds.
+  Result read = Result{};
+  {
+    const std::string cmd =
+        "/usr/bin/python3 -c \"from tensorboard.backend.event_processing.event_accumulator import "
+        "EventAccumulator as E; a = E('" + (dir / "tb").string() + "'); a.Reload(); "
+        "[print(t, [s.step for s in a.Scalars(t)], min(s.value for s in a.Scalars(t)) > 0) "
+        "for t in sorted(a.Tags()['scalars'])]\" 2>&1";
+    FILE* p = ::popen(cmd.c_str(), "r");
+    char buf[4096];
+    size_t n;
+    while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) read.output.append(buf, n);
+    read.code = ::pclose(p);
+  }
+  EXPECT_EQ(read.output,
+            "images_per_sec [2, 4] True\nloss [2, 4] True\nloss_scale [2, 4] True\n");
+  // One "step" span per warm-up and timed step, with its phases.
+  std::string timeline;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    if (e.path().filename().string().rfind("tl", 0) == 0) timeline = e.path().string();
+  }
+  ASSERT_FALSE(timeline.empty()) << "no timeline file in " << dir;
+  std::ifstream in(timeline);
+  nlohmann::json t = nlohmann::json::parse(in, nullptr, false);
+  ASSERT_FALSE(t.is_discarded()) << timeline;
+  const nlohmann::json& events = t.is_object() ? t["traceEvents"] : t;
+  int steps = 0, optimizer = 0;
+  for (const auto& e : events) {
+    if (e.value("name", "") == "step" && e.value("ph", "") != "E") ++steps;
+    if (e.value("name", "") == "optimizer step" && e.value("ph", "") != "E") ++optimizer;
+  }
+  EXPECT_EQ(steps, 5);
+  EXPECT_EQ(optimizer, 5);
+  fs::remove_all(dir);
 }
 
 TEST(BenchTrain, Fp16OnCpuIsAOneLineErrorNamingBf16) {
