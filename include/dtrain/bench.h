@@ -69,9 +69,9 @@ struct TrainBenchOptions {
   std::string amp = "none";
   /// Model weights and inputs in channels_last (NHWC) memory format.
   bool channels_last = false;
-  int steps = 100;         ///< timed steps
-  int warmup_steps = 10;   ///< untimed steps before them
-  int display_every = 10;  ///< progress line every N timed steps (rank 0)
+  int steps = 100;              ///< timed steps
+  int warmup_steps = 10;        ///< untimed steps before them
+  int display_every = 10;       ///< progress line every N timed steps (rank 0)
   std::string device = "auto";  ///< pick_device() in dtrain/train.h
   /// Rank 0 writes images_per_sec, loss and loss_scale scalars there every
   /// tensorboard_every timed steps; empty: none.
@@ -84,13 +84,13 @@ struct TrainBenchOptions {
 struct TrainBenchResult {
   TrainBenchOptions options;  ///< with image_size resolved
   int world_size = 1;
-  std::string device;         ///< rank 0's, e.g. "cpu", "cuda:0"
+  std::string device;  ///< rank 0's, e.g. "cpu", "cuda:0"
   /// Total images/sec: world_size x batch_size x steps / time of the timed
   /// steps, the time averaged over ranks (tf_cnn_benchmarks' "total").
   double images_per_sec = 0;
-  double step_ms = 0;         ///< mean timed step, averaged over ranks
-  double final_loss = 0;      ///< rank 0's last loss
-  double loss_scale = 1;      ///< GradScaler's scale at the end (1: none)
+  double step_ms = 0;     ///< mean timed step, averaged over ranks
+  double final_loss = 0;  ///< rank 0's last loss
+  double loss_scale = 1;  ///< GradScaler's scale at the end (1: none)
 };
 
 /// One progress line, for the caller to print (rank 0 only).

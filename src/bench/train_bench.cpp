@@ -142,9 +142,10 @@ TrainBenchResult run_train_bench(const TrainBenchOptions& o, const ProcessGroup&
   say(cat("Model:       ", o.model, " (", mo.image_size, "x", mo.image_size, ", ", o.num_classes,
           " classes)"));
   say(cat("Batch size:  ", o.batch_size * pg.size(), " global, ", o.batch_size, " per process"));
-  say(cat("Processes:   ", pg.size(), " (", pg.backend_name(), "), device ", r.device,
-          ", threads ", at::get_num_threads()));
-  say(cat("AMP:         ", o.amp, ", memory format ", o.channels_last ? "channels_last" : "contiguous"));
+  say(cat("Processes:   ", pg.size(), " (", pg.backend_name(), "), device ", r.device, ", threads ",
+          at::get_num_threads()));
+  say(cat("AMP:         ", o.amp, ", memory format ",
+          o.channels_last ? "channels_last" : "contiguous"));
   say(cat("Optimizer:   sgd (momentum 0.9), synthetic data"));
   say(cat("Warm-up:     ", o.warmup_steps, " steps, timed: ", o.steps, " steps"));
   at::Tensor loss;

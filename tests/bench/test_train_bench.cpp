@@ -6,8 +6,8 @@
 #include <unistd.h>
 
 #include <cmath>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -24,8 +24,8 @@ struct Result {
 
 // Runs `dtrain <args>` bounded in time (timeout kills it and its children).
 Result dtrain(const std::string& args, int timeout_s = 240) {
-  const std::string cmd = "timeout -k 5 " + std::to_string(timeout_s) + " " DTRAIN_BINARY_DIR
-                          "/dtrain " + args + " 2>&1";
+  const std::string cmd = "timeout -k 5 " + std::to_string(timeout_s) +
+                          " " DTRAIN_BINARY_DIR "/dtrain " + args + " 2>&1";
   Result r;
   FILE* p = ::popen(cmd.c_str(), "r");
   char buf[4096];
@@ -73,21 +73,24 @@ void expect_run(const Result& r, const std::string& model, int world, int64_t im
 }
 
 TEST(BenchTrain, CnnOnCpuPrintsImagesPerSecLinesAndValidJson) {
-  Result r = dtrain("bench train --model cnn --device cpu --batch-size 4 --steps 2 --warmup-steps 1 "
-                    "--display-every 1 --threads 1 --json");
+  Result r = dtrain(
+      "bench train --model cnn --device cpu --batch-size 4 --steps 2 --warmup-steps 1 "
+      "--display-every 1 --threads 1 --json");
   expect_run(r, "cnn", 1, 28);
 }
 
 TEST(BenchTrain, Resnet18OnCpuPrintsImagesPerSecLinesAndValidJson) {
-  Result r = dtrain("bench train --model resnet18 --device cpu --batch-size 2 --image-size 32 "
-                    "--num-classes 10 --steps 2 --warmup-steps 1 --display-every 1 --threads 1 --json");
+  Result r = dtrain(
+      "bench train --model resnet18 --device cpu --batch-size 2 --image-size 32 "
+      "--num-classes 10 --steps 2 --warmup-steps 1 --display-every 1 --threads 1 --json");
   expect_run(r, "resnet18", 1, 32);
 }
 
 TEST(BenchTrain, Resnet18Bf16ChannelsLastOnCpuRuns) {
-  Result r = dtrain("bench train --model resnet18 --device cpu --batch-size 2 --image-size 32 "
-                    "--num-classes 10 --steps 2 --warmup-steps 1 --display-every 1 --threads 1 "
-                    "--amp bf16 --channels-last --json");
+  Result r = dtrain(
+      "bench train --model resnet18 --device cpu --batch-size 2 --image-size 32 "
+      "--num-classes 10 --steps 2 --warmup-steps 1 --display-every 1 --threads 1 "
+      "--amp bf16 --channels-last --json");
   expect_run(r, "resnet18", 1, 32);
   EXPECT_EQ(last_json(r.output)["amp"], "bf16");
 }
@@ -105,18 +108,22 @@ TEST(BenchTrain, TensorboardGetsImagesPerSecLossAndLossScaleEveryNStepsAndTimeli
     GTEST_SKIP() << "TensorBoard's EventAccumulator (python3 tensorboard) is not installed";
   }
   namespace fs = std::filesystem;
-  const fs::path dir = fs::temp_directory_path() / ("dtrain_bench_train_tb_" + std::to_string(::getpid()));
+  const fs::path dir =
+      fs::temp_directory_path() / ("dtrain_bench_train_tb_" + std::to_string(::getpid()));
   fs::remove_all(dir);
-  Result r = dtrain("bench train --model cnn --device cpu --batch-size 4 --steps 4 --warmup-steps 1 "
-                    "--threads 1 --tensorboard " + (dir / "tb").string() +
-                    " --tensorboard-every 2 --timeline " + (dir / "tl.json").string());
+  Result r = dtrain(
+      "bench train --model cnn --device cpu --batch-size 4 --steps 4 --warmup-steps 1 "
+      "--threads 1 --tensorboard " +
+      (dir / "tb").string() + " --tensorboard-every 2 --timeline " + (dir / "tl.json").string());
   ASSERT_EQ(r.code, 0) << r.output;
   // TensorBoard's own reader: tag, then the steps and values it holds.
   Result read = Result{};
   {
     const std::string cmd =
         "/usr/bin/python3 -c \"from tensorboard.backend.event_processing.event_accumulator import "
-        "EventAccumulator as E; a = E('" + (dir / "tb").string() + "'); a.Reload(); "
+        "EventAccumulator as E; a = E('" +
+        (dir / "tb").string() +
+        "'); a.Reload(); "
         "[print(t, [s.step for s in a.Scalars(t)], min(s.value for s in a.Scalars(t)) > 0) "
         "for t in sorted(a.Tags()['scalars'])]\" 2>&1";
     FILE* p = ::popen(cmd.c_str(), "r");
@@ -125,8 +132,7 @@ TEST(BenchTrain, TensorboardGetsImagesPerSecLossAndLossScaleEveryNStepsAndTimeli
     while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) read.output.append(buf, n);
     read.code = ::pclose(p);
   }
-  EXPECT_EQ(read.output,
-            "images_per_sec [2, 4] True\nloss [2, 4] True\nloss_scale [2, 4] True\n");
+  EXPECT_EQ(read.output, "images_per_sec [2, 4] True\nloss [2, 4] True\nloss_scale [2, 4] True\n");
   // One "step" span per warm-up and timed step, with its phases.
   std::string timeline;
   for (const auto& e : fs::directory_iterator(dir)) {
