@@ -52,6 +52,8 @@ DTRAIN=$BUILD/dtrain
 [[ -x $DTRAIN ]] || { echo "$DTRAIN not built (cmake --build $BUILD --target dtrain)" >&2; exit 1; }
 [[ -x $PY ]] || { echo "$PY not found (need python3-torch)" >&2; exit 1; }
 OUT=${OUT:-$(mktemp -d /tmp/dtrain-train-synthetic.XXXXXX)}
+# Runs still going when this script ends (interrupted) are stopped with it.
+trap 'kill $(jobs -p) 2>/dev/null || true' EXIT
 mkdir -p "$OUT"
 
 free_port() {

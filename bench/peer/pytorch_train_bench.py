@@ -132,7 +132,12 @@ def main():
             "steps": a.steps, "warmup_steps": a.warmup_steps, "images_per_sec": ips,
             "step_ms": total_s * 1000 / a.steps, "final_loss": final_loss,
             "loss_scale": scaler.get_scale() if a.amp == "fp16" else 1.0}), flush=True)
-    dist.destroy_process_group()
+    # Note: one rank was seen hanging at exit (Gloo teardown, torch 1.13) after
+    # its peer had left; meet first, then leave without the interpreter's teardown.
+    dist.barrier()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":
