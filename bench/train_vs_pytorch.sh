@@ -9,7 +9,18 @@
 # Prints a table: images/sec (mean of the epochs after the first), final test
 # accuracy, total wall time, and dtrain/peer ratios. Logs and the per-epoch
 # metrics (JSON lines) are kept in --out (default: a new directory in /tmp).
+#
+#   bench/train_vs_pytorch.sh --synthetic [--model M --image-size S ...]
+#
+# runs issue 9's synthetic-data benchmark instead: `dtrain bench train` beside
+# the PyTorch eager peer with the ratio (bench/train_synthetic_vs_pytorch.sh,
+# whose options follow --synthetic).
 set -euo pipefail
+
+if [[ ${1:-} == --synthetic ]]; then
+    shift
+    exec "$(dirname "${BASH_SOURCE[0]}")/train_synthetic_vs_pytorch.sh" "$@"
+fi
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/.." && pwd)
@@ -25,7 +36,7 @@ NPROC=2
 BATCH=64
 THREADS=1
 
-usage() { sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
+usage() { sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
 while [[ $# -gt 0 ]]; do
     case "$1" in
         --epochs) EPOCHS=$2; shift 2 ;;

@@ -16,9 +16,10 @@ set -euo pipefail
 # libzmq3-dev: ZeroMQ, the parameter server's transport (ps-lite's wire
 # protocol runs on ROUTER/DEALER sockets; src/ps, docs/ps.md); pkgconf:
 # CMake finds libzmq through pkg-config.
+# prometheus-cpp-dev: the per-rank Prometheus /metrics endpoint (src/observe).
 readonly BUILD_PACKAGES=(
   build-essential cmake ninja-build ccache clang-format
-  libtorch-dev libgloo-dev libcli11-dev nlohmann-json3-dev
+  libtorch-dev libgloo-dev libcli11-dev nlohmann-json3-dev prometheus-cpp-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   zlib1g-dev libturbojpeg0-dev libjpeg62-turbo-dev libpng-dev libzmq3-dev pkgconf
 )
@@ -26,12 +27,19 @@ readonly BUILD_PACKAGES=(
 # benchmark, process and network tools, MPI and etcd for the launcher's
 # later rendezvous back ends, python3-venv for the venv that holds the CUDA
 # torch wheel of the LibTorch 2.x stage (scripts/cuda-torch.sh).
+# python3-protobuf, protobuf-compiler: the observe tests decode TensorBoard
+# event files with protobuf's own runtime over a .proto compiled at test time
+# (an independent reader of dtrain's encoder). python3-pip: installs
+# TensorBoard (not packaged by Debian) for the EventAccumulator test.
+# prometheus: its promtool lints the /metrics text and its server scrapes the
+# endpoint on loopback in the observe tests.
 readonly RUN_PACKAGES=(
   dataset-fashion-mnist python3-torch python3-torchvision python3-numpy
   # python3-jsonschema, python3-yaml: tests/deploy validates deploy/kubernetes
   # against the operators' CRD schemas (strict JSON Schema validation).
   python3-jsonschema python3-yaml
   hyperfine iproute2 procps etcd-server openmpi-bin libopenmpi-dev python3-venv
+  python3-protobuf protobuf-compiler python3-pip prometheus
 )
 readonly PACKAGES=("${BUILD_PACKAGES[@]}" "${RUN_PACKAGES[@]}")
 
@@ -59,6 +67,18 @@ as_root() {
   fi
 }
 
+# TensorBoard, from PyPI through pip: the observe tests read dtrain's event
+# files with its EventAccumulator (they skip with a message without it).
+# Optional: a failure is reported, not fatal.
+install_python_tools() {
+  if /usr/bin/python3 -c 'import tensorboard' >/dev/null 2>&1; then
+    return 0
+  fi
+  log "installing tensorboard with pip (for the observe tests)"
+  as_root /usr/bin/python3 -m pip install -q --break-system-packages tensorboard ||
+    log "WARNING: pip could not install tensorboard; its test will be skipped"
+}
+
 main() {
   if [[ "${1:-}" == --list ]]; then
     printf '%s\n' "${PACKAGES[@]}"
@@ -72,6 +92,7 @@ main() {
   mapfile -t missing < <(missing_packages)
   if [[ ${#missing[@]} -eq 0 ]]; then
     log "all ${#PACKAGES[@]} packages are installed"
+    install_python_tools
     return 0
   fi
   log "installing ${#missing[@]} missing package(s): ${missing[*]}"
@@ -81,6 +102,7 @@ main() {
 
   mapfile -t missing < <(missing_packages)
   [[ ${#missing[@]} -eq 0 ]] || die "still missing after apt-get install: ${missing[*]}"
+  install_python_tools
   log "done"
 }
 

@@ -1,10 +1,11 @@
 #pragma once
 // Benchmarks, reported the way their peers report (tf_cnn_benchmarks-style
-// step timing for DDP, nccl-tests-style bandwidth for collectives), so the
+// step timing for DDP and whole training steps, nccl-tests-style bandwidth for collectives), so the
 // numbers compare directly. `dtrain bench` prints them; bench/*.sh runs them
 // side by side with PyTorch.
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,9 @@ struct DdpBenchOptions {
   std::string comm_hook = "none";
   /// DdpOptions::find_unused_parameters (PyTorch DDP's flag of the same name).
   bool find_unused_parameters = false;
+  /// Chrome-trace timeline of every step (dtrain/timeline.h): a path, with
+  /// "{rank}" or ".rank<r>" per rank (timeline_path_for_rank); empty: none.
+  std::string timeline;
 };
 
 /// Times in milliseconds: per-rank means (or medians, _p50) over the
@@ -50,27 +54,169 @@ struct DdpBenchResult {
 DdpBenchResult run_ddp_bench(const DdpBenchOptions& options, const ProcessGroup& pg);
 std::string to_json(const DdpBenchResult& r);
 
+/// `dtrain bench train`: tf_cnn_benchmarks' method on synthetic data. Every
+/// step is a full training step (forward, cross-entropy, backward through
+/// DistributedDataParallel, SGD with momentum 0.9) on one random batch made
+/// on the device once, with fixed labels.
+struct TrainBenchOptions {
+  /// Any make_model() name; "cnn" takes 1-channel inputs, the others 3.
+  std::string model = "resnet18";
+  int64_t batch_size = 32;  ///< per process
+  /// Input height/width; 0: 28 for cnn, 224 otherwise.
+  int64_t image_size = 0;
+  int64_t num_classes = 1000;
+  int threads = 0;  ///< intra-op threads (0: LibTorch default)
+  /// "none", "bf16" or "fp16" (autocast; fp16 adds a GradScaler, and needs
+  /// CUDA: on the CPU it is an InvalidArgument naming bf16).
+  std::string amp = "none";
+  /// Model weights and inputs in channels_last (NHWC) memory format.
+  bool channels_last = false;
+  int steps = 100;              ///< timed steps
+  int warmup_steps = 10;        ///< untimed steps before them
+  int display_every = 10;       ///< progress line every N timed steps (rank 0)
+  std::string device = "auto";  ///< pick_device() in dtrain/train.h
+  /// Rank 0 writes images_per_sec, loss and loss_scale scalars there every
+  /// tensorboard_every timed steps; empty: none.
+  std::string tensorboard;
+  int tensorboard_every = 10;
+  /// Chrome trace per rank, as DdpBenchOptions::timeline; empty: none.
+  std::string timeline;
+};
+
+struct TrainBenchResult {
+  TrainBenchOptions options;  ///< with image_size resolved
+  int world_size = 1;
+  std::string device;  ///< rank 0's, e.g. "cpu", "cuda:0"
+  /// Total images/sec: world_size x batch_size x steps / time of the timed
+  /// steps, the time averaged over ranks (tf_cnn_benchmarks' "total").
+  double images_per_sec = 0;
+  double step_ms = 0;     ///< mean timed step, averaged over ranks
+  double final_loss = 0;  ///< rank 0's last loss
+  double loss_scale = 1;  ///< GradScaler's scale at the end (1: none)
+};
+
+/// One progress line, for the caller to print (rank 0 only).
+using TrainBenchPrinter = std::function<void(const std::string& line)>;
+
+/// Runs `dtrain bench train`. Collective: every rank of `pg` must call it with
+/// the same options. `print` (may be empty) gets rank 0's tf_cnn_benchmarks-
+/// style lines: a header, "Step\tImg/sec\ttotal_loss", one line per
+/// display_every steps whose images/sec is the total over ranks, and the
+/// final "total images/sec: X" between dashed rules. Throws InvalidArgument
+/// for bad sizes, an unknown model (with the list), an amp/device combination
+/// autocast cannot do, or a TensorBoard directory that cannot be created,
+/// before any step runs.
+TrainBenchResult run_train_bench(const TrainBenchOptions& options, const ProcessGroup& pg,
+                                 const TrainBenchPrinter& print = {});
+/// {"impl": "dtrain", "bench": "train", "model", "world_size", "batch_size",
+/// "image_size", "num_classes", "amp", "channels_last", "threads", "device",
+/// "steps", "warmup_steps", "images_per_sec", "step_ms", "final_loss",
+/// "loss_scale"}: also a `dtrain bench scaling --from` input.
+std::string to_json(const TrainBenchResult& r);
+
 struct CollectiveBenchOptions {
-  /// "allreduce", "allgather", "broadcast".
+  /// allreduce, allgather, reduce_scatter, broadcast, reduce or alltoall.
   std::string op = "allreduce";
+  /// Message sizes in bytes, as nccl-tests' -b/-e/-f: min_bytes, then times
+  /// step_factor while <= max_bytes. The size is nccl-tests' "size" column:
+  /// the whole buffer (allgather's output, reduce_scatter's input, the
+  /// buffer each rank sends in alltoall).
   int64_t min_bytes = 8;
   int64_t max_bytes = int64_t{64} << 20;
-  /// Each size is the previous times this.
-  int64_t step_factor = 4;
+  int64_t step_factor = 2;
+  /// Timed and warm-up iterations per size and mode (-n, -w).
   int iterations = 20;
-  int warmup = 3;
+  int warmup = 5;
+  /// Check every element of the result after timing (-c); off: #wrong is -1.
+  bool check = true;
+  /// Element type (-d): float, double, int32, int64.
+  std::string dtype = "float";
+  /// Reduction (-o) of allreduce, reduce_scatter and reduce: sum, prod, min, max.
+  std::string redop = "sum";
+  /// Root of broadcast and reduce (-r).
+  int root = 0;
+};
+
+/// One mode's measurement: mean time per operation over the ranks, nccl-tests'
+/// algorithm and bus bandwidths, and the elements that differ from the
+/// expected result, summed over ranks (-1: not checked).
+struct CollectiveBenchTiming {
+  double time_us = 0;
+  double algbw_gbps = 0;  ///< size / time, GB/s (1e9 bytes)
+  double busbw_gbps = 0;  ///< algbw x bus_bandwidth_factor(op, n)
+  int64_t wrong = -1;
 };
 
 /// One row of nccl-tests' table.
 struct CollectiveBenchRow {
-  int64_t bytes = 0;
-  double time_us = 0;  ///< mean per operation
-  double algbw_gbps = 0;  ///< bytes / time, GB/s
-  double busbw_gbps = 0;  ///< algbw x the op's bus factor (2(n-1)/n for allreduce)
+  int64_t bytes = 0;  ///< "size"
+  int64_t count = 0;  ///< "count": elements per rank (allreduce, broadcast,
+                      ///< reduce), per rank's part (allgather, reduce_scatter),
+                      ///< per peer (alltoall)
+  std::string type;   ///< "float", ...
+  std::string redop;  ///< the reduction, or "none"
+  int root = -1;      ///< broadcast/reduce's root, else -1
+  CollectiveBenchTiming out_of_place, in_place;
 };
 
-/// Times the collective for each size (float32 tensors). Collective.
+/// One world size of a scaling run: `dtrain bench ddp`'s figures.
+struct ScalingPoint {
+  int procs = 1;
+  double images_per_sec = 0;
+  double step_ms = 0;
+};
+
+/// Throughput against the number of processes, with the ideal line from the
+/// smallest run (ideal(p) = ips(p0) x p / p0) and the efficiency
+/// ips / ideal. Epoch time is epoch_samples / images_per_sec.
+struct ScalingTable {
+  std::string model;
+  int64_t batch_size = 0;
+  int64_t epoch_samples = 60000;
+  std::vector<ScalingPoint> points;  ///< sorted by procs
+  double ideal_images_per_sec(const ScalingPoint& p) const;
+  double efficiency(const ScalingPoint& p) const;
+  double epoch_seconds(const ScalingPoint& p) const;
+};
+
+/// The table from `dtrain bench ddp --json` objects (one per world size, any
+/// order). Throws InvalidArgument naming the object that lacks a field, or
+/// when two share a world size or their models differ.
+ScalingTable scaling_table_from_results(const std::vector<std::string>& json_objects,
+                                        int64_t epoch_samples = 60000);
+/// {"model", "batch_size", "epoch_samples", "points": [{"procs",
+/// "images_per_sec", "step_ms", "ideal_images_per_sec", "efficiency",
+/// "epoch_seconds"}]}.
+std::string to_json(const ScalingTable& table);
+/// Two panels (images/sec and epoch time against processes), the measured
+/// points joined by a line, the ideal line dashed, efficiency labels. Each
+/// point is a <circle> with data-procs and data-value attributes holding the
+/// plotted figures.
+std::string scaling_svg(const ScalingTable& table);
+
+/// The collectives run_collective_bench knows, in nccl-tests' order.
+std::vector<std::string> collective_bench_ops();
+
+/// nccl-tests' bus-bandwidth factor: 2(n-1)/n for allreduce; (n-1)/n for
+/// allgather, reduce_scatter and alltoall; 1 for broadcast and reduce.
+/// Throws InvalidArgument for an unknown op.
+double bus_bandwidth_factor(const std::string& op, int world_size);
+
+/// Parses a byte size as nccl-tests does: a number with an optional K, M or
+/// G suffix (powers of 1024). Throws InvalidArgument naming `text`.
+int64_t parse_byte_size(const std::string& text);
+
+/// Times the collective for each size, out-of-place and in-place, and checks
+/// the results (see Note [Collectives as nccl-tests runs them] in
+/// src/bench/collective_bench.cpp). Collective. Throws InvalidArgument for an
+/// unknown op, type or reduction, a bad size range or root.
 std::vector<CollectiveBenchRow> run_collective_bench(const CollectiveBenchOptions& options,
                                                      const ProcessGroup& pg);
+
+/// nccl-tests' table: header, one line per row, "# Out of bounds values" and
+/// "# Avg bus bandwidth" (over both modes of every row).
+std::string format_collective_table(const CollectiveBenchOptions& options,
+                                    const std::vector<CollectiveBenchRow>& rows, int world_size,
+                                    const std::string& backend);
 
 }  // namespace dtrain

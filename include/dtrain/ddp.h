@@ -105,6 +105,15 @@ std::shared_ptr<CommHook> bf16_compress_hook();
 /// Hook by name: "none"/"allreduce", "fp16", "bf16". Throws InvalidArgument.
 std::shared_ptr<CommHook> comm_hook_by_name(const std::string& name);
 
+/// One bucket's reduction in one backward pass, as the reducer timed it (the
+/// times DdpStats' communication figures are derived from). For observers
+/// such as dtrain::timeline_bucket_observer (dtrain/timeline.h).
+struct BucketTiming {
+  int index = 0;      ///< launch order
+  int64_t bytes = 0;  ///< the bucket's gradient bytes (DdpStats::bucket_bytes)
+  std::chrono::steady_clock::time_point launched, completed;
+};
+
 struct DdpOptions {
   /// Bucket size after the first bucket, in MiB (PyTorch: 25).
   double bucket_cap_mb = 25.0;
@@ -134,6 +143,11 @@ struct DdpOptions {
   bool gradient_as_bucket_view = false;
   /// How buckets are reduced; null means allreduce_hook().
   std::shared_ptr<CommHook> comm_hook;
+  /// Called at the end of every synchronised backward pass, on the thread
+  /// that ran backward, once per bucket in launch order, while the reducer's
+  /// lock is held: it must not call into the DataParallel. Empty: nothing is
+  /// called (the default).
+  std::function<void(const BucketTiming&)> bucket_observer;
 };
 
 /// What the reducer measured, like PyTorch DDP's logging data. Times are

@@ -218,6 +218,12 @@ at::Tensor classification_loss(const at::Tensor& logits, const at::Tensor& targe
 /// model.to(memory_format=torch.channels_last) does.
 void to_channels_last(torch::nn::Module& module);
 
+/// The device a --device value names for this rank: "auto" (cuda:<local
+/// rank mod GPUs> when a GPU is visible, else cpu), "cpu", "cuda" (cuda:<local
+/// rank mod GPUs>) or "cuda:N". Throws InvalidArgument naming `--device cpu`
+/// when a CUDA device is asked for and none is visible, or for another name.
+at::Device pick_device(const std::string& name, const ProcessGroup& pg);
+
 /// Checks options that need no data or peers (sizes, counts, names,
 /// optimizer, schedule, --amp against the device, --device cuda without a
 /// GPU); throws InvalidArgument naming the flag, listing the valid values for

@@ -15,6 +15,7 @@
 #include "dtrain/ddp.h"
 #include "dtrain/errors.h"
 #include "dtrain/models.h"
+#include "dtrain/timeline.h"
 
 namespace dtrain {
 namespace {
@@ -97,7 +98,13 @@ DdpBenchResult run_ddp_bench(const DdpBenchOptions& o, const ProcessGroup& pg) {
   r.options.image_size = mo.image_size;
   torch::manual_seed(0);
   auto model = make_model(o.model, mo);
+  std::unique_ptr<Timeline> tl;
+  if (!o.timeline.empty()) {
+    tl = std::make_unique<Timeline>(timeline_path_for_rank(o.timeline, pg.rank(), pg.size()),
+                                    TimelineOptions{pg.rank(), ""});
+  }
   DdpOptions dopt;
+  dopt.bucket_observer = timeline_bucket_observer(tl.get());
   dopt.bucket_cap_mb = o.bucket_cap_mb;
   dopt.comm_hook = comm_hook_by_name(o.comm_hook);
   dopt.find_unused_parameters = o.find_unused_parameters;
@@ -110,28 +117,44 @@ DdpBenchResult run_ddp_bench(const DdpBenchOptions& o, const ProcessGroup& pg) {
   at::Tensor y = at::randint(0, o.num_classes, {o.batch_size}, at::kLong);
 
   auto step = [&](bool sync, StepTimes* t) {
+    TimelineSpan step_span(tl.get(), sync ? "step" : "step (no_sync)");
     auto start = Clock::now();
     opt.zero_grad();
     auto f0 = Clock::now();
     at::Tensor loss;
     double fwd, bwd;
     if (sync) {
-      loss = torch::nn::functional::cross_entropy(ddp.forward(x), y);
+      {
+        TimelineSpan s(tl.get(), "forward");
+        loss = torch::nn::functional::cross_entropy(ddp.forward(x), y);
+      }
       fwd = ms_since(f0);
       auto b0 = Clock::now();
-      loss.backward();
+      {
+        TimelineSpan s(tl.get(), "backward");
+        loss.backward();
+      }
       bwd = ms_since(b0);
     } else {
       auto guard = ddp.no_sync();
-      loss = torch::nn::functional::cross_entropy(ddp.forward(x), y);
+      {
+        TimelineSpan s(tl.get(), "forward");
+        loss = torch::nn::functional::cross_entropy(ddp.forward(x), y);
+      }
       fwd = ms_since(f0);
       auto b0 = Clock::now();
-      loss.backward();
-      pg.barrier();  // keep ranks in lock-step as DDP does
+      {
+        TimelineSpan s(tl.get(), "backward");
+        loss.backward();
+        pg.barrier();  // keep ranks in lock-step as DDP does
+      }
       bwd = ms_since(b0);
     }
     auto o0 = Clock::now();
-    opt.step();
+    {
+      TimelineSpan s(tl.get(), "optimizer step");
+      opt.step();
+    }
     if (t) {
       t->forward.push_back(fwd);
       t->backward.push_back(bwd);

@@ -1,6 +1,12 @@
-// `dtrain bench ddp|collective`: benchmarks reported like their peers.
+// `dtrain bench train|ddp|collective|scaling`: benchmarks reported like their peers.
+#include <unistd.h>
+
+#include <algorithm>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <iostream>
+#include <sstream>
 
 #include <CLI/CLI.hpp>
 
@@ -76,6 +82,8 @@ void add_ddp(CLI::App& bench, int* exit_code) {
       ->check(CLI::IsMember({"none", "fp16", "bf16"}));
   cmd->add_flag("--find-unused-parameters", f->o.find_unused_parameters,
                 "DDP searches the graph for unused parameters after each forward");
+  cmd->add_option("--timeline", f->o.timeline,
+                  "Chrome trace per rank (FILE.rank<r>.json, or {rank} in FILE); join with 'dtrain timeline merge'");
   cmd->add_flag("--json", f->json, "Print one JSON object (rank 0)");
   cmd->callback([f, exit_code] {
     *exit_code = with_group("ddp", [&](const ProcessGroup& pg) {
@@ -90,29 +98,212 @@ void add_ddp(CLI::App& bench, int* exit_code) {
   });
 }
 
-void add_collective(CLI::App& bench, int* exit_code) {
-  auto o = std::make_shared<CollectiveBenchOptions>();
-  CLI::App* cmd =
-      bench.add_subcommand("collective", "Collective bandwidth per message size (nccl-tests style)");
-  cmd->add_option("--op", o->op, "allreduce, allgather, broadcast")
+void add_train(CLI::App& bench, int* exit_code) {
+  struct Flags {
+    TrainBenchOptions o;
+    bool json = false;
+  };
+  auto f = std::make_shared<Flags>();
+  CLI::App* cmd = bench.add_subcommand(
+      "train", "Training throughput on synthetic data, as tf_cnn_benchmarks (total images/sec)");
+  cmd->add_option("--model", f->o.model, "Model: " + join(model_names(), ", "))->capture_default_str();
+  cmd->add_option("--batch-size", f->o.batch_size, "Samples per step per process")
       ->capture_default_str()
-      ->check(CLI::IsMember({"allreduce", "allgather", "broadcast"}));
-  cmd->add_option("-b,--min-bytes", o->min_bytes, "Smallest message")->capture_default_str();
-  cmd->add_option("-e,--max-bytes", o->max_bytes, "Largest message")->capture_default_str();
-  cmd->add_option("-f,--step-factor", o->step_factor, "Size multiplier")->capture_default_str();
-  cmd->add_option("-n,--iters", o->iterations, "Iterations per size")->capture_default_str();
-  cmd->add_option("-w,--warmup-iters", o->warmup, "Warm-up iterations")->capture_default_str();
-  cmd->callback([o, exit_code] {
-    *exit_code = with_group("collective", [&](const ProcessGroup& pg) {
-      auto rows = run_collective_bench(*o, pg);
-      if (pg.rank() != 0) return;
-      std::printf("# %s, %d ranks, float32, Gloo\n#%12s %12s %12s %12s\n", o->op.c_str(),
-                  pg.size(), "size (B)", "time (us)", "algbw (GB/s)", "busbw (GB/s)");
-      for (const auto& r : rows) {
-        std::printf(" %12lld %12.1f %12.3f %12.3f\n", static_cast<long long>(r.bytes), r.time_us,
-                    r.algbw_gbps, r.busbw_gbps);
-      }
+      ->check(positive());
+  cmd->add_option("--image-size", f->o.image_size, "Input size (0: 28 for cnn, else 224)")
+      ->capture_default_str()
+      ->check(non_negative());
+  cmd->add_option("--num-classes", f->o.num_classes, "Classes of the model's output")
+      ->capture_default_str()
+      ->check(positive());
+  cmd->add_option("--threads", f->o.threads, "Intra-op threads per process (0: default)")
+      ->capture_default_str()
+      ->check(non_negative());
+  cmd->add_option("--amp", f->o.amp, "Autocast: none, bf16, fp16 (fp16 needs CUDA)")->capture_default_str();
+  cmd->add_flag("--channels-last", f->o.channels_last, "Weights and inputs in channels_last format");
+  cmd->add_option("--steps", f->o.steps, "Timed steps")->capture_default_str()->check(positive());
+  cmd->add_option("--warmup-steps", f->o.warmup_steps, "Untimed steps first")
+      ->capture_default_str()
+      ->check(non_negative());
+  cmd->add_option("--display-every", f->o.display_every, "Progress line every N steps")
+      ->capture_default_str()
+      ->check(positive());
+  cmd->add_option("--device", f->o.device, "auto, cpu, cuda (cuda:<local rank>) or cuda:N")
+      ->capture_default_str();
+  cmd->add_option("--tensorboard", f->o.tensorboard,
+                  "TensorBoard directory (rank 0: images_per_sec, loss, loss_scale)");
+  cmd->add_option("--tensorboard-every", f->o.tensorboard_every, "Scalars every N steps")
+      ->capture_default_str()
+      ->check(positive());
+  cmd->add_option("--timeline", f->o.timeline,
+                  "Chrome trace per rank (FILE.rank<r>.json, or {rank} in FILE)");
+  cmd->add_flag("--json", f->json, "Print one JSON object at the end (rank 0), after the lines");
+  cmd->callback([f, exit_code] {
+    *exit_code = with_group("train", [&](const ProcessGroup& pg) {
+      TrainBenchResult r = run_train_bench(f->o, pg, [](const std::string& line) {
+        std::printf("%s\n", line.c_str());
+        std::fflush(stdout);
+      });
+      if (pg.rank() == 0 && f->json) std::cout << to_json(r) << std::endl;
     });
+  });
+}
+
+void add_collective(CLI::App& bench, int* exit_code) {
+  struct Flags {
+    CollectiveBenchOptions o;
+    std::string min_bytes = "8", max_bytes = "64M";
+    int check = 1;
+  };
+  auto f = std::make_shared<Flags>();
+  CLI::App* cmd = bench.add_subcommand(
+      "collective", "Collective bandwidth per message size, nccl-tests' flags and table");
+  cmd->add_option("collective", f->o.op, join(collective_bench_ops(), ", "))->capture_default_str();
+  cmd->add_option("-b,--minbytes", f->min_bytes, "Smallest size (bytes; K, M, G suffixes)")
+      ->capture_default_str();
+  cmd->add_option("-e,--maxbytes", f->max_bytes, "Largest size")->capture_default_str();
+  cmd->add_option("-f,--stepfactor", f->o.step_factor, "Size multiplier")->capture_default_str();
+  cmd->add_option("-n,--iters", f->o.iterations, "Timed iterations per size")->capture_default_str();
+  cmd->add_option("-w,--warmup_iters", f->o.warmup, "Warm-up iterations")->capture_default_str();
+  cmd->add_option("-c,--check", f->check, "Check results (0/1)")->capture_default_str();
+  cmd->add_option("-d,--datatype", f->o.dtype, "float, double, int32, int64")->capture_default_str();
+  cmd->add_option("-o,--op", f->o.redop, "Reduction: sum, prod, min, max")->capture_default_str();
+  cmd->add_option("-r,--root", f->o.root, "Root of broadcast and reduce")->capture_default_str();
+  cmd->callback([f, exit_code] {
+    try {
+      f->o.min_bytes = parse_byte_size(f->min_bytes);
+      f->o.max_bytes = parse_byte_size(f->max_bytes);
+    } catch (const InvalidArgument& e) {
+      *exit_code = report_error("dtrain bench collective", e, 2);
+      return;
+    }
+    f->o.check = f->check != 0;
+    *exit_code = with_group("collective", [&](const ProcessGroup& pg) {
+      auto rows = run_collective_bench(f->o, pg);
+      if (pg.rank() == 0) {
+        std::fputs(format_collective_table(f->o, rows, pg.size(), pg.backend_name()).c_str(), stdout);
+        std::fflush(stdout);
+      }
+      // As nccl-tests, a wrong result fails the run (every rank knows the sum).
+      int64_t wrong = 0;
+      for (const auto& r : rows) wrong += std::max<int64_t>(r.out_of_place.wrong, 0) + std::max<int64_t>(r.in_place.wrong, 0);
+      if (wrong > 0) throw Error(cat(f->o.op, ": ", wrong, " result element(s) differ from the expected values"));
+    });
+  });
+}
+
+// The last line of `text` holding a JSON object (launcher tags such as
+// "[rank0]: " before it are dropped); "" when there is none.
+std::string last_json_object(const std::string& text) {
+  std::string found;
+  for (const std::string& line : split(text, '\n')) {
+    const size_t brace = line.find('{');
+    if (brace != std::string::npos && line.find("world_size") != std::string::npos) found = line.substr(brace);
+  }
+  return found;
+}
+
+std::string self_path() {
+  char buf[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
+  return n > 0 ? std::string(buf, n) : "dtrain";
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw InvalidArgument(cat("bench scaling: cannot read '", path, "'; check the path"));
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+void add_scaling(CLI::App& bench, int* exit_code) {
+  struct Flags {
+    TrainBenchOptions o;
+    std::string procs = "1,2";
+    std::vector<std::string> from;
+    std::string output_dir = "scaling";
+    int64_t epoch_samples = 60000;
+    int timeout_s = 600;
+  };
+  auto f = std::make_shared<Flags>();
+  f->o.model = "cnn";
+  f->o.steps = 20;
+  f->o.warmup_steps = 3;
+  f->o.threads = 1;
+  CLI::App* cmd = bench.add_subcommand(
+      "scaling", "Images/sec and epoch time against processes: runs 'bench train' per world size; JSON + SVG");
+  cmd->add_option("--model", f->o.model, "Model: " + join(model_names(), ", "))->capture_default_str();
+  cmd->add_option("--procs", f->procs, "World sizes on this node, comma-separated")->capture_default_str();
+  cmd->add_option("--batch-size", f->o.batch_size, "Samples per step per process")
+      ->capture_default_str()
+      ->check(positive());
+  cmd->add_option("--image-size", f->o.image_size, "Input size (0: 28 for cnn, else 224)")
+      ->capture_default_str()
+      ->check(non_negative());
+  cmd->add_option("--steps", f->o.steps, "Measured steps per run")->capture_default_str()->check(positive());
+  cmd->add_option("--threads", f->o.threads, "Intra-op threads per process")->capture_default_str()->check(non_negative());
+  cmd->add_option("--from", f->from, "'dtrain bench train --json' (or 'bench ddp --json') result files (a cluster's runs) instead of running");
+  cmd->add_option("--epoch-samples", f->epoch_samples, "Samples per epoch for the epoch-time panel")
+      ->capture_default_str()
+      ->check(positive());
+  cmd->add_option("-o,--output-dir", f->output_dir, "Where scaling.json and scaling.svg go")->capture_default_str();
+  cmd->add_option("--timeout", f->timeout_s, "Seconds allowed per run")->capture_default_str()->check(positive());
+  cmd->callback([f, exit_code] {
+    try {
+      std::vector<std::string> results;
+      for (const std::string& path : f->from) {
+        std::string json = last_json_object(read_text(path));
+        if (json.empty()) throw InvalidArgument(cat("bench scaling: '", path, "' holds no 'bench train --json' or 'bench ddp --json' result"));
+        results.push_back(json);
+      }
+      if (f->from.empty()) {
+        const std::string self = self_path();
+        for (const std::string& p : split(f->procs, ',')) {
+          long long n = 0;
+          if (!parse_int(p, &n) || n < 1) {
+            throw InvalidArgument(cat("bench scaling: bad --procs entry '", p, "'; use e.g. 1,2,4"));
+          }
+          const std::string command =
+              cat("timeout -k 5 ", f->timeout_s, " '", self, "' run --nproc-per-node ", n, " -- '", self,
+                  "' bench train --json --model ", f->o.model, " --batch-size ", f->o.batch_size,
+                  " --image-size ", f->o.image_size, " --steps ", f->o.steps, " --warmup-steps ",
+                  f->o.warmup_steps, " --display-every ", f->o.steps, " --threads ", f->o.threads, " 2>&1");
+          std::fprintf(stderr, "dtrain bench scaling: %lld process(es)...\n", n);
+          std::string out;
+          FILE* pipe = ::popen(command.c_str(), "r");
+          char buf[4096];
+          size_t got = 0;
+          while (pipe && (got = std::fread(buf, 1, sizeof buf, pipe)) > 0) out.append(buf, got);
+          const int status = pipe ? ::pclose(pipe) : -1;
+          std::string json = last_json_object(out);
+          if (status != 0 || json.empty()) {
+            throw Error(cat("bench scaling: the run with ", n, " process(es) failed (", command, "): ",
+                            first_line(out)));
+          }
+          results.push_back(json);
+        }
+      }
+      ScalingTable table = scaling_table_from_results(results, f->epoch_samples);
+      std::filesystem::create_directories(f->output_dir);
+      const std::string json_path = f->output_dir + "/scaling.json";
+      const std::string svg_path = f->output_dir + "/scaling.svg";
+      std::ofstream(json_path) << to_json(table) << "\n";
+      std::ofstream(svg_path) << scaling_svg(table);
+      std::printf("# model %s, batch %lld per process\n#%6s %14s %14s %11s %12s\n", table.model.c_str(),
+                  static_cast<long long>(table.batch_size), "procs", "images/sec", "ideal", "efficiency",
+                  "epoch (s)");
+      for (const auto& p : table.points) {
+        std::printf(" %6d %14.1f %14.1f %10.0f%% %12.2f\n", p.procs, p.images_per_sec,
+                    table.ideal_images_per_sec(p), table.efficiency(p) * 100, table.epoch_seconds(p));
+      }
+      std::printf("wrote %s and %s\n", json_path.c_str(), svg_path.c_str());
+      *exit_code = 0;
+    } catch (const InvalidArgument& e) {
+      *exit_code = report_error("dtrain bench scaling", e, 2);
+    } catch (const std::exception& e) {
+      *exit_code = report_error("dtrain bench scaling", e);
+    }
   });
 }
 
@@ -121,8 +312,10 @@ void add_collective(CLI::App& bench, int* exit_code) {
 void add_bench_command(CLI::App& root, int* exit_code) {
   CLI::App* bench = root.add_subcommand("bench", "Benchmarks (start under 'dtrain run')");
   bench->require_subcommand(1);
+  add_train(*bench, exit_code);
   add_ddp(*bench, exit_code);
   add_collective(*bench, exit_code);
+  add_scaling(*bench, exit_code);
 }
 
 }  // namespace dtrain::cli

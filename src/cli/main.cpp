@@ -7,6 +7,7 @@
 //   dtrain bench ...                                     benchmarks
 //   dtrain models                                        the model zoo
 //   dtrain ps    scheduler|server                        parameter-server roles (DMLC_*)
+//   dtrain timeline merge RANK0.json ... -o all.json      join per-rank timelines
 #include <iostream>
 
 #include <CLI/CLI.hpp>
@@ -39,6 +40,7 @@ int main(int argc, char** argv) {
   dtrain::cli::add_bench_command(app, &exit_code);
   dtrain::cli::add_models_command(app, &exit_code);
   dtrain::cli::add_ps_command(app, &exit_code);
+  dtrain::cli::add_timeline_command(app, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -576,7 +576,18 @@ void Reducer::finalize_backward() {
   ++synced_passes_;
   reduced_generation_ = generation_;
   armed_ = false;
+  // Observability hook (dtrain/timeline.h): the same launch/completion times,
+  // handed over after the lock is released (user code never runs under it).
+  std::vector<BucketTiming> timings;
+  if (options_.bucket_observer) {
+    for (size_t i = 0; i < buckets_.size(); ++i) {
+      timings.push_back({static_cast<int>(i), totals_.bucket_bytes[i], buckets_[i].launched,
+                         buckets_[i].completed});
+    }
+  }
   reset_pass_locked();
+  lock.unlock();
+  for (const BucketTiming& t : timings) options_.bucket_observer(t);
 }
 
 void Reducer::write_back(const std::vector<bool>& globally_used) {

@@ -114,7 +114,7 @@ EvalResult evaluate(const EvalOptions& o, const ProcessGroup& pg, std::ostream* 
   data.test.threads = o.loader_threads;
   data.train = data.test;  // not iterated
   DatasetSplits splits = open_dataset(data);
-  const at::Device device = detail::pick_device(o.device, pg);
+  const at::Device device = pick_device(o.device, pg);
   auto model = detail::build_model(o.model, splits, device, o.channels_last);
   load_weights_collective(*model, o, pg, log);
 

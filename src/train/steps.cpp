@@ -77,17 +77,6 @@ void check_device(const std::string& name) {
   throw InvalidArgument(cat("--device '", name, "' is not one of auto, cpu, cuda, cuda:N"));
 }
 
-at::Device pick_device(const std::string& name, const ProcessGroup& pg) {
-  check_device(name);
-  if (name == "cpu" || (name == "auto" && !torch::cuda::is_available())) {
-    return at::Device(at::kCPU);
-  }
-  if (name == "auto" || name == "cuda") {
-    return at::Device(at::kCUDA,
-                      static_cast<c10::DeviceIndex>(pg.local_rank() % torch::cuda::device_count()));
-  }
-  return at::Device(name);
-}
 
 std::shared_ptr<ImageClassifier> build_model(const std::string& name, const DatasetSplits& splits,
                                              at::Device device, bool channels_last,
@@ -125,4 +114,17 @@ ClassificationCounts evaluate_split(ImageClassifier& model, Loader& loader, at::
 }
 
 }  // namespace detail
+
+at::Device pick_device(const std::string& name, const ProcessGroup& pg) {
+  detail::check_device(name);
+  if (name == "cpu" || (name == "auto" && !torch::cuda::is_available())) {
+    return at::Device(at::kCPU);
+  }
+  if (name == "auto" || name == "cuda") {
+    return at::Device(at::kCUDA,
+                      static_cast<c10::DeviceIndex>(pg.local_rank() % torch::cuda::device_count()));
+  }
+  return at::Device(name);
+}
+
 }  // namespace dtrain

@@ -21,10 +21,6 @@ namespace dtrain::detail {
 /// names CUDA while no GPU is visible (the message says to use --device cpu).
 void check_device(const std::string& name);
 
-/// "auto", "cpu", "cuda" (cuda:<local rank>) or "cuda:N". Throws
-/// InvalidArgument naming --device cpu when no GPU is visible.
-at::Device pick_device(const std::string& name, const ProcessGroup& pg);
-
 /// make_model(name) sized for `splits` (channels, image size, classes),
 /// initialised from the current CPU generator, then from `init_weights` when
 /// not empty (load_weights(), dtrain/weights.h), moved to `device` (and to

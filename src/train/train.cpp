@@ -16,6 +16,7 @@
 
 namespace dtrain {
 
+
 int64_t resume_batch(int64_t samples_in_epoch, int64_t batch_size, int world_size,
                      int64_t batches_per_epoch) {
   return std::min(batches_per_epoch, samples_in_epoch / (batch_size * world_size));

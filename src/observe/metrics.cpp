@@ -1,0 +1,115 @@
+// The per-rank Prometheus endpoint. See dtrain/metrics.h.
+#include "dtrain/metrics.h"
+
+#include <prometheus/counter.h>
+#include <prometheus/exposer.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+
+#include "common/strings.h"
+#include "dtrain/errors.h"
+#include "observe/nvml.h"
+
+namespace dtrain {
+
+struct MetricsExporter::Impl {
+  std::unique_ptr<prometheus::Exposer> exposer;
+  std::shared_ptr<prometheus::Registry> registry = std::make_shared<prometheus::Registry>();
+  std::shared_ptr<detail::NvmlCollectable> gpus;
+  prometheus::Counter* steps = nullptr;
+  prometheus::Counter* samples = nullptr;
+  prometheus::Counter* data_wait = nullptr;
+  prometheus::Counter* comm = nullptr;
+  prometheus::Gauge* loss = nullptr;
+  prometheus::Gauge* images_per_second = nullptr;
+  prometheus::Gauge* restarts = nullptr;
+  prometheus::Gauge* epoch = nullptr;
+  prometheus::Histogram* step_seconds = nullptr;
+  int port = 0;
+};
+
+namespace {
+
+prometheus::Counter& counter(prometheus::Registry& r, const std::string& name,
+                             const std::string& help,
+                             const std::map<std::string, std::string>& labels) {
+  return prometheus::BuildCounter().Name(name).Help(help).Labels(labels).Register(r).Add({});
+}
+
+prometheus::Gauge& gauge(prometheus::Registry& r, const std::string& name, const std::string& help,
+                         const std::map<std::string, std::string>& labels) {
+  return prometheus::BuildGauge().Name(name).Help(help).Labels(labels).Register(r).Add({});
+}
+
+}  // namespace
+
+MetricsExporter::MetricsExporter(MetricsOptions o) : impl_(std::make_unique<Impl>()) {
+  if (o.port < 0 || o.port > 65535) {
+    throw InvalidArgument(
+        cat("metrics port ", o.port, " is out of range; pass 0 (a free port) to 65535"));
+  }
+  const std::map<std::string, std::string> labels = {
+      {"rank", std::to_string(o.rank)}, {"node", o.node}, {"run_id", o.run_id}};
+  auto& r = *impl_->registry;
+  impl_->steps = &counter(r, "dtrain_steps_total", "Training steps completed.", labels);
+  impl_->samples = &counter(r, "dtrain_samples_total", "Samples processed by this rank.", labels);
+  impl_->data_wait = &counter(r, "dtrain_data_wait_seconds_total",
+                              "Time the training loop waited for input batches.", labels);
+  impl_->comm = &counter(r, "dtrain_comm_seconds_total",
+                         "Communication time not hidden behind computation.", labels);
+  impl_->loss = &gauge(r, "dtrain_loss", "Loss of the last step.", labels);
+  impl_->images_per_second =
+      &gauge(r, "dtrain_images_per_second", "Throughput of this rank.", labels);
+  impl_->restarts = &gauge(r, "dtrain_restarts", "Restarts of the worker group so far.", labels);
+  impl_->epoch = &gauge(r, "dtrain_epoch", "Current epoch.", labels);
+  impl_->step_seconds = &prometheus::BuildHistogram()
+                             .Name("dtrain_step_seconds")
+                             .Help("Duration of a training step.")
+                             .Labels(labels)
+                             .Register(r)
+                             .Add({}, prometheus::Histogram::BucketBoundaries{
+                                          0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10});
+  const std::string address = cat(o.host, ":", o.port);
+  try {
+    impl_->exposer = std::make_unique<prometheus::Exposer>(address);
+  } catch (const std::exception& e) {
+    throw InvalidArgument(
+        cat("metrics endpoint ", address,
+            " cannot be served: the port is in use or cannot be bound (", first_line(e.what()),
+            "); pass another --metrics-port, or --metrics-port 0 to pick a free one"));
+  }
+  const std::vector<int> ports = impl_->exposer->GetListeningPorts();
+  impl_->port = ports.empty() ? o.port : ports.front();
+  impl_->exposer->RegisterCollectable(impl_->registry);
+  if (o.gpu_metrics) {
+    std::vector<std::pair<std::string, std::string>> l(labels.begin(), labels.end());
+    impl_->gpus = std::make_shared<detail::NvmlCollectable>(o.nvml_library, o.gpus, l);
+    if (impl_->gpus->device_count() > 0) impl_->exposer->RegisterCollectable(impl_->gpus);
+  }
+}
+
+MetricsExporter::~MetricsExporter() = default;
+
+int MetricsExporter::port() const { return impl_->port; }
+
+int MetricsExporter::gpu_count() const { return impl_->gpus ? impl_->gpus->device_count() : 0; }
+
+void MetricsExporter::record_step(const StepMetrics& s) {
+  impl_->steps->Increment();
+  impl_->samples->Increment(static_cast<double>(s.samples));
+  impl_->data_wait->Increment(std::max(0.0, s.data_wait_seconds));
+  impl_->comm->Increment(std::max(0.0, s.comm_seconds));
+  impl_->loss->Set(s.loss);
+  impl_->step_seconds->Observe(s.seconds);
+}
+
+void MetricsExporter::set_images_per_second(double value) { impl_->images_per_second->Set(value); }
+
+void MetricsExporter::set_restarts(int64_t restarts) {
+  impl_->restarts->Set(static_cast<double>(restarts));
+}
+
+void MetricsExporter::set_epoch(int64_t epoch) { impl_->epoch->Set(static_cast<double>(epoch)); }
+
+}  // namespace dtrain

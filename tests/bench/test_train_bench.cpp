@@ -1,0 +1,171 @@
+// `dtrain bench train` as a user meets it: the tf_cnn_benchmarks-style lines,
+// the JSON result, one-process and two-process (DDP under `dtrain run`) runs on
+// the CPU, and one-line errors for bad input.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace {
+
+struct Result {
+  int code = -1;
+  std::string output;  // stdout and stderr together
+};
+
+// Runs `dtrain <args>` bounded in time (timeout kills it and its children).
+Result dtrain(const std::string& args, int timeout_s = 240) {
+  const std::string cmd = "timeout -k 5 " + std::to_string(timeout_s) +
+                          " " DTRAIN_BINARY_DIR "/dtrain " + args + " 2>&1";
+  Result r;
+  FILE* p = ::popen(cmd.c_str(), "r");
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.output.append(buf, n);
+  const int status = ::pclose(p);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return r;
+}
+
+// The JSON object on the last line that holds one ("[rank0]: " tags dropped).
+nlohmann::json last_json(const std::string& text) {
+  std::istringstream in(text);
+  std::string line, found;
+  while (std::getline(in, line)) {
+    const size_t brace = line.find('{');
+    if (brace != std::string::npos) found = line.substr(brace);
+  }
+  return nlohmann::json::parse(found, nullptr, false);
+}
+
+int count(const std::string& text, const std::string& what) {
+  int n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+void expect_run(const Result& r, const std::string& model, int world, int64_t image_size) {
+  ASSERT_EQ(r.code, 0) << r.output;
+  // One progress line per step (--display-every 1), then the final total
+  // (rank 0 only: a line per step, not per rank and step).
+  EXPECT_EQ(count(r.output, "\ttotal images/sec: "), 2) << r.output;
+  EXPECT_EQ(count(r.output, "total images/sec: "), 3) << r.output;
+  nlohmann::json j = last_json(r.output);
+  ASSERT_TRUE(j.is_object()) << r.output;
+  EXPECT_EQ(j["bench"], "train");
+  EXPECT_EQ(j["model"], model);
+  EXPECT_EQ(j["world_size"], world);
+  EXPECT_EQ(j["steps"], 2);
+  EXPECT_EQ(j["image_size"], image_size);
+  EXPECT_EQ(j["device"], "cpu");
+  EXPECT_GT(j["images_per_sec"].get<double>(), 0.0);
+  EXPECT_GT(j["step_ms"].get<double>(), 0.0);
+  EXPECT_TRUE(std::isfinite(j["final_loss"].get<double>()));
+}
+
+TEST(BenchTrain, CnnOnCpuPrintsImagesPerSecLinesAndValidJson) {
+  Result r = dtrain(
+      "bench train --model cnn --device cpu --batch-size 4 --steps 2 --warmup-steps 1 "
+      "--display-every 1 --threads 1 --json");
+  expect_run(r, "cnn", 1, 28);
+}
+
+TEST(BenchTrain, Resnet18OnCpuPrintsImagesPerSecLinesAndValidJson) {
+  Result r = dtrain(
+      "bench train --model resnet18 --device cpu --batch-size 2 --image-size 32 "
+      "--num-classes 10 --steps 2 --warmup-steps 1 --display-every 1 --threads 1 --json");
+  expect_run(r, "resnet18", 1, 32);
+}
+
+TEST(BenchTrain, Resnet18Bf16ChannelsLastOnCpuRuns) {
+  Result r = dtrain(
+      "bench train --model resnet18 --device cpu --batch-size 2 --image-size 32 "
+      "--num-classes 10 --steps 2 --warmup-steps 1 --display-every 1 --threads 1 "
+      "--amp bf16 --channels-last --json");
+  expect_run(r, "resnet18", 1, 32);
+  EXPECT_EQ(last_json(r.output)["amp"], "bf16");
+}
+
+TEST(BenchTrain, TwoProcessesUnderDtrainRunReportTheTotalOverRanks) {
+  Result r = dtrain("run --nproc-per-node 2 -- " DTRAIN_BINARY_DIR
+                    "/dtrain bench train --model cnn --device cpu --batch-size 4 --steps 2 "
+                    "--warmup-steps 1 --display-every 1 --threads 1 --json");
+  expect_run(r, "cnn", 2, 28);
+  EXPECT_NE(r.output.find("Batch size:  8 global, 4 per process"), std::string::npos) << r.output;
+}
+
+TEST(BenchTrain, TensorboardGetsImagesPerSecLossAndLossScaleEveryNStepsAndTimelineTheSteps) {
+  if (std::system("/usr/bin/python3 -c 'import tensorboard' >/dev/null 2>&1") != 0) {
+    GTEST_SKIP() << "TensorBoard's EventAccumulator (python3 tensorboard) is not installed";
+  }
+  namespace fs = std::filesystem;
+  const fs::path dir =
+      fs::temp_directory_path() / ("dtrain_bench_train_tb_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  Result r = dtrain(
+      "bench train --model cnn --device cpu --batch-size 4 --steps 4 --warmup-steps 1 "
+      "--threads 1 --tensorboard " +
+      (dir / "tb").string() + " --tensorboard-every 2 --timeline " + (dir / "tl.json").string());
+  ASSERT_EQ(r.code, 0) << r.output;
+  // TensorBoard's own reader: tag, then the steps and values it holds.
+  Result read = Result{};
+  {
+    const std::string cmd =
+        "/usr/bin/python3 -c \"from tensorboard.backend.event_processing.event_accumulator import "
+        "EventAccumulator as E; a = E('" +
+        (dir / "tb").string() +
+        "'); a.Reload(); "
+        "[print(t, [s.step for s in a.Scalars(t)], min(s.value for s in a.Scalars(t)) > 0) "
+        "for t in sorted(a.Tags()['scalars'])]\" 2>&1";
+    FILE* p = ::popen(cmd.c_str(), "r");
+    char buf[4096];
+    size_t n;
+    while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) read.output.append(buf, n);
+    read.code = ::pclose(p);
+  }
+  EXPECT_EQ(read.output, "images_per_sec [2, 4] True\nloss [2, 4] True\nloss_scale [2, 4] True\n");
+  // One "step" span per warm-up and timed step, with its phases.
+  std::string timeline;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    if (e.path().filename().string().rfind("tl", 0) == 0) timeline = e.path().string();
+  }
+  ASSERT_FALSE(timeline.empty()) << "no timeline file in " << dir;
+  std::ifstream in(timeline);
+  nlohmann::json t = nlohmann::json::parse(in, nullptr, false);
+  ASSERT_FALSE(t.is_discarded()) << timeline;
+  const nlohmann::json& events = t.is_object() ? t["traceEvents"] : t;
+  int steps = 0, optimizer = 0;
+  for (const auto& e : events) {
+    if (e.value("name", "") == "step" && e.value("ph", "") != "E") ++steps;
+    if (e.value("name", "") == "optimizer step" && e.value("ph", "") != "E") ++optimizer;
+  }
+  EXPECT_EQ(steps, 5);
+  EXPECT_EQ(optimizer, 5);
+  fs::remove_all(dir);
+}
+
+TEST(BenchTrain, Fp16OnCpuIsAOneLineErrorNamingBf16) {
+  Result r = dtrain("bench train --model cnn --device cpu --amp fp16 --steps 1", 60);
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_EQ(count(r.output, "\n"), 1) << r.output;
+  EXPECT_NE(r.output.find("bf16"), std::string::npos) << r.output;
+}
+
+TEST(BenchTrain, UnknownModelIsAnErrorListingTheModels) {
+  Result r = dtrain("bench train --model no_such_net --device cpu --steps 1", 60);
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("no_such_net"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("resnet18"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("cnn"), std::string::npos) << r.output;
+}
+
+}  // namespace
