@@ -36,19 +36,6 @@ std::string fixed(double v, int digits) {
   return buf;
 }
 
-// Note [Channels-last weights]
-// LibTorch 1.13's Module::to() takes no memory format, so the 4-D weights are
-// converted one by one (what PyTorch's model.to(memory_format=...) does:
-// only 4-D tensors change). Convolutions then produce channels-last outputs
-// and gradients, as in PyTorch; DDP copies gradients into its buckets
-// element-wise, so their layout does not matter to it.
-void to_channels_last(torch::nn::Module& m) {
-  torch::NoGradGuard no_grad;
-  for (auto& p : m.parameters()) {
-    if (p.dim() == 4) p.set_data(p.data().contiguous(at::MemoryFormat::ChannelsLast));
-  }
-}
-
 void check_options(const TrainBenchOptions& o) {
   if (o.batch_size < 1 || o.steps < 1 || o.warmup_steps < 0 || o.image_size < 0 ||
       o.num_classes < 1 || o.display_every < 1 || o.tensorboard_every < 1 || o.threads < 0) {
