@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -31,7 +33,11 @@ struct MlpImpl : torch::nn::Module {
 };
 TORCH_MODULE(Mlp);
 
+// Rank threads construct their nets at the same time and LibTorch's default
+// generator is process-wide: seeding and drawing must not interleave.
 Mlp make_mlp() {
+  static std::mutex mu;
+  std::lock_guard<std::mutex> lock(mu);
   torch::manual_seed(11);
   return Mlp();
 }
@@ -102,15 +108,14 @@ TEST(AmpDdp, NoSyncAccumulationWithAScaledLossGivesTheSingleProcessGradientsAndS
     GradScaler scaler(o);
     for (int m = 0; m < kMicro; ++m) {
       const int64_t begin = pg.rank() * per_rank + m * per_micro;
+      // As in PyTorch, the forward decides: one run inside no_sync() skips
+      // the reduction of its backward.
+      auto no_sync = m + 1 < kMicro ? std::optional<DataParallel::NoSync>(ddp.no_sync())
+                                    : std::optional<DataParallel::NoSync>();
       const at::Tensor loss =
           torch::mse_loss(ddp.forward(rows(d.x, begin, per_micro)), rows(d.y, begin, per_micro)) /
           kMicro;
-      if (m + 1 < kMicro) {
-        auto no_sync = ddp.no_sync();
-        scaler.scale(loss).backward();
-      } else {
-        scaler.scale(loss).backward();
-      }
+      scaler.scale(loss).backward();
     }
     scaler.unscale_(opt);
     grads[pg.rank()] = grads_of(*net);
@@ -249,6 +254,8 @@ TEST(AmpDdpCuda, Fp16AutocastWithAccumulationGivesTheFp32ReferenceGradients) {
         GradScaler scaler(o);
         for (int m = 0; m < kMicro; ++m) {
           const int64_t begin = pg.rank() * per_rank + m * per_micro;
+          auto no_sync = m + 1 < kMicro ? std::optional<DataParallel::NoSync>(ddp.no_sync())
+                                        : std::optional<DataParallel::NoSync>();
           at::Tensor loss;
           {
             AutocastGuard autocast(c10::DeviceType::CUDA, at::kHalf);
@@ -256,12 +263,7 @@ TEST(AmpDdpCuda, Fp16AutocastWithAccumulationGivesTheFp32ReferenceGradients) {
             EXPECT_EQ(out.scalar_type(), at::kHalf);
             loss = torch::mse_loss(out, rows(d.y, begin, per_micro).cuda()) / kMicro;
           }
-          if (m + 1 < kMicro) {
-            auto no_sync = ddp.no_sync();
-            scaler.scale(loss).backward();
-          } else {
-            scaler.scale(loss).backward();
-          }
+          scaler.scale(loss).backward();
         }
         scaler.unscale_(opt);
         grads[pg.rank()] = grads_of(*net);
