@@ -14,6 +14,7 @@
 #include "dtrain/models.h"
 #include "dtrain/weights.h"
 #include "models/python_peer.h"
+#include "support/peer_version.h"
 
 namespace dtrain {
 namespace {
@@ -55,6 +56,7 @@ class Torchvision : public ::testing::Test {
       GTEST_SKIP() << "/usr/bin/python3 cannot import torch and torchvision";
     }
     at::set_num_threads(2);  // the peer uses 2 as well
+    same_release = testing::peer_is_same_release();
     dir_ = fs::temp_directory_path() /
            ("dtrain-torchvision-" +
             std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()) + "-" +
@@ -115,11 +117,14 @@ class Torchvision : public ::testing::Test {
     EXPECT_LE(into_dtrain, kTolerance);
     // Training mode draws the same random numbers in the same order (dropout, stochastic
     // depth) and normalises with batch statistics.
-    model->train();
-    torch::manual_seed(5);
-    const double training =
-        (model->forward(x) - io.at("train_logits").toTensor()).abs().max().item<double>();
-    EXPECT_LE(training, kTolerance);
+    // Only between the same release: the random stream differs across releases.
+    double training = -1;
+    if (same_release) {
+      model->train();
+      torch::manual_seed(5);
+      training = (model->forward(x) - io.at("train_logits").toTensor()).abs().max().item<double>();
+      EXPECT_LE(training, kTolerance);
+    }
     model->eval();
 
     // dtrain -> Python: other weights (each parameter scaled by its own factor in [0.9, 1.1),
@@ -138,12 +143,13 @@ class Torchvision : public ::testing::Test {
         (read_dict(back).at("logits").toTensor() - logits).abs().max().item<double>();
     EXPECT_LE(into_torchvision, kTolerance);
     std::printf("%-16s parameters %11lld  max |logits diff| torchvision->dtrain %.3g "
-                "(training mode %.3g), dtrain->torchvision %.3g (|logits| up to %.3g)\n",
+                "(training mode %.3g, -1: another release), dtrain->torchvision %.3g (|logits| up to %.3g)\n",
                 name.c_str(), static_cast<long long>(torchvision_count), into_dtrain, training,
                 into_torchvision, logits.abs().max().item<double>());
   }
 
   fs::path dir_;
+  bool same_release = true;  ///< training-mode logits compared (see peer_version.h)
 };
 
 TEST_F(Torchvision, ResNetsEqualTorchvisionInCountKeysShapesAndLogitsBothWays) {
