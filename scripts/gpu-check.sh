@@ -239,13 +239,17 @@ benchmarks() {
   bench_if bench-train-fp16 train 240 run --nproc-per-node 1 -- "$d" "${train[@]}" --amp fp16
   if ((gpus >= 2)); then
     bench_if "bench-train-bf16-${gpus}gpu" train 300 run --nproc-per-node gpu -- "$d" "${train[@]}" --amp bf16
-    local help
-    help="$("$d" bench collective --help 2>&1 || true)"
-    if [[ "$help" == *--backend* ]]; then
-      bench_if "bench-collective-nccl-${gpus}gpu" collective 180 run --nproc-per-node gpu -- \
-        "$d" bench collective --backend nccl -b 8 -e 268435456 -f 4
-    fi
+    # The group is NCCL on CUDA builds with a GPU per rank, so this is nccl-tests' table.
+    bench_if "bench-collective-nccl-${gpus}gpu" collective 180 run --nproc-per-node gpu -- \
+      "$d" bench collective -b 8 -e 268435456 -f 4
   fi
+  # dtrain beside PyTorch eager (the machine's torch and torchvision), same run, ratio.
+  local amp
+  for amp in bf16 fp16; do
+    step "train-vs-pytorch-$amp" timeout --kill-after=10 400 bash "$REPO_ROOT/bench/train_vs_pytorch.sh" \
+      --synthetic --model resnet50 --batch-size 256 --image-size 224 --amp "$amp" --channels-last \
+      --nproc 1 --steps 30 --warmup-steps 5 --rounds 1 --device cuda --build "$BUILD" || true
+  done
   # Scripts others add for the GPU (e.g. dtrain beside PyTorch eager) live in
   # bench/gpu/; each gets the build dir and its own output folder.
   local script
