@@ -15,6 +15,8 @@
 #include <ATen/ATen.h>
 #include <torch/serialize.h>
 
+#include "support/shell.h"
+
 namespace dtrain::testing {
 
 inline bool python_has_torch() {
@@ -31,25 +33,14 @@ inline void save_tensors(const std::string& path,
       .write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
 }
 
-struct PythonRun {
-  int code = -1;
-  std::string output;  // stdout and stderr
-};
+using PythonRun = ShellRun;  // output: stdout and stderr
 
 /// Runs tests/train/peer/<script> with `args` (each single-quoted).
 inline PythonRun run_peer(const std::string& script, const std::vector<std::string>& args) {
   std::string cmd =
       "timeout -k 5 300 /usr/bin/python3 " DTRAIN_SOURCE_DIR "/tests/train/peer/" + script;
   for (const std::string& a : args) cmd += " '" + a + "'";
-  cmd += " 2>&1";
-  PythonRun r;
-  FILE* p = ::popen(cmd.c_str(), "r");
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) r.output.append(buf, n);
-  const int status = ::pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  return r;
+  return run_shell(cmd + " 2>&1");
 }
 
 /// The last line of `text` that starts with `key` + " ", without the key.

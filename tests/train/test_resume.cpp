@@ -7,6 +7,7 @@
 #include <mutex>
 #include <sstream>
 
+#include "support/shell.h"
 #include "dtrain/checkpoint.h"
 #include "dtrain/errors.h"
 #include "dtrain/train.h"
@@ -308,21 +309,10 @@ TEST_F(Resume, CheckpointOptionsAreValidatedBeforeTraining) {
 
 // ---- The CLI --------------------------------------------------------------------
 
-struct Shell {
-  int code = -1;
-  std::string output;
-};
+using Shell = testing::ShellRun;
 
 Shell dtrain_cli(const std::string& args) {
-  const std::string cmd = "timeout -k 5 120 " DTRAIN_BINARY_DIR "/dtrain " + args + " 2>&1";
-  Shell r;
-  FILE* p = ::popen(cmd.c_str(), "r");
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) r.output.append(buf, n);
-  const int status = ::pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  return r;
+  return testing::run_shell("timeout -k 5 120 " DTRAIN_BINARY_DIR "/dtrain " + args + " 2>&1");
 }
 
 TEST_F(Resume, CliBadCheckpointEveryIsAOneLineUsageError) {
