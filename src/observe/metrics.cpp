@@ -10,6 +10,7 @@
 #include "common/strings.h"
 #include "dtrain/errors.h"
 #include "observe/nvml.h"
+#include "observe/thread_stack.h"
 
 namespace dtrain {
 
@@ -74,6 +75,17 @@ MetricsExporter::MetricsExporter(MetricsOptions o) : impl_(std::make_unique<Impl
   try {
     impl_->exposer = std::make_unique<prometheus::Exposer>(address);
   } catch (const std::exception& e) {
+    // Note [Thread stacks and static TLS]: civetweb's threads fail to start,
+    // which it reports as a binding problem, when the program does not use
+    // dtrain's pthread_attr_setstacksize and the static TLS is large.
+    if (!detail::thread_stacks_leave_room_for_tls() &&
+        detail::static_tls_stack_overhead() > 64 * 1024) {
+      throw DistError(cat("metrics endpoint ", address, " cannot be served (", first_line(e.what()),
+                          "): civetweb's threads cannot fit this process's ",
+                          detail::static_tls_stack_overhead(),
+                          " bytes of static TLS; link the program with dtrain::dtrain's link "
+                          "options, which export pthread_attr_setstacksize"));
+    }
     throw InvalidArgument(
         cat("metrics endpoint ", address,
             " cannot be served: the port is in use or cannot be bound (", first_line(e.what()),
