@@ -7,6 +7,7 @@
 // through open_dataset(), which the CLI's --dataset flag maps to.
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -67,6 +68,10 @@ struct LoaderOptions {
 /// the loader's drop_last drops the last short batch, as with PyTorch.
 SamplerOptions sampler_options(const LoaderOptions& options);
 
+/// Turns a loader's inputs into the model's inputs on whatever device they
+/// are on (see DatasetOptions::uint8_inputs).
+using InputTransform = std::function<at::Tensor(const at::Tensor&)>;
+
 /// A dataset's two splits as loaders, with what the model needs to know.
 struct DatasetSplits {
   std::unique_ptr<Loader> train;
@@ -74,6 +79,9 @@ struct DatasetSplits {
   int64_t num_classes = 0;
   /// Shape of one input sample: {C, H, W}.
   std::vector<int64_t> sample_shape;
+  /// Normalises both splits' uint8 inputs (apply it after moving a batch to
+  /// its device); empty when the loaders hand over normalised floats.
+  InputTransform normalize;
 };
 
 struct DatasetOptions {
@@ -89,6 +97,12 @@ struct DatasetOptions {
   /// Training crop and evaluation size of the folder datasets (imagefolder,
   /// packed); 0: 224, as for ImageNet.
   int64_t image_size = 0;
+  /// The image datasets hand over uint8 pixels, a quarter of the bytes to
+  /// copy to a GPU, and DatasetSplits::normalize turns them into the same
+  /// floats there (exactly: the loaders' float output is that function of
+  /// the uint8 output). Datasets stored as floats (fashion-mnist, mnist,
+  /// synthetic) ignore it. dtrain::train() sets it on CUDA devices.
+  bool uint8_inputs = false;
 };
 
 /// Opens a dataset by name. Throws InvalidArgument for an unknown name (the

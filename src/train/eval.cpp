@@ -29,8 +29,8 @@ namespace {
 
 // Rank 0 loads the weights; the outcome is agreed on before the parameters
 // are broadcast, so a failure never leaves the other ranks waiting.
-void load_weights_collective(ImageClassifier& model, const EvalOptions& o,
-                             const ProcessGroup& pg, std::ostream* log) {
+void load_weights_collective(ImageClassifier& model, const EvalOptions& o, const ProcessGroup& pg,
+                             std::ostream* log) {
   std::exception_ptr error;
   if (pg.rank() == 0) {
     try {
@@ -113,14 +113,16 @@ EvalResult evaluate(const EvalOptions& o, const ProcessGroup& pg, std::ostream* 
   data.test.world_size = pg.size();
   data.test.threads = o.loader_threads;
   data.train = data.test;  // not iterated
-  DatasetSplits splits = open_dataset(data);
   const at::Device device = pick_device(o.device, pg);
+  data.uint8_inputs = data.uint8_inputs || device.is_cuda();  // normalised on the GPU
+  DatasetSplits splits = open_dataset(data);
   auto model = detail::build_model(o.model, splits, device, o.channels_last);
   load_weights_collective(*model, o, pg, log);
 
   std::vector<at::Tensor> logits;
-  const ClassificationCounts c = detail::evaluate_split(
-      *model, *splits.test, device, o.channels_last, o.logits_file.empty() ? nullptr : &logits);
+  const ClassificationCounts c =
+      detail::evaluate_split(*model, *splits.test, device, o.channels_last,
+                             o.logits_file.empty() ? nullptr : &logits, splits.normalize);
   const std::vector<double> sums =
       all_reduce_sum(pg, {static_cast<double>(c.samples), static_cast<double>(c.top1),
                           static_cast<double>(c.top5), c.loss_sum});

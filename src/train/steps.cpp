@@ -77,7 +77,6 @@ void check_device(const std::string& name) {
   throw InvalidArgument(cat("--device '", name, "' is not one of auto, cpu, cuda, cuda:N"));
 }
 
-
 std::shared_ptr<ImageClassifier> build_model(const std::string& name, const DatasetSplits& splits,
                                              at::Device device, bool channels_last,
                                              const std::string& init_weights) {
@@ -92,20 +91,23 @@ std::shared_ptr<ImageClassifier> build_model(const std::string& name, const Data
   return model;
 }
 
-at::Tensor device_inputs(const at::Tensor& inputs, at::Device device, bool channels_last) {
+at::Tensor device_inputs(const at::Tensor& inputs, at::Device device, bool channels_last,
+                         const InputTransform& normalize) {
   at::Tensor x = inputs.to(device, /*non_blocking=*/true);
+  if (normalize) x = normalize(x);
   return channels_last && x.dim() == 4 ? x.contiguous(at::MemoryFormat::ChannelsLast) : x;
 }
 
 ClassificationCounts evaluate_split(ImageClassifier& model, Loader& loader, at::Device device,
-                                    bool channels_last, std::vector<at::Tensor>* logits) {
+                                    bool channels_last, std::vector<at::Tensor>* logits,
+                                    const InputTransform& normalize) {
   torch::NoGradGuard no_grad;
   model.eval();
   ClassificationCounts counts;
   loader.start_epoch(0);
   Batch batch;
   while (loader.next(batch)) {
-    at::Tensor out = model.forward(device_inputs(batch.inputs, device, channels_last));
+    at::Tensor out = model.forward(device_inputs(batch.inputs, device, channels_last, normalize));
     counts += classification_counts(out, batch.targets.to(device, /*non_blocking=*/true));
     if (logits) logits->push_back(out.to(at::kCPU, at::kFloat));
   }

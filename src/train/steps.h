@@ -30,13 +30,16 @@ std::shared_ptr<ImageClassifier> build_model(const std::string& name, const Data
                                              const std::string& init_weights = "");
 
 /// The batch's inputs on `device` (non-blocking: the image loader pins its
-/// buffers when CUDA is present), channels-last when asked.
-at::Tensor device_inputs(const at::Tensor& inputs, at::Device device, bool channels_last);
+/// buffers when CUDA is present), normalised there by `normalize` when given
+/// (DatasetSplits::normalize), channels-last when asked.
+at::Tensor device_inputs(const at::Tensor& inputs, at::Device device, bool channels_last,
+                         const InputTransform& normalize = {});
 
 /// One pass over `loader`'s epoch 0 in eval mode without gradients; this
 /// rank's counts. When `logits` is not null, this rank's logits (CPU, float)
 /// are appended to it batch by batch. Leaves the model in train mode.
 ClassificationCounts evaluate_split(ImageClassifier& model, Loader& loader, at::Device device,
-                                    bool channels_last, std::vector<at::Tensor>* logits = nullptr);
+                                    bool channels_last, std::vector<at::Tensor>* logits = nullptr,
+                                    const InputTransform& normalize = {});
 
 }  // namespace dtrain::detail

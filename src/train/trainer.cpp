@@ -133,7 +133,9 @@ void Trainer::setup() {
   }
   origin_ = found_ ? found_->path : std::string("the checkpoint");
 
+  device_ = pick_device(o_.device, pg_);
   DatasetOptions data = o_.dataset;
+  data.uint8_inputs = data.uint8_inputs || device_.is_cuda();  // normalised on the GPU
   data.train = loader_options(o_, pg_, /*train=*/true);
   data.test = loader_options(o_, pg_, /*train=*/false);
   splits_ = open_dataset(data);
@@ -142,7 +144,6 @@ void Trainer::setup() {
   schedule_ = lr_schedule_for(o_, steps_per_epoch_, pg_.size());
   validate(schedule_);  // every rank alike, before any collective
 
-  device_ = pick_device(o_.device, pg_);
   torch::manual_seed(o_.seed);
   model_ = build_model(o_.model, splits_, device_, o_.channels_last, o_.init_weights);
   optimizer_ = make_optimizer(*model_, o_.optimizer);
@@ -229,7 +230,8 @@ at::Tensor Trainer::forward_backward(const Batch& batch, bool sync_step) {
   {
     std::optional<AutocastGuard> autocast;
     if (amp_dtype_) autocast.emplace(device_.type(), *amp_dtype_);
-    at::Tensor logits = ddp_->forward(device_inputs(batch.inputs, device_, o_.channels_last));
+    at::Tensor logits =
+        ddp_->forward(device_inputs(batch.inputs, device_, o_.channels_last, splits_.normalize));
     loss = classification_loss(logits, batch.targets.to(device_, /*non_blocking=*/true),
                                o_.label_smoothing);
   }
@@ -292,7 +294,8 @@ Trainer::EpochTotals Trainer::run_epoch(int64_t epoch) {
 
 EpochMetrics Trainer::evaluate(int64_t epoch, const EpochTotals& t) {
   const double train_seconds = t.seconds;
-  const ClassificationCounts c = evaluate_split(*model_, *splits_.test, device_, o_.channels_last);
+  const ClassificationCounts c =
+      evaluate_split(*model_, *splits_.test, device_, o_.channels_last, nullptr, splits_.normalize);
   // Ranks step in lockstep (DDP), so the sum of the ranks' rates is the
   // group's throughput.
   std::vector<double> sums =

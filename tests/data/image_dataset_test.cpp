@@ -4,6 +4,8 @@
 
 #include <filesystem>
 
+#include <ATen/ATen.h>
+
 #include "data/registry.h"
 #include "dtrain/data.h"
 #include "dtrain/errors.h"
@@ -125,6 +127,36 @@ TEST(Registry, ImagefolderAndPackedDatasetsYieldTheSameBatchesAtTheRequestedSize
     EXPECT_EQ(a.inputs.sizes(), b.inputs.sizes());
     EXPECT_TRUE(a.inputs.equal(b.inputs));
     EXPECT_TRUE(a.targets.equal(b.targets));
+  }
+}
+
+TEST(Registry, Uint8InputsNormaliseWhereverTheyAreToTheFloatInputsOfBothSplits) {
+  TempDir dir;
+  testing::make_image_folder(dir / "train", {"b", "a"}, 3);
+  testing::make_image_folder(dir / "val", {"a", "b"}, 2);
+  auto open = [&](bool uint8_inputs) {
+    DatasetOptions o;
+    o.name = "imagefolder";
+    o.data_dir = dir.path();
+    o.image_size = 24;
+    o.train.batch_size = 3;
+    o.test.batch_size = 3;
+    o.test.shuffle = false;
+    o.test.pad = false;
+    o.uint8_inputs = uint8_inputs;
+    return open_dataset(o);
+  };
+  DatasetSplits floats = open(false);
+  DatasetSplits bytes = open(true);
+  EXPECT_FALSE(floats.normalize);
+  ASSERT_TRUE(bytes.normalize);
+  for (auto split : {&DatasetSplits::train, &DatasetSplits::test}) {
+    Batch f, u;
+    ASSERT_TRUE((floats.*split)->next(f));
+    ASSERT_TRUE((bytes.*split)->next(u));
+    EXPECT_EQ(u.inputs.scalar_type(), at::kByte);
+    EXPECT_TRUE(u.targets.equal(f.targets));
+    EXPECT_TRUE(at::allclose(bytes.normalize(u.inputs), f.inputs, 1e-5, 1e-5));
   }
 }
 

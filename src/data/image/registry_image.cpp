@@ -48,6 +48,11 @@ DatasetSplits make_splits(std::shared_ptr<ImageSource> train, std::shared_ptr<Im
   DatasetSplits s;
   s.num_classes = static_cast<int64_t>(train->classes().size());
   s.sample_shape = {3, train_t.size, train_t.size};
+  if (o.uint8_inputs) {
+    // Both splits normalise with the same statistics (the dataset's).
+    train_t.uint8_output = test_t.uint8_output = true;
+    s.normalize = [t = train_t](const at::Tensor& pixels) { return normalize_batch(pixels, t); };
+  }
   ImageLoaderOptions lo;
   lo.strict = o.strict;
   s.train = std::make_unique<ImageLoader>(std::move(train), o.train, train_t, lo);
