@@ -6,10 +6,18 @@
 // OptimizerSpec text) the servers run that optimizer, each worker pushes
 // rank + 1 into key 0 (10 values) and key 1 (PS_NODE_BIG values, default 0:
 // no key 1), prints "step <s>" after each step and at the end "final" with
-// both keys' values, for comparison with another run.
+// both keys' values, for comparison with another run. With
+// PS_NODE_KILL_ONE_SERVER=<file>, the first server process to create <file>
+// kills itself with SIGKILL PS_NODE_KILL_AFTER_MS (default 1000) ms after
+// it starts (its restart finds the file and lives).
 // Exit: 0 at the job's end, 1 on a runtime failure, 2 on bad input, each
 // error one line on stderr.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <csignal>
 #include <cstdlib>
+#include <cstring>
 #include <iomanip>
 #include <iostream>
 #include <sstream>
@@ -53,7 +61,24 @@ int train_with_optimizer(dtrain::KVStore& kv, const char* spec, long steps) {
 
 }  // namespace
 
+// PS_NODE_KILL_ONE_SERVER: a server that dies once, mid-job.
+void maybe_kill_this_server() {
+  const char* role = std::getenv("DMLC_ROLE");
+  const char* marker = std::getenv("PS_NODE_KILL_ONE_SERVER");
+  if (!role || !marker || std::strcmp(role, "server") != 0) return;
+  const int fd = ::open(marker, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) return;  // another server (or this one's earlier life) took it
+  ::close(fd);
+  const char* after = std::getenv("PS_NODE_KILL_AFTER_MS");
+  const long ms = after ? std::atol(after) : 1000;
+  std::thread([ms] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+    std::raise(SIGKILL);
+  }).detach();
+}
+
 int main() {
+  maybe_kill_this_server();
   try {
     auto kv = dtrain::KVStore::create("dist_sync");  // servers and the scheduler stay inside
     const char* steps_env = std::getenv("PS_NODE_STEPS");
