@@ -37,6 +37,8 @@ double seconds(Millis d) { return static_cast<double>(d.count()) / 1000.0; }
 
 // How many data messages a replacement keeps until its node table arrives.
 constexpr size_t kMaxEarlyData = 4096;
+// How many replacements the scheduler keeps waiting for a dead server.
+constexpr size_t kMaxReplacements = 64;
 
 }  // namespace
 
@@ -46,6 +48,10 @@ void Endpoint::handle_late_add_node(const NodeInfo& node) {
                    node.port,
                    " after the job started: only a dead server can be replaced (start the whole "
                    "job again)"));
+  }
+  if (replacements_.size() >= kMaxReplacements) {
+    return log(cat("dropped an ADD_NODE from a server at ", node.hostname, ":", node.port, ": ",
+                   kMaxReplacements, " replacements already wait for a dead server"));
   }
   log(cat("a replacement server registered from ", node.hostname, ":", node.port,
           dead_servers_.empty() ? "; it takes the place of the next server found dead" : ""));

@@ -93,7 +93,7 @@ TEST(PsLaunch, WithASnapshotDirADeadServerIsRestartedAloneAndTheJobFinishes) {
   run.options.environment = env;
   run.options.command = ps_node_command(
       {"PS_NODE_STEPS=150", "PS_NODE_OPTIMIZER=sgd lr=0.05 momentum=0.9", "PS_NODE_BIG=3000",
-       "MXNET_KVSTORE_BIGARRAY_BOUND=1000", "PS_HEARTBEAT_TIMEOUT=2",
+       "MXNET_KVSTORE_BIGARRAY_BOUND=1000", "PS_HEARTBEAT_TIMEOUT=5",
        "PS_NODE_KILL_ONE_SERVER=" + dir.file("killed"), "PS_NODE_KILL_AFTER_MS=1000"});
   LaunchResult result = launch(run.options);
   const std::string err = run.err();
