@@ -7,9 +7,11 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <thread>
 
 #include "dtrain/errors.h"
+#include "ps/env.h"
 #include "ps/server.h"
 #include "ps/snapshot.h"
 
@@ -273,6 +275,33 @@ TEST(PsSnapshot, ASnapshotOfAnotherJobIsRefusedNamingTheFile) {
     EXPECT_NE(text.find("/server0/settings.bin is of server 0 of 1 with 2 workers"),
               std::string::npos)
         << text;
+  }
+}
+
+TEST(PsSnapshot, DmlcPsSnapshotDirTurnsRecoveryOnAndPsRecoveryTimeoutBoundsIt) {
+  std::map<std::string, std::string> env = {{"DMLC_ROLE", "server"},
+                                            {"DMLC_PS_ROOT_URI", "127.0.0.1"},
+                                            {"DMLC_PS_ROOT_PORT", "9091"},
+                                            {"DMLC_NUM_SERVER", "2"},
+                                            {"DMLC_NUM_WORKER", "3"}};
+  auto lookup = [&env](const std::string& name) -> std::optional<std::string> {
+    auto it = env.find(name);
+    if (it == env.end()) return std::nullopt;
+    return it->second;
+  };
+  EXPECT_FALSE(job_config_from_env(KVStoreOptions{}, lookup).node.recovery());
+  env["DMLC_PS_SNAPSHOT_DIR"] = "/var/tmp/job42";
+  env["PS_RECOVERY_TIMEOUT"] = "7";
+  const JobConfig c = job_config_from_env(KVStoreOptions{}, lookup);
+  EXPECT_TRUE(c.node.recovery());
+  EXPECT_EQ(c.node.snapshot_dir, "/var/tmp/job42");
+  EXPECT_EQ(c.node.recovery_timeout, std::chrono::seconds(7));
+  env["PS_RECOVERY_TIMEOUT"] = "soon";
+  try {
+    job_config_from_env(KVStoreOptions{}, lookup);
+    FAIL() << "accepted PS_RECOVERY_TIMEOUT=soon";
+  } catch (const InvalidArgument& e) {
+    EXPECT_STREQ(e.what(), "environment variable PS_RECOVERY_TIMEOUT='soon' is not an integer");
   }
 }
 
