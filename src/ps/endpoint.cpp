@@ -316,7 +316,8 @@ void Endpoint::handle_add_node(Message& msg) {
     return handle_late_add_node(ctrl.node[0]);  // Note [Node recovery]
   }
   if (ready_ || ctrl.node.size() != 1 || msg.meta.sender != kEmpty) {
-    log("dropped an ADD_NODE after the job started (node recovery is not supported)");
+    log("dropped an ADD_NODE after the job started (a restarted server rejoins only when "
+        "DMLC_PS_SNAPSHOT_DIR is set on every process: docs/ps.md)");
     return;
   }
   NodeInfo n = ctrl.node[0];

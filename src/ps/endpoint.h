@@ -39,7 +39,8 @@
 // that never sent a heartbeat (ps-lite programs, whose heartbeats are off by
 // default) are not monitored, so they interoperate. Monitoring stops once a
 // node has entered the final barrier's release, so a normal end is never
-// mistaken for a death.
+// mistaken for a death. With a snapshot directory a dead *server* is
+// waited for instead, bounded (Note [Node recovery], recovery.cpp).
 
 #include <atomic>
 #include <chrono>
