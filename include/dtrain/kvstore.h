@@ -94,6 +94,14 @@ struct KVStoreOptions {
   /// Arrays of at least this many elements are split over all servers
   /// (env: MXNET_KVSTORE_BIGARRAY_BOUND).
   size_t bigarray_bound = 1000000;
+  /// Server snapshots and node recovery (docs/ps.md): where servers write
+  /// their snapshots; non-empty also turns recovery on in the scheduler and
+  /// the workers, so set it on every process of the job (env:
+  /// DMLC_PS_SNAPSHOT_DIR). Empty (the default): a dead server ends the job.
+  std::string snapshot_dir;
+  /// With recovery on, how long the scheduler waits for a dead server's
+  /// replacement before ending the job (env: PS_RECOVERY_TIMEOUT, seconds).
+  std::chrono::milliseconds recovery_timeout{60000};
   /// Where log lines go; empty: stderr.
   std::function<void(const std::string&)> log;
 };

@@ -1,8 +1,12 @@
 // `dtrain ps`: run a parameter-server role explicitly (docs/ps.md).
 //
 //   dtrain ps scheduler [--heartbeat-timeout S] ...   with DMLC_* set
-//   dtrain ps server    [--heartbeat-timeout S] ...
+//   dtrain ps server    [--heartbeat-timeout S] [--snapshot-dir DIR] ...
 //
+// --snapshot-dir (DMLC_PS_SNAPSHOT_DIR wins) turns server snapshots and node
+// recovery on (docs/ps.md): a server writes its shard there and a restarted
+// server takes a dead one's place; given to the scheduler it waits
+// --recovery-timeout for that replacement instead of ending the job.
 // The job comes from DMLC_* (DMLC_ROLE is not needed: the subcommand is the
 // role). Exit 0 when the job ends, 1 when a node died or the network
 // failed, 2 for bad flags or DMLC_* variables.
@@ -21,6 +25,8 @@ struct PsFlags {
   double heartbeat_interval = 1.0;
   double heartbeat_timeout = 5.0;
   double connect_timeout = 60.0;
+  std::string snapshot_dir;
+  double recovery_timeout = 60.0;
 };
 
 std::chrono::milliseconds millis(double seconds) {
@@ -33,6 +39,8 @@ int serve(const std::string& role, const PsFlags& f) {
     o.heartbeat_interval = millis(f.heartbeat_interval);
     o.heartbeat_timeout = millis(f.heartbeat_timeout);
     o.connect_timeout = millis(f.connect_timeout);
+    o.snapshot_dir = f.snapshot_dir;
+    o.recovery_timeout = millis(f.recovery_timeout);
     serve_ps_role(role, o);
     return 0;
   } catch (const InvalidArgument& e) {
@@ -62,6 +70,15 @@ void add_ps_command(CLI::App& root, int* exit_code) {
         ->check(CLI::PositiveNumber);
     sub->add_option("--connect-timeout", f->connect_timeout,
                     "Seconds to wait for every node to register")
+        ->capture_default_str()
+        ->check(CLI::PositiveNumber);
+    sub->add_option("--snapshot-dir", f->snapshot_dir,
+                    "Server snapshots and node recovery: servers write their shards here and a "
+                    "restarted server of a dead one's rank reloads them; DMLC_PS_SNAPSHOT_DIR "
+                    "overrides; set it for every process of the job");
+    sub->add_option("--recovery-timeout", f->recovery_timeout,
+                    "With --snapshot-dir: seconds the scheduler waits for a dead server's "
+                    "replacement; PS_RECOVERY_TIMEOUT overrides")
         ->capture_default_str()
         ->check(CLI::PositiveNumber);
     const std::string r = role;

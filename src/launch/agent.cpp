@@ -176,7 +176,11 @@ void add_spec(RoundPlan& plan, WorkerSpec spec, const LaunchOptions& o, int atte
 // (so exits[i] is still local rank i for the workers) and are supervised
 // exactly like them: one failure stops everyone and is the root cause; a
 // restart restarts the whole job on a fresh scheduler port (the servers'
-// state is not kept across rounds: workers init their keys again).
+// state is not kept across rounds: workers init their keys again). With
+// DMLC_PS_SNAPSHOT_DIR set, a server that dies is first restarted alone, up
+// to kPsServerRestarts times, and the job goes on (docs/ps.md).
+constexpr int kPsServerRestarts = 3;
+
 RoundPlan plan_round(const LaunchOptions& o, const std::string& program,
                      const std::vector<std::string>& base, const RendezvousInfo& info,
                      int attempt, int restarts, const std::string& error_root) {
@@ -213,6 +217,10 @@ RoundPlan plan_round(const LaunchOptions& o, const std::string& program,
     spec.process.path = program;
     spec.process.argv = o.command;
     spec.process.env = ps_environment(base, ps, spec.role, spec.rank);
+    // Note [Restarting a server] (worker_group.cpp).
+    if (r >= 0 && env_value(base, "DMLC_PS_SNAPSHOT_DIR").value_or("") != "") {
+      spec.restarts_alone = kPsServerRestarts;
+    }
     const std::string name = r < 0 ? spec.role : cat(spec.role, r);
     add_spec(plan, std::move(spec), o, attempt, error_root, name);
   }

@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <csignal>
 
+#include "common/fd.h"
 #include "common/strings.h"
 #include "launch/signals.h"
 
@@ -50,9 +51,39 @@ int attach(Stream& stream, Fd& child_end, const std::string& prefix, int dest,
   return child_end.get();
 }
 
+/// A restart of the process behind `stream`: a new pipe, the same relay.
+/// Returns the child's descriptor.
+int reattach(Stream& stream, Fd& child_end) {
+  Pipe pipe = make_pipe();
+  ::fcntl(pipe.read.get(), F_SETFL, ::fcntl(pipe.read.get(), F_GETFL) | O_NONBLOCK);
+  stream.fd = std::move(pipe.read);
+  child_end = std::move(pipe.write);
+  return child_end.get();
+}
+
+/// Relays what a dead process left in `stream`'s pipe (never blocks: the
+/// pipe is non-blocking) and closes the pipe, keeping the relay.
+void drain(Stream& stream) {
+  if (!stream.open()) return;
+  char buf[kReadChunk];
+  for (;;) {
+    const ssize_t n = ::read(stream.fd.get(), buf, sizeof(buf));
+    if (n > 0) {
+      stream.relay->feed(std::string_view(buf, static_cast<size_t>(n)));
+    } else if (n < 0 && errno == EINTR) {
+      continue;
+    } else {
+      break;
+    }
+  }
+  stream.fd.reset();
+}
+
 }  // namespace
 
 struct WorkerGroup::Worker {
+  WorkerSpec spec;
+  int restarts_left = 0;
   WorkerExit exit;
   std::unique_ptr<Process> process;
   Stream out;
@@ -72,23 +103,63 @@ void WorkerGroup::start(std::vector<WorkerSpec> specs) {
     worker->exit.role = spec.role;
     worker->exit.rank = spec.rank;
     worker->exit.local_rank = spec.local_rank;
-    std::string prefix = spec.role == "worker"      ? cat("[rank", spec.rank, "]: ")
-                         : spec.role == "scheduler" ? std::string("[scheduler]: ")
-                                                    : cat("[", spec.role, spec.rank, "]: ");
-    Fd child_out, child_err;  // the child's ends, closed here once it has started
-    spec.process.stdout_fd = attach(worker->out, child_out, prefix, options_.stdout_fd,
-                                    spec.stdout_log, options_.tag_output);
-    spec.process.stderr_fd = attach(worker->err, child_err, prefix, options_.stderr_fd,
-                                    spec.stderr_log, options_.tag_output);
+    worker->restarts_left = spec.restarts_alone;
+    worker->spec = std::move(spec);
     try {
-      worker->process = control_.start(spec.process);
+      start_process(*worker);
     } catch (...) {
       workers_.clear();  // kills and reaps the ones already started
       throw;
     }
-    worker->exit.pid = worker->process->pid();
     workers_.push_back(std::move(worker));
   }
+}
+
+void WorkerGroup::start_process(Worker& w) {
+  WorkerSpec spec = w.spec;
+  std::string prefix = spec.role == "worker"      ? cat("[rank", spec.rank, "]: ")
+                       : spec.role == "scheduler" ? std::string("[scheduler]: ")
+                                                  : cat("[", spec.role, spec.rank, "]: ");
+  // On a restart a stream with a relay keeps it (tag, log file) on a new pipe.
+  auto wire = [&](Stream& stream, Fd& child_end, int dest, const std::string& log) {
+    return stream.relay ? reattach(stream, child_end)
+                        : attach(stream, child_end, prefix, dest, log, options_.tag_output);
+  };
+  Fd child_out, child_err;  // the child's ends, closed here once it has started
+  spec.process.stdout_fd = wire(w.out, child_out, options_.stdout_fd, spec.stdout_log);
+  spec.process.stderr_fd = wire(w.err, child_err, options_.stderr_fd, spec.stderr_log);
+  w.process = control_.start(spec.process);
+  w.exit.pid = w.process->pid();
+}
+
+// Note [Restarting a server]
+// In a parameter-server job whose servers snapshot their shards
+// (DMLC_PS_SNAPSHOT_DIR, docs/ps.md), a server that dies is restarted alone
+// with the same command and environment: it registers with the scheduler as
+// the dead server's replacement, reloads its snapshot, and the job goes on.
+// Everyone else keeps running. Its output keeps its tag and log files. Once
+// its restarts are used up, or while the group is stopping, a failure stops
+// the group as any other does.
+bool WorkerGroup::restart_alone(Worker& w, const ExitStatus& status) {
+  if (w.restarts_left <= 0 || w.stop_sent || stop_deadline_) return false;
+  --w.restarts_left;
+  const std::string who = cat(w.spec.role, " ", w.spec.rank, " (pid ", w.exit.pid, ")");
+  // What the dead process wrote is relayed before its pipes are replaced.
+  drain(w.out);
+  drain(w.err);
+  try {
+    start_process(w);
+  } catch (const std::exception& e) {
+    write_all(options_.stderr_fd,
+              cat("dtrain run: ", who, " ", describe_exit(status.exit_code, status.signal),
+                  "; restarting it failed: ", e.what(), "\n"));
+    return false;
+  }
+  write_all(options_.stderr_fd,
+            cat("dtrain run: ", who, " ", describe_exit(status.exit_code, status.signal),
+                "; restarted it alone as pid ", w.exit.pid, " (DMLC_PS_SNAPSHOT_DIR is set: it ",
+                "reloads its snapshot), ", w.restarts_left, " restart(s) of it left\n"));
+  return true;
 }
 
 WorkerGroupOutcome WorkerGroup::wait(SignalWatch* signals,
@@ -181,6 +252,7 @@ void WorkerGroup::reap() {
     if (w.ended) continue;
     std::optional<ExitStatus> status = w.process->poll();
     if (!status) continue;
+    if (!status->ok() && restart_alone(w, *status)) continue;
     w.ended = true;
     w.exit.exit_code = status->exit_code;
     w.exit.signal = status->signal;

@@ -31,6 +31,10 @@ struct WorkerSpec {
   /// Files that also get the worker's output; empty: none.
   std::string stdout_log;
   std::string stderr_log;
+  /// How many times the group restarts this process alone when it fails by
+  /// itself, instead of stopping everyone (a parameter-server server with a
+  /// snapshot directory: Note [Restarting a server] in worker_group.cpp).
+  int restarts_alone = 0;
 };
 
 struct WorkerGroupOptions {
@@ -81,6 +85,8 @@ class WorkerGroup {
 
  private:
   struct Worker;
+  void start_process(Worker& w);
+  bool restart_alone(Worker& w, const ExitStatus& status);
   void stop(int signal);
   void on_signals(SignalWatch& signals);
   void reap();

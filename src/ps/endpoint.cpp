@@ -231,8 +231,11 @@ void Endpoint::receive_loop() {
                 ": ", got->error));
       } else if (!got->msg.meta.control.empty()) {
         handle_control(got->msg);
+        replay_early_data();
       } else if (handler_ && known(got->msg.meta.sender)) {
         handler_(got->msg);  // data only from nodes of the table
+      } else {
+        keep_early_data(std::move(got->msg));
       }
       // Only nodes of the table that send heartbeats are watched (Note
       // [Failure detection]); a stranger's messages change nothing.
@@ -276,9 +279,19 @@ void Endpoint::handle_add_node(Message& msg) {
   auto& ctrl = msg.meta.control;
   if (options_.role != Role::kScheduler) {
     if (msg.meta.sender != kScheduler) return;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      if (ready_) {
+        lock.unlock();
+        return apply_recovery_update(msg);  // Note [Node recovery]
+      }
+    }
     int me = kEmpty;
     for (const auto& n : ctrl.node) {
-      if (n.hostname == options_.host && n.port == bound_port_) me = n.id;
+      if (n.hostname == options_.host && n.port == bound_port_) {
+        me = n.id;
+        recovered_ = n.is_recovery;
+      }
     }
     if (me == kEmpty)
       return fail(cat(describe(), ": the scheduler's node table does not list ", options_.host, ":",
@@ -299,8 +312,12 @@ void Endpoint::handle_add_node(Message& msg) {
     return;
   }
   // Scheduler: collect registrations (Note [Node lifecycle]).
+  if (ready_ && options_.recovery() && ctrl.node.size() == 1 && msg.meta.sender == kEmpty) {
+    return handle_late_add_node(ctrl.node[0]);  // Note [Node recovery]
+  }
   if (ready_ || ctrl.node.size() != 1 || msg.meta.sender != kEmpty) {
-    log("dropped an ADD_NODE after the job started (node recovery is not supported)");
+    log("dropped an ADD_NODE after the job started (a restarted server rejoins only when "
+        "DMLC_PS_SNAPSHOT_DIR is set on every process: docs/ps.md)");
     return;
   }
   NodeInfo n = ctrl.node[0];
@@ -387,6 +404,7 @@ void Endpoint::handle_barrier(Message& msg) {
         cat("dropped a barrier request for group ", group, " from ", describe(msg.meta.sender)));
   }
   ++barrier_count_[group];
+  barrier_senders_[group].insert(sender);
   try_release(group, msg.meta.app_id, msg.meta.customer_id);
 }
 
@@ -396,6 +414,7 @@ void Endpoint::try_release(int group, int app_id, int customer_id) {
   const int departed = group == kWorkerGroup ? static_cast<int>(departed_.size()) : 0;
   if (barrier_count_[group] == 0 || barrier_count_[group] < group_size(group) - departed) return;
   barrier_count_[group] = 0;
+  barrier_senders_[group].clear();
   if (group == kAllGroups && ++all_barriers_done_ == 2) {
     // The final barrier: the job is ending, silence is no longer death.
     std::lock_guard<std::mutex> lock(mu_);
@@ -458,27 +477,37 @@ void Endpoint::periodic(Clock::time_point now) {
     }
     return;
   }
+  std::vector<int> lost;
   for (const auto& [id, seen] : last_seen_) {
     if (id == kScheduler || now - seen <= options_.heartbeat_timeout) continue;
-    const std::string why =
-        cat(describe(id), " sent no heartbeat for ", seconds(options_.heartbeat_timeout),
-            " s: it died or hangs; ending the job");
-    Message term;
-    term.meta.control.cmd = Command::kTerminate;
-    term.meta.body = cat(kLostPrefix, why);
-    std::vector<int> others;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      for (const auto& [other, ignored] : nodes_) others.push_back(other);
+    if (options_.recovery() && is_server_id(id)) {
+      lost.push_back(id);  // Note [Node recovery]: wait for a replacement
+      continue;
     }
-    for (int other : others) {
-      if (other == id || other == kScheduler) continue;
-      term.meta.timestamp = new_timestamp();
-      van_.send(other, term);
-    }
-    fail(why);
+    terminate_job(id,
+                  cat(describe(id), " sent no heartbeat for ", seconds(options_.heartbeat_timeout),
+                      " s: it died or hangs; ending the job"));
     return;
   }
+  for (int id : lost) server_lost(id, now);
+  if (options_.recovery()) check_recovery(now);
+}
+
+void Endpoint::terminate_job(int id, const std::string& why) {
+  Message term;
+  term.meta.control.cmd = Command::kTerminate;
+  term.meta.body = cat(kLostPrefix, why);
+  std::vector<int> others;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [other, ignored] : nodes_) others.push_back(other);
+  }
+  for (int other : others) {
+    if (other == id || other == kScheduler) continue;
+    term.meta.timestamp = new_timestamp();
+    van_.send(other, term);
+  }
+  fail(why);
 }
 
 }  // namespace dtrain::ps

@@ -39,7 +39,8 @@
 // that never sent a heartbeat (ps-lite programs, whose heartbeats are off by
 // default) are not monitored, so they interoperate. Monitoring stops once a
 // node has entered the final barrier's release, so a normal end is never
-// mistaken for a death.
+// mistaken for a death. With a snapshot directory a dead *server* is
+// waited for instead, bounded (Note [Node recovery], recovery.cpp).
 
 #include <atomic>
 #include <chrono>
@@ -83,6 +84,13 @@ struct NodeOptions {
   Millis heartbeat_timeout{5000};
   /// How long start() waits for the scheduler's node table.
   Millis connect_timeout{60000};
+  /// Note [Node recovery] (recovery.cpp): non-empty turns recovery on
+  /// (DMLC_PS_SNAPSHOT_DIR): servers snapshot there, the scheduler waits
+  /// recovery_timeout (PS_RECOVERY_TIMEOUT) for a dead server's replacement
+  /// instead of ending the job, workers re-send what it had not answered.
+  std::string snapshot_dir;
+  Millis recovery_timeout{60000};
+  bool recovery() const { return !snapshot_dir.empty(); }
   /// Log prefix and destination; empty prefix: derived from role and rank.
   std::function<void(const std::string&)> log;
 };
@@ -131,6 +139,15 @@ class Endpoint {
     on_failure_ = std::move(cb);
   }
 
+  /// Called on the receive thread after a dead server's replacement has
+  /// joined (Note [Node recovery]) and this node has reconnected to it.
+  void set_recovery_callback(std::function<void(int id)> cb) { on_recovery_ = std::move(cb); }
+  /// True when this node replaced a dead one: it skips the start barrier.
+  bool recovered() const { return recovered_; }
+  /// Records a failure of this node's own work (as a lost peer would) and
+  /// wakes every wait. Thread-safe.
+  void abort(const std::string& why) { fail(why); }
+
   int my_id() const { return my_id_; }
   int rank() const { return id_to_rank(my_id_); }
   const NodeOptions& options() const { return options_; }
@@ -154,11 +171,22 @@ class Endpoint {
   bool known(int id) const;                                  // in the node table
   void try_release(int group, int app_id, int customer_id);  // scheduler
   std::vector<int> group_ids(int group) const;
+  void terminate_job(int dead_id, const std::string& why);  // scheduler
+  // Note [Node recovery], recovery.cpp.
+  void handle_late_add_node(const NodeInfo& node);  // scheduler
+  void server_lost(int id, std::chrono::steady_clock::time_point now);
+  void match_replacements(std::chrono::steady_clock::time_point now);
+  void check_recovery(std::chrono::steady_clock::time_point now);
+  void apply_recovery_update(const Message& msg);  // others
+  void keep_early_data(Message msg);
+  void replay_early_data();
 
   NodeOptions options_;
   Van van_;
   DataHandler handler_;
   std::function<void(const std::string&)> on_failure_;
+  std::function<void(int)> on_recovery_;
+  std::atomic<bool> recovered_{false};
   std::atomic<int> my_id_{kEmpty};
   std::atomic<int> timestamp_{0};
   int bound_port_ = 0;
@@ -177,6 +205,7 @@ class Endpoint {
   // Receive-thread state.
   std::vector<std::pair<NodeInfo, int>> pending_;  // scheduler: ADD_NODEs, requested rank
   std::map<int, int> barrier_count_;               // scheduler: group -> arrivals
+  std::map<int, std::set<int>> barrier_senders_;   // scheduler: group -> who arrived
   std::set<int> departed_;                         // scheduler: workers that have finished
   std::atomic<int> registered_{0};                 // scheduler: pending_.size(), for messages
   std::map<int, std::chrono::steady_clock::time_point> last_seen_;  // scheduler: heartbeating nodes
@@ -184,6 +213,12 @@ class Endpoint {
   std::chrono::steady_clock::time_point next_heartbeat_{};
   int all_barriers_done_ = 0;  // scheduler: released group-7 barriers; the 2nd is the final one
   int my_all_barriers_ = 0;    // this node's completed group-7 barriers (under barrier_mu_)
+  // Scheduler, Note [Node recovery]: dead servers -> when declared dead;
+  // replacements waiting for one -> when they registered.
+  std::map<int, std::chrono::steady_clock::time_point> dead_servers_;
+  std::vector<std::pair<NodeInfo, std::chrono::steady_clock::time_point>> replacements_;
+  // A replacement: data that arrived before its node table (Note [Node recovery]).
+  std::vector<Message> early_data_;
 };
 
 }  // namespace dtrain::ps

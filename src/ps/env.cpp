@@ -11,7 +11,9 @@
 // non-loopback IPv4 interface (ps-lite's choice). ps-lite's
 // PS_HEARTBEAT_INTERVAL / PS_HEARTBEAT_TIMEOUT (seconds; interval 0 turns
 // heartbeats off) and MXNet's MXNET_KVSTORE_BIGARRAY_BOUND override the
-// options. Every malformed or missing variable is one InvalidArgument line
+// options. DMLC_PS_SNAPSHOT_DIR (dtrain's) turns server snapshots and node
+// recovery on, PS_RECOVERY_TIMEOUT bounds the wait for a replacement (Note
+// [Node recovery]). Every malformed or missing variable is one InvalidArgument line
 // naming it.
 #include "ps/env.h"
 
@@ -105,6 +107,8 @@ JobConfig job_config_from_env(const KVStoreOptions& base, const EnvLookup& env,
   n.heartbeat_timeout = base.heartbeat_timeout;
   n.connect_timeout = base.connect_timeout;
   n.log = base.log;
+  n.snapshot_dir = base.snapshot_dir;
+  n.recovery_timeout = base.recovery_timeout;
   c.bigarray_bound = base.bigarray_bound;
 
   const std::string launch_fix = "set it as MXNet's launch.py or an MXJob does (docs/ps.md)";
@@ -162,6 +166,10 @@ JobConfig job_config_from_env(const KVStoreOptions& base, const EnvLookup& env,
   }
   if (auto s = optional_int(env, "PS_HEARTBEAT_TIMEOUT", 1, 86400)) {
     n.heartbeat_timeout = std::chrono::seconds(*s);
+  }
+  if (auto dir = env("DMLC_PS_SNAPSHOT_DIR"); dir && !dir->empty()) n.snapshot_dir = *dir;
+  if (auto s = optional_int(env, "PS_RECOVERY_TIMEOUT", 1, 86400)) {
+    n.recovery_timeout = std::chrono::seconds(*s);
   }
   if (auto b = optional_int(env, "MXNET_KVSTORE_BIGARRAY_BOUND", 1, 1LL << 40)) {
     c.bigarray_bound = static_cast<size_t>(*b);

@@ -1,5 +1,8 @@
 #include "ps/roles.h"
 
+#include <mutex>
+
+#include "common/strings.h"
 #include "ps/server.h"
 
 namespace dtrain::ps {
@@ -13,22 +16,43 @@ void run_scheduler(const NodeOptions& options) {
 }
 
 void run_server(const NodeOptions& options) {
-  // Made on the receive thread at the first request, when the node table
-  // (and so this server's rank) is known; requests before it are dropped.
+  // Made at the first request or right after start(), whichever is first,
+  // when the node table (and so this server's rank) is known; requests
+  // before it are dropped. With recovery on it then removes (new job) or
+  // loads (a replacement, Note [Node recovery]) the rank's snapshot.
   // Declared before the node, so the node's receive thread ends first.
+  std::mutex mu;  // guards server and broken; held over file I/O, never the network
   std::unique_ptr<KVServer> server;
+  bool broken = false;
   Endpoint node(options);
+  auto make = [&] {
+    if (server) return;
+    auto s = std::make_unique<KVServer>(
+        ServerOptions{node.rank(), options.num_servers, options.num_workers},
+        [&node](int recver, const Message& reply) { node.send(recver, reply); });
+    if (options.recovery()) s->enable_snapshots(options.snapshot_dir, node.recovered());
+    server = std::move(s);
+  };
   node.set_data_handler([&](Message& msg) {
     if (node.my_id() == kEmpty) return;
-    if (!server) {
-      server = std::make_unique<KVServer>(
-          ServerOptions{node.rank(), options.num_servers, options.num_workers},
-          [&node](int recver, const Message& reply) { node.send(recver, reply); });
+    std::lock_guard<std::mutex> lock(mu);
+    if (broken) return;
+    try {
+      make();
+      server->handle(msg);
+    } catch (const std::exception& e) {  // a snapshot that cannot be read or written
+      broken = true;
+      node.abort(cat(node.describe(), ": ", e.what()));
     }
-    server->handle(msg);
   });
   node.start();
-  node.barrier(kAllGroups, options.connect_timeout);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (!broken) make();
+  }
+  node.check_failure();
+  // A replacement skips the start barrier: the others passed it long ago.
+  if (!node.recovered()) node.barrier(kAllGroups, options.connect_timeout);
   node.barrier(kAllGroups, Millis::max());
   node.finish();
 }

@@ -8,6 +8,7 @@
 #include "dtrain/errors.h"
 #include "ps/compression.h"
 #include "ps/half.h"
+#include "ps/snapshot.h"
 
 namespace dtrain::ps {
 
@@ -150,6 +151,7 @@ void KVServer::handle_command(const Message& msg) {
     default:
       return refuse(m, cat("unknown command ", m.head));
   }
+  save_settings();  // Note [Server snapshots]: before the acknowledgement
   Message ack;
   ack.meta = reply_meta(m);
   reply_(m.sender, ack);
@@ -253,9 +255,11 @@ bool KVServer::request_type_ok(int head, int* request_type, int* dtype) const {
 
 void KVServer::accept_push(const Meta& m, int key, uint64_t ps_key, int dtype,
                            std::vector<float> recved) {
+  if (snapshot_ && duplicate_push(m, key, ps_key, dtype)) return;
   auto it = store_.find(key);
   if (it == store_.end()) {  // the first push initialises
     store_[key] = std::move(recved);
+    save_key(key);
     return respond(m, ps_key, dtype, m.pull);
   }
   if (it->second.size() != recved.size()) {
@@ -265,6 +269,7 @@ void KVServer::accept_push(const Meta& m, int key, uint64_t ps_key, int dtype,
   }
   if (!sync_) {
     apply(key, recved, false);
+    save_key(key);
     return respond(m, ps_key, dtype, m.pull);
   }
   UpdateBuf& buf = updates_[key];
@@ -280,6 +285,7 @@ void KVServer::accept_push(const Meta& m, int key, uint64_t ps_key, int dtype,
 void KVServer::complete_round(int key) {
   UpdateBuf& buf = updates_[key];
   apply(key, buf.merged, true);
+  save_key(key);  // Note [Server snapshots]: before any answer of the round
   std::vector<Pending> done = std::move(buf.requests);
   buf.requests.clear();
   for (const auto& p : done) respond(p.meta, p.ps_key, p.dtype, p.meta.pull);

@@ -34,6 +34,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <set>
 #include <string>
 #include <unordered_map>
@@ -71,6 +72,8 @@ bool depair_command(int cmd, int* request_type, int* dtype);
 /// "dtrain-error: " — the body prefix of a refusal.
 extern const char* const kErrorPrefix;
 
+class SnapshotDir;  // snapshot.h
+
 struct ServerOptions {
   int rank = 0;
   int num_servers = 1;
@@ -92,6 +95,15 @@ class KVServer {
   /// The stored fp32 value of a (decoded) key; nullptr if not initialised.
   const std::vector<float>* stored(int key) const;
 
+  /// Note [Server snapshots] (snapshot.h): from now on every change of a
+  /// key or of the settings is written to `dir`/server<rank>/ before it is
+  /// answered, and requests a worker re-sends are recognised. `reload`: load
+  /// the rank's snapshot (a replacement server); otherwise the rank's old
+  /// files are removed (a new job). Throws StoreError naming the file that
+  /// cannot be read, is corrupt, or is another job's. Defined in snapshot.cpp.
+  void enable_snapshots(const std::string& dir, bool reload);
+  ~KVServer();
+
  private:
   struct Pending {
     Meta meta;
@@ -112,6 +124,11 @@ class KVServer {
   void complete_round(int key);
   void respond(const Meta& req, uint64_t ps_key, int dtype, bool with_data);
   void refuse(const Meta& req, const std::string& why);
+  // Note [Server snapshots]: true when `m` re-sends a push already merged
+  // (then it is answered or dropped here). Defined in snapshot.cpp.
+  bool duplicate_push(const Meta& m, int key, uint64_t ps_key, int dtype);
+  void save_key(int key);  // no-ops without a snapshot directory
+  void save_settings();
 
   ServerOptions options_;
   Reply reply_;
@@ -126,6 +143,11 @@ class KVServer {
   std::unordered_map<int, UpdateBuf> updates_;
   std::unordered_map<uint64_t, float> default_store_;  // ps-lite's default handle
   std::set<int> departed_;  // workers that have finished (Note [Leaving early])
+  // Note [Server snapshots]: key -> worker id -> timestamp of its last merged
+  // push; key -> updates applied (SnapshotKey::updates). Kept only with a snapshot directory.
+  std::unordered_map<int, std::map<int, int>> last_push_;
+  std::unordered_map<int, uint64_t> updates_applied_;
+  std::unique_ptr<SnapshotDir> snapshot_;
 };
 
 }  // namespace dtrain::ps

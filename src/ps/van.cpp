@@ -94,7 +94,7 @@ int Van::bind(const std::string& host, int port) {
   return static_cast<int>(bound);
 }
 
-void Van::connect(int peer_id, const std::string& host, int port, int my_id) {
+void Van::connect(int peer_id, const std::string& host, int port, int my_id, bool drop_queued) {
   void* s = zmq_socket(context_, ZMQ_DEALER);
   if (!s) throw DistError(cat("cannot create a ZeroMQ socket: ", zmq_error(), " (ulimit -n?)"));
   // Never block a sender on a slow or dead peer: an unbounded queue, and the
@@ -113,7 +113,7 @@ void Van::connect(int peer_id, const std::string& host, int port, int my_id) {
   }
   std::lock_guard<std::mutex> lock(mu_);
   auto it = senders_.find(peer_id);
-  if (it != senders_.end()) close_socket(it->second, linger_ms_);
+  if (it != senders_.end()) close_socket(it->second, drop_queued ? 0 : linger_ms_.load());
   senders_[peer_id] = s;
 }
 

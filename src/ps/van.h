@@ -37,8 +37,10 @@ class Van {
 
   /// Opens (or reopens) the DEALER to node `peer_id` at host:port, with
   /// identity "ps<my_id>" (none when my_id is kEmpty). Never blocks: ZeroMQ
-  /// connects, and retries, in the background.
-  void connect(int peer_id, const std::string& host, int port, int my_id);
+  /// connects, and retries, in the background. `drop_queued`: messages still
+  /// queued on a DEALER this one replaces are discarded instead of flushed
+  /// (its peer died; Note [Node recovery]).
+  void connect(int peer_id, const std::string& host, int port, int my_id, bool drop_queued = false);
 
   /// Queues `msg` to node `peer_id`. False when there is no DEALER to it.
   bool send(int peer_id, const Message& msg);

@@ -43,6 +43,7 @@ class DistKVStore : public KVStore {
       : config_(config), sync_(sync), timeout_(timeout), node_(config.node) {
     node_.set_data_handler([this](Message& msg) { on_response(msg); });
     node_.set_failure_callback([this](const std::string& why) { fail_all(why); });
+    node_.set_recovery_callback([this](int id) { resend_to(id); });
     node_.start();
     node_.barrier(kAllGroups, config_.node.connect_timeout);
     if (sync_ && rank() == 0) command(ServerCommand::kSyncMode, "");
@@ -177,6 +178,9 @@ class DistKVStore : public KVStore {
     std::shared_ptr<KVHandle::State> state;
     std::vector<Part> parts;
     Values out;
+    // Note [Node recovery] (recovery.cpp), with recovery on only: server id
+    // -> the message it has not answered yet, to re-send to a replacement.
+    std::map<int, Message> unanswered;
   };
 
   void check_open() const {
@@ -256,12 +260,7 @@ class DistKVStore : public KVStore {
     state->what = cat(op, " of key ", key, " (", describe_parts(parts), ")");
     state->remaining = static_cast<int>(parts.size());
     const int ts = node_.new_timestamp();
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      const std::string lost = node_.failure();
-      if (!lost.empty()) throw PeerLostError(lost);
-      pending_[ts] = Request{state, parts, pull ? *pull : Values{}};
-    }
+    std::vector<Message> messages;
     for (const Part& p : parts) {
       Message msg;
       msg.meta.app_id = 0;
@@ -284,8 +283,13 @@ class DistKVStore : public KVStore {
         msg.add_data(&p.ps_key, 1, DataType::kUint64);
         msg.add_data(&kNothing, 0, DataType::kChar);
       }
-      if (!node_.send(p.server_id, msg)) {
-        state->fail(cat(state->what, ": no connection to server ", id_to_rank(p.server_id)), false);
+      messages.push_back(std::move(msg));
+    }
+    track(ts, Request{state, parts, pull ? *pull : Values{}, {}}, messages, parts);
+    for (size_t i = 0; i < parts.size(); ++i) {
+      if (!node_.send(parts[i].server_id, messages[i])) {
+        state->fail(cat(state->what, ": no connection to server ", id_to_rank(parts[i].server_id)),
+                    false);
       }
     }
     return KVHandle(state);
@@ -313,10 +317,8 @@ class DistKVStore : public KVStore {
     state->what = cat("server command ", static_cast<int>(cmd));
     state->remaining = config_.node.num_servers;
     const int ts = node_.new_timestamp();
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      pending_[ts] = Request{state, {}, Values{}};
-    }
+    std::vector<Message> messages;
+    std::vector<Part> servers;
     for (int r = 0; r < config_.node.num_servers; ++r) {
       Message msg;
       msg.meta.simple_app = true;
@@ -326,9 +328,40 @@ class DistKVStore : public KVStore {
       msg.meta.app_id = 0;
       msg.meta.customer_id = 0;
       msg.meta.timestamp = ts;
-      node_.send(server_rank_to_id(r), msg);
+      messages.push_back(std::move(msg));
+      servers.push_back(Part{server_rank_to_id(r), 0, 0, 0});
     }
+    track(ts, Request{state, {}, Values{}, {}}, messages, servers);
+    for (size_t i = 0; i < servers.size(); ++i) node_.send(servers[i].server_id, messages[i]);
     KVHandle(state).wait(timeout_);
+  }
+
+  // Registers request `ts` before its messages leave, so no answer (and no
+  // recovery) can miss it; with recovery on, keeps a copy of each message.
+  void track(int ts, Request req, const std::vector<Message>& messages,
+             const std::vector<Part>& to) {
+    std::lock_guard<std::mutex> lock(mu_);
+    const std::string lost = node_.failure();
+    if (!lost.empty()) throw PeerLostError(lost);
+    if (config_.node.recovery()) {
+      for (size_t i = 0; i < to.size(); ++i) req.unanswered[to[i].server_id] = messages[i];
+    }
+    pending_[ts] = std::move(req);
+  }
+
+  // Note [Node recovery]: a replacement of server `id` has joined; re-send
+  // what the dead one had not answered, in the order it was first sent.
+  void resend_to(int id) {
+    std::vector<Message> again;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (const auto& [ts, req] : pending_) {
+        auto it = req.unanswered.find(id);
+        if (it != req.unanswered.end()) again.push_back(it->second);
+      }
+    }
+    for (const Message& m : again) node_.send(id, m);
+    log(cat("re-sent ", again.size(), " unanswered requests to ", node_.describe(id)));
   }
 
   // The receive thread: match a response to its request by timestamp.
@@ -339,6 +372,9 @@ class DistKVStore : public KVStore {
     auto it = pending_.find(m.timestamp);
     if (it == pending_.end()) return;  // a late answer to an abandoned request
     Request& req = it->second;
+    // With recovery on, a second answer of a server (to a re-sent copy) is
+    // dropped: the first one counted.
+    if (config_.node.recovery() && req.unanswered.erase(m.sender) == 0) return;
     auto state = req.state;
     std::string error;
     if (m.body.rfind(kErrorPrefix, 0) == 0) {

@@ -271,6 +271,26 @@ TEST_F(Cli, PsSchedulerAndServerServeAJobAndExitZeroWhenItEnds) {
   EXPECT_EQ(r.code, 0) << r.output;
 }
 
+TEST_F(Cli, PsServerWithSnapshotDirWritesItsShardThere) {
+  const int port = free_tcp_port();
+  const std::string dir = ::testing::TempDir() + "cli_ps_snap_" + std::to_string(::getpid());
+  std::filesystem::remove_all(dir);
+  const std::string env = dmlc_env(port, 1, 2);
+  const std::string node = DTRAIN_BINARY_DIR "/tests/ps/ps_node";
+  const std::string dtrain_bin = DTRAIN_BINARY_DIR "/dtrain";
+  const std::string workers_env = env + "DMLC_PS_SNAPSHOT_DIR=" + dir + " DMLC_ROLE=worker ";
+  const std::string script =
+      "rc=0; " + env + dtrain_bin + " ps scheduler --snapshot-dir " + dir + " & s=$!; " + env +
+      dtrain_bin + " ps server --snapshot-dir " + dir + " & v=$!; " + workers_env +
+      "PS_NODE_STEPS=5 " + node + " & a=$!; " + workers_env + "PS_NODE_STEPS=5 " + node +
+      " & b=$!; for p in $s $v $a $b; do wait $p || rc=$((rc+1)); done; exit $rc";
+  Result r = run_bounded("bash -c '" + script + "'", 60);
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_TRUE(std::filesystem::exists(dir + "/server0/settings.bin")) << r.output;
+  EXPECT_TRUE(std::filesystem::exists(dir + "/server0/key0.bin")) << r.output;
+  std::filesystem::remove_all(dir);
+}
+
 TEST_F(Cli, PsServerWithoutServersInTheJobIsAOneLineUsageError) {
   Result r = dtrain_with_env(dmlc_env(9, 0, 1), "ps server");
   EXPECT_EQ(r.code, 2) << r.output;

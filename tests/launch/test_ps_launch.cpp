@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <csignal>
@@ -16,6 +17,7 @@
 #include <CLI/CLI.hpp>
 
 #include "cli/commands.h"
+#include "common/strings.h"
 #include "dtrain/errors.h"
 #include "dtrain/launch.h"
 #include "launch_test_util.h"
@@ -79,6 +81,37 @@ TEST(PsLaunch, ACrashingWorkerIsTheRootCauseAndStopsTheSchedulerAndServers) {
   EXPECT_EQ(result.summary().back(), "root cause: worker rank 1 (pid " + pid1 +
                                          ") failed first: exit code 3; 4 other process(es) stopped");
   EXPECT_THAT(::testing::PrintToString(result.summary()), HasSubstr("server 1 (pid "));
+  expect_nothing_left(result);
+}
+
+TEST(PsLaunch, WithASnapshotDirADeadServerIsRestartedAloneAndTheJobFinishes) {
+  TempDir dir;
+  WorkerRun run(dir, 2, {});
+  run.options.ps_servers = 2;
+  std::vector<std::string> env = {"DMLC_PS_SNAPSHOT_DIR=" + dir.file("snapshots")};
+  for (char** e = environ; *e; ++e) env.emplace_back(*e);
+  run.options.environment = env;
+  run.options.command = ps_node_command(
+      {"PS_NODE_STEPS=150", "PS_NODE_OPTIMIZER=sgd lr=0.05 momentum=0.9", "PS_NODE_BIG=3000",
+       "MXNET_KVSTORE_BIGARRAY_BOUND=1000", "PS_HEARTBEAT_TIMEOUT=5",
+       "PS_NODE_KILL_ONE_SERVER=" + dir.file("killed"), "PS_NODE_KILL_AFTER_MS=1000"});
+  LaunchResult result = launch(run.options);
+  const std::string err = run.err();
+  EXPECT_TRUE(result.succeeded()) << ::testing::PrintToString(result.summary()) << err;
+  ASSERT_TRUE(std::filesystem::exists(dir.file("killed"))) << err;
+  const auto restarted = err.find("killed by SIGKILL; restarted it alone as pid");
+  ASSERT_NE(restarted, std::string::npos) << err;
+  // Mid-job: no worker had finished when the server died.
+  EXPECT_LT(restarted, err.find("final")) << err;
+  // Both workers end with the same weights.
+  auto final_values = [&](int rank) {
+    const std::string tag = cat("ps_node: worker ", rank, " final");
+    const auto at = err.find(tag);
+    if (at == std::string::npos) return std::string("none");
+    return err.substr(at + tag.size(), err.find('\n', at) - at - tag.size());
+  };
+  EXPECT_NE(final_values(0), "none") << err;
+  EXPECT_EQ(final_values(0), final_values(1));
   expect_nothing_left(result);
 }
 
