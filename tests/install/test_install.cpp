@@ -13,6 +13,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <regex>
@@ -49,9 +50,9 @@ const ShellRun& install_and_build_examples() {
                             "' -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_COMPILER='" CXX_COMPILER
                             "' -DCMAKE_PREFIX_PATH=" +
                             quote(kPrefix) + " -DTorch_DIR='" TORCH_DIR "'";
-    if (std::string(CXX_LAUNCHER).size() > 0) {
-      configure += " '-DCMAKE_CXX_COMPILER_LAUNCHER=" CXX_LAUNCHER "'";
-    }
+    std::string launcher = CXX_LAUNCHER;  // a CMake list, '|' for ';'
+    std::replace(launcher.begin(), launcher.end(), '|', ';');
+    if (!launcher.empty()) configure += " '-DCMAKE_CXX_COMPILER_LAUNCHER=" + launcher + "'";
     const std::string steps = "cmake --install " + quote(DTRAIN_BINARY_DIR) + " --prefix " +
                               quote(kPrefix) + " && " + "{ test -f " +
                               quote(kExamplesBuild / "CMakeCache.txt") + " || " + configure +
