@@ -12,10 +12,12 @@
 // next run).
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <regex>
 #include <set>
 
@@ -44,19 +46,20 @@ std::string quote(const fs::path& p) { return "'" + p.string() + "'"; }
 const ShellRun& install_and_build_examples() {
   static const ShellRun result = [] {
     fs::create_directories(kWork);
-    std::string configure = "cmake -S " + quote(kPrefix / INSTALL_DOCDIR / "examples") + " -B " +
-                            quote(kExamplesBuild) +
-                            " -G '" CMAKE_GENERATOR
-                            "' -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_COMPILER='" CXX_COMPILER
-                            "' -DCMAKE_PREFIX_PATH=" +
-                            quote(kPrefix) + " -DTorch_DIR='" TORCH_DIR "'";
+    std::string configure =
+        "'" CMAKE_COMMAND "' -S " + quote(kPrefix / INSTALL_DOCDIR / "examples") + " -B " +
+        quote(kExamplesBuild) +
+        " -G '" CMAKE_GENERATOR "' -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_COMPILER='" CXX_COMPILER
+        "' -DCMAKE_PREFIX_PATH=" +
+        quote(kPrefix) + " -DTorch_DIR='" TORCH_DIR "'";
     std::string launcher = CXX_LAUNCHER;  // a CMake list, '|' for ';'
     std::replace(launcher.begin(), launcher.end(), '|', ';');
     if (!launcher.empty()) configure += " '-DCMAKE_CXX_COMPILER_LAUNCHER=" + launcher + "'";
-    const std::string steps = "cmake --install " + quote(DTRAIN_BINARY_DIR) + " --prefix " +
-                              quote(kPrefix) + " && " + "{ test -f " +
+    const std::string steps = "'" CMAKE_COMMAND "' --install " + quote(DTRAIN_BINARY_DIR) +
+                              " --prefix " + quote(kPrefix) + " && " + "{ test -f " +
                               quote(kExamplesBuild / "CMakeCache.txt") + " || " + configure +
-                              "; } && " + "nice cmake --build " + quote(kExamplesBuild) + " -j2";
+                              "; } && " + "nice '" CMAKE_COMMAND "' --build " +
+                              quote(kExamplesBuild) + " -j2";
     return run_shell("timeout -k 5 1200 flock " + quote(kWork / "lock") + " sh -c \"" + steps +
                      "\" 2>&1");
   }();
@@ -125,19 +128,51 @@ ShellRun dpkg_deb(const std::string& flag, const fs::path& deb) {
   return run_shell("dpkg-deb " + flag + " " + quote(deb) + " 2>&1");
 }
 
-TEST(DebianPackage, HoldsHeadersLibrariesTheCMakePackageAndTheCliAndNamesItsDebianDependencies) {
-  if (std::system("command -v dpkg-deb > /dev/null 2>&1") != 0) GTEST_SKIP() << "no dpkg-deb";
-  const fs::path out = kWork / "deb";
-  fs::remove_all(out);
-  const ShellRun pack = run_shell("timeout -k 5 600 cpack -G DEB --config " +
-                                  quote(fs::path(DTRAIN_BINARY_DIR) / "CPackConfig.cmake") +
-                                  " -B " + quote(out) + " 2>&1");
-  ASSERT_EQ(pack.code, 0) << pack.output;
+/// This process's Debian package, made once into a folder of its own (tests
+/// may run at once) that is removed when the process ends, and unpacked
+/// there with dpkg-deb -x.
+struct DebBuild {
+  ShellRun pack;
   std::vector<fs::path> debs;
-  for (const auto& f : fs::directory_iterator(out)) {
-    if (f.path().extension() == ".deb") debs.push_back(f.path());
-  }
-  ASSERT_EQ(debs.size(), 1u) << pack.output;
+  fs::path unpacked;
+};
+
+class RemoveAtExit : public ::testing::Environment {
+ public:
+  static fs::path dir() { return kWork / ("deb-" + std::to_string(::getpid())); }
+  void TearDown() override { fs::remove_all(dir()); }
+};
+const auto* const kRemoveDebDir = ::testing::AddGlobalTestEnvironment(new RemoveAtExit);
+
+const DebBuild& build_deb() {
+  static const DebBuild result = [] {
+    DebBuild b;
+    const fs::path out = RemoveAtExit::dir();
+    fs::remove_all(out);
+    b.pack = run_shell("timeout -k 5 600 '" CPACK_COMMAND "' -G DEB --config " +
+                       quote(fs::path(DTRAIN_BINARY_DIR) / "CPackConfig.cmake") + " -B " +
+                       quote(out) + " 2>&1");
+    if (b.pack.code != 0) return b;
+    for (const auto& f : fs::directory_iterator(out)) {
+      if (f.path().extension() == ".deb") b.debs.push_back(f.path());
+    }
+    if (b.debs.size() != 1) return b;
+    b.unpacked = out / "unpacked";
+    const ShellRun x = run_shell("dpkg-deb -x " + quote(b.debs[0]) + " " + quote(b.unpacked));
+    if (x.code != 0) b.unpacked.clear();
+    return b;
+  }();
+  return result;
+}
+
+bool have_dpkg_deb() { return std::system("command -v dpkg-deb > /dev/null 2>&1") == 0; }
+
+TEST(DebianPackage, HoldsHeadersLibrariesTheCMakePackageAndTheCliAndNamesItsDebianDependencies) {
+  if (!have_dpkg_deb()) GTEST_SKIP() << "no dpkg-deb";
+  const DebBuild& deb = build_deb();
+  ASSERT_EQ(deb.pack.code, 0) << deb.pack.output;
+  const auto& debs = deb.debs;
+  ASSERT_EQ(debs.size(), 1u) << deb.pack.output;
   EXPECT_EQ(debs[0].filename().string().rfind("dtrain_" DTRAIN_VERSION "_", 0), 0u) << debs[0];
 
   const ShellRun contents = dpkg_deb("-c", debs[0]);
@@ -173,6 +208,25 @@ TEST(DebianPackage, HoldsHeadersLibrariesTheCMakePackageAndTheCliAndNamesItsDebi
   if (DEB_NEEDS_LIBTORCH) {  // built with Debian's LibTorch
     EXPECT_NE(depends[1].str().find("libtorch-dev (>= "), std::string::npos) << depends[1];
   }
+}
+
+TEST(DebianPackage, ItsCMakePackageConfiguresTheExamplesFromTheUnpackedTree) {
+  if (!have_dpkg_deb()) GTEST_SKIP() << "no dpkg-deb";
+  const DebBuild& deb = build_deb();
+  ASSERT_FALSE(deb.unpacked.empty()) << deb.pack.output;
+  const fs::path usr = deb.unpacked / "usr";
+  const fs::path build = RemoveAtExit::dir() / "examples";
+  const ShellRun r =
+      run_shell("timeout -k 5 300 '" CMAKE_COMMAND "' -S " +
+                quote(usr / INSTALL_DOCDIR / "examples") + " -B " + quote(build) +
+                " -DCMAKE_PREFIX_PATH=" + quote(usr) + " -DTorch_DIR='" TORCH_DIR "' 2>&1");
+  ASSERT_EQ(r.code, 0) << r.output;
+  // find_package(dtrain) found the unpacked package, not another one.
+  std::ifstream cache(build / "CMakeCache.txt");
+  const std::string text((std::istreambuf_iterator<char>(cache)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("dtrain_DIR:PATH=" + (usr / INSTALL_LIBDIR / "cmake/dtrain").string()),
+            std::string::npos)
+      << r.output;
 }
 
 }  // namespace
