@@ -1,0 +1,161 @@
+# Installation and packaging (docs/install.md):
+#   cmake --install build [--prefix P]   headers, the component libraries, the
+#                                        dtrain CLI, the examples' sources and
+#                                        a CMake package: find_package(dtrain)
+#                                        gives dtrain::dtrain
+#   cpack -G DEB --config build/CPackConfig.cmake   the same as a .deb
+# Included by the top CMakeLists.txt after every component's target exists.
+
+include(GNUInstallDirs)
+include(CMakePackageConfigHelpers)
+
+set(DTRAIN_INSTALL_CMAKEDIR "${CMAKE_INSTALL_LIBDIR}/cmake/dtrain"
+    CACHE STRING "Where the CMake package (dtrainConfig.cmake) is installed, relative to the prefix")
+
+# pkg_check_modules prefixes of the imported targets the components link, and
+# the pkg-config module each stands for: dtrainConfig.cmake creates the same
+# PkgConfig::<prefix> targets in the user's project.
+set(_dtrain_pkgconfig_modules ZMQ=libzmq DTRAIN_TURBOJPEG=libturbojpeg DTRAIN_PNG=libpng
+                              DTRAIN_JPEG=libjpeg)
+
+# Note [Installed include directories]
+# dtrain_library() gives each component the source tree's include/ (and, while
+# src/ is still a public include directory, src/) and the generated config.h's
+# folder. An exported target may not name source or build paths, so here
+# each is kept for the build tree only ($<BUILD_INTERFACE:...>) and the
+# installed include/ is added. Done here rather than in dtrain_library() so the
+# component CMakeLists stay as they are; src/ is never installed.
+function(_dtrain_export_include_dirs target)
+  get_target_property(dirs ${target} INTERFACE_INCLUDE_DIRECTORIES)
+  set(wrapped)
+  foreach(dir IN LISTS dirs)
+    if(dir MATCHES "^\\$<")
+      list(APPEND wrapped "${dir}")
+    else()
+      list(APPEND wrapped "$<BUILD_INTERFACE:${dir}>")
+    endif()
+  endforeach()
+  list(APPEND wrapped "$<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>")
+  set_target_properties(${target} PROPERTIES INTERFACE_INCLUDE_DIRECTORIES "${wrapped}")
+endfunction()
+
+# The find_dependency() and pkg_check_modules() lines dtrainConfig.cmake needs
+# for the imported targets in the components' link interfaces.
+function(_dtrain_config_dependencies components out)
+  set(pkg_prefixes)
+  set(need_png OFF)
+  foreach(component IN LISTS components)
+    get_target_property(libs dtrain_${component} INTERFACE_LINK_LIBRARIES)
+    foreach(lib IN LISTS libs)
+      if(lib MATCHES "PkgConfig::([A-Za-z0-9_]+)")
+        list(APPEND pkg_prefixes ${CMAKE_MATCH_1})
+      elseif(lib MATCHES "PNG::PNG")
+        set(need_png ON)
+      endif()
+    endforeach()
+  endforeach()
+  list(REMOVE_DUPLICATES pkg_prefixes)
+  set(text "")
+  if(need_png)
+    string(APPEND text "find_dependency(PNG)\n")
+  endif()
+  if(pkg_prefixes)
+    string(APPEND text "find_dependency(PkgConfig)\n")
+  endif()
+  foreach(prefix IN LISTS pkg_prefixes)
+    set(module "")
+    foreach(pair IN LISTS _dtrain_pkgconfig_modules)
+      if(pair MATCHES "^${prefix}=(.+)$")
+        set(module ${CMAKE_MATCH_1})
+      endif()
+    endforeach()
+    if(NOT module)
+      message(FATAL_ERROR "cmake/install.cmake: PkgConfig::${prefix} is linked by a dtrain component "
+                          "but has no pkg-config module in _dtrain_pkgconfig_modules: add it there")
+    endif()
+    string(APPEND text "if(NOT TARGET PkgConfig::${prefix})\n"
+                       "  pkg_check_modules(${prefix} REQUIRED QUIET IMPORTED_TARGET ${module})\n"
+                       "endif()\n")
+  endforeach()
+  set(${out} "${text}" PARENT_SCOPE)
+endfunction()
+
+# dtrain_install(COMPONENTS ...): install rules for the component libraries,
+# the umbrella target dtrain_all (exported as dtrain::dtrain), the CLI, the
+# public headers, the examples and the CMake package.
+function(dtrain_install)
+  cmake_parse_arguments(A "" "" "COMPONENTS" ${ARGN})
+  set(targets)
+  foreach(component IN LISTS A_COMPONENTS)
+    _dtrain_export_include_dirs(dtrain_${component})
+    set_target_properties(dtrain_${component} PROPERTIES EXPORT_NAME ${component})
+    list(APPEND targets dtrain_${component})
+  endforeach()
+  set_target_properties(dtrain_all PROPERTIES EXPORT_NAME dtrain)
+  install(TARGETS ${targets} dtrain_all EXPORT dtrainTargets
+          ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
+          LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
+  install(EXPORT dtrainTargets NAMESPACE dtrain:: DESTINATION ${DTRAIN_INSTALL_CMAKEDIR})
+
+  # The CLI finds a LibTorch outside the system's folders (e.g. a wheel's) as
+  # it did in the build tree.
+  set_target_properties(dtrain PROPERTIES INSTALL_RPATH_USE_LINK_PATH TRUE)
+  install(TARGETS dtrain RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+
+  install(DIRECTORY ${DTRAIN_ROOT}/include/dtrain DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
+          FILES_MATCHING PATTERN "*.h")
+  install(FILES ${CMAKE_BINARY_DIR}/generated/dtrain/config.h
+          DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/dtrain)
+  # examples/ builds on its own against the installed package (its
+  # CMakeLists.txt calls find_package(dtrain) when it is the top project).
+  install(DIRECTORY ${DTRAIN_ROOT}/examples/ DESTINATION ${CMAKE_INSTALL_DOCDIR}/examples)
+  install(FILES ${DTRAIN_ROOT}/README.md DESTINATION ${CMAKE_INSTALL_DOCDIR})
+
+  _dtrain_config_dependencies("${A_COMPONENTS}" DTRAIN_CONFIG_DEPENDENCIES)
+  set(DTRAIN_TORCH_DIR_HINT "${Torch_DIR}")
+  configure_package_config_file(${DTRAIN_ROOT}/cmake/dtrainConfig.cmake.in
+    ${CMAKE_BINARY_DIR}/generated/dtrainConfig.cmake
+    INSTALL_DESTINATION ${DTRAIN_INSTALL_CMAKEDIR})
+  # 0.x: a minor release may change the API.
+  write_basic_package_version_file(${CMAKE_BINARY_DIR}/generated/dtrainConfigVersion.cmake
+    VERSION ${PROJECT_VERSION} COMPATIBILITY SameMinorVersion)
+  install(FILES ${CMAKE_BINARY_DIR}/generated/dtrainConfig.cmake
+                ${CMAKE_BINARY_DIR}/generated/dtrainConfigVersion.cmake
+          DESTINATION ${DTRAIN_INSTALL_CMAKEDIR})
+endfunction()
+
+# ---- Debian package (cpack -G DEB) -------------------------------------------
+# One package, "dtrain": static libraries, headers and the CMake package (so
+# it depends on the -dev packages their link interface names) and the CLI.
+# Installed under /usr; the libraries in /usr/lib, the package in
+# /usr/lib/cmake/dtrain, where find_package looks.
+set(CPACK_PACKAGE_NAME dtrain)
+set(CPACK_PACKAGE_VERSION ${PROJECT_VERSION})
+set(CPACK_PACKAGE_DESCRIPTION_SUMMARY
+    "Distributed data-parallel training in C++ on LibTorch (library, headers, CLI)")
+set(CPACK_PACKAGE_DESCRIPTION
+    "DDP-style reducer, Horovod-style optimizer, parameter server, torchrun-compatible \
+launcher (dtrain run), image pipeline and trainer. find_package(dtrain) and \
+target_link_libraries(app dtrain::dtrain) link a program against it.")
+set(CPACK_PACKAGE_CONTACT "dtrain developers")
+set(CPACK_PACKAGING_INSTALL_PREFIX /usr)
+set(CPACK_GENERATOR DEB)
+set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
+set(CPACK_DEBIAN_PACKAGE_SECTION libdevel)
+# What the installed CMake package finds (find_dependency in dtrainConfig.cmake),
+# as Debian 12 names it; libtorch-dev only when this build used Debian's
+# LibTorch (a wheel's LibTorch is not a Debian package).
+set(_dtrain_deb_depends
+    "nlohmann-json3-dev (>= 3), prometheus-cpp-dev, zlib1g-dev, libturbojpeg0-dev, "
+    "libjpeg62-turbo-dev, libpng-dev, libzmq3-dev, pkgconf | pkg-config")
+string(REPLACE ";" "" _dtrain_deb_depends "${_dtrain_deb_depends}")
+get_filename_component(_dtrain_torch_real "${TORCH_INSTALL_PREFIX}" REALPATH)
+if(_dtrain_torch_real MATCHES "^/usr(/|$)" AND NOT _dtrain_torch_real MATCHES "^/usr/local(/|$)")
+  set(DTRAIN_DEB_NEEDS_LIBTORCH ON)
+  string(REGEX MATCH "^[0-9]+\\.[0-9]+" _dtrain_torch_mm "${Torch_VERSION}")
+  set(_dtrain_deb_depends "libtorch-dev (>= ${_dtrain_torch_mm}), ${_dtrain_deb_depends}")
+else()
+  set(DTRAIN_DEB_NEEDS_LIBTORCH OFF)
+endif()
+set(CPACK_DEBIAN_PACKAGE_DEPENDS "${_dtrain_deb_depends}")
+include(CPack)
