@@ -47,7 +47,7 @@
 #include <vector>
 
 #include <ATen/ATen.h>
-#include <torch/csrc/autograd/grad_mode.h>
+#include <torch/utils.h>
 
 #include "common/strings.h"
 #include "dtrain/errors.h"
