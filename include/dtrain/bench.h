@@ -81,6 +81,14 @@ struct TrainBenchOptions {
   int tensorboard_every = 10;
   /// Chrome trace per rank, as DdpBenchOptions::timeline; empty: none.
   std::string timeline;
+  /// Gradients through a parameter server instead of DDP's allreduce
+  /// (TrainOptions::kvstore, dtrain/train.h): empty, "local", "dist_sync",
+  /// "dist_async" or "dist_device_sync"; with DMLC_ROLE=scheduler or server
+  /// the call serves that role and exits the process.
+  std::string kvstore;
+  /// TrainOptions::kvstore_optimizer: "auto", "worker" or "server" (SGD with
+  /// lr 0.01 and momentum 0.9 on the servers).
+  std::string kvstore_optimizer = "auto";
 };
 
 struct TrainBenchResult {
@@ -109,7 +117,7 @@ using TrainBenchPrinter = std::function<void(const std::string& line)>;
 TrainBenchResult run_train_bench(const TrainBenchOptions& options, const ProcessGroup& pg,
                                  const TrainBenchPrinter& print = {});
 /// {"impl": "dtrain", "bench": "train", "model", "world_size", "batch_size",
-/// "image_size", "num_classes", "amp", "channels_last", "threads", "device",
+/// "image_size", "num_classes", "amp", "channels_last", "threads", "device", "kvstore",
 /// "steps", "warmup_steps", "images_per_sec", "step_ms", "final_loss",
 /// "loss_scale"}: also a `dtrain bench scaling --from` input.
 std::string to_json(const TrainBenchResult& r);

@@ -28,6 +28,7 @@
 #include "dtrain/comm.h"
 #include "dtrain/data.h"
 #include "dtrain/ddp.h"
+#include "dtrain/kvstore.h"
 #include "dtrain/lr_schedule.h"
 #include "dtrain/optim.h"
 
@@ -102,6 +103,28 @@ struct TrainOptions {
   int accumulation_steps = 1;
   /// Reducer options (bucket sizes, comm hook, ...).
   DdpOptions ddp;
+  /// Parameter-server training (docs/ps.md, dtrain/kvstore_ddp.h): empty
+  /// (the default) reduces gradients with DDP's allreduce over the process
+  /// group; "dist_sync", "dist_async", "dist_device_sync" or "local" sends
+  /// each DDP bucket through KVStore::create(kvstore) instead, pushed as it
+  /// fills during backward and pulled before backward returns (ddp.comm_hook
+  /// is then ignored). The job's workers must be the group's ranks
+  /// (`dtrain run --ps-servers S` sets DMLC_* and RANK/WORLD_SIZE alike).
+  /// With DMLC_ROLE=scheduler or server, train() serves that role and exits
+  /// the process (KVStore::create's contract).
+  std::string kvstore;
+  /// Where the optimizer runs under a kvstore: "worker" (the servers sum,
+  /// every worker steps its own optimizer on the averaged gradient: any
+  /// optimizer, schedule, clipping or AMP; results equal DDP's), "server"
+  /// (MXNet's update_on_kvstore: the servers run SGD with optimizer.lr,
+  /// momentum and weight_decay, constant schedule, no clipping or fp16; the
+  /// momentum is not checkpointed), or "auto" (server for dist_async, else
+  /// worker).
+  std::string kvstore_optimizer = "auto";
+  /// Timeouts and heartbeats of the store.
+  KVStoreOptions kvstore_options;
+  /// Where the store reads DMLC_*; empty: the process environment.
+  EnvLookup kvstore_env;
   /// When not empty, rank 0 writes one JSON object per epoch here (keys
   /// epoch, train_loss, test_acc, images_per_sec, epoch_seconds,
   /// world_size); the file is created (truncated) before training starts,

@@ -20,6 +20,7 @@
 #include "dtrain/summary.h"
 #include "dtrain/timeline.h"
 #include "dtrain/train.h"
+#include "train/kv_sync.h"
 
 namespace dtrain {
 namespace {
@@ -36,6 +37,19 @@ std::string fixed(double v, int digits) {
   return buf;
 }
 
+// The bench's optimizer (SGD, lr 0.01, momentum 0.9) and kvstore, as the
+// trainer's options, so that --kvstore means the same in both.
+TrainOptions as_train_options(const TrainBenchOptions& o) {
+  TrainOptions t;
+  t.optimizer.name = "sgd";
+  t.optimizer.lr = 0.01;
+  t.optimizer.momentum = 0.9;
+  t.amp = o.amp;
+  t.kvstore = o.kvstore;
+  t.kvstore_optimizer = o.kvstore_optimizer;
+  return t;
+}
+
 void check_options(const TrainBenchOptions& o) {
   if (o.batch_size < 1 || o.steps < 1 || o.warmup_steps < 0 || o.image_size < 0 ||
       o.num_classes < 1 || o.display_every < 1 || o.tensorboard_every < 1 || o.threads < 0) {
@@ -47,6 +61,7 @@ void check_options(const TrainBenchOptions& o) {
   if (o.amp != "none" && o.amp != "bf16" && o.amp != "fp16") {
     throw InvalidArgument(cat("bench train: --amp '", o.amp, "' is not one of none, bf16, fp16"));
   }
+  detail::validate_kvstore(as_train_options(o));
 }
 
 }  // namespace
@@ -90,6 +105,10 @@ TrainBenchResult run_train_bench(const TrainBenchOptions& o, const ProcessGroup&
   if (o.channels_last) to_channels_last(*model);
   DdpOptions dopt;
   dopt.bucket_observer = timeline_bucket_observer(tl.get());
+  const TrainOptions kv_options = as_train_options(o);
+  std::unique_ptr<detail::KvSync> kv =
+      detail::KvSync::open(kv_options, pg, *model, kv_options.optimizer.lr);
+  if (kv) dopt.comm_hook = kv->hook();
   DistributedDataParallel<ImageClassifier> ddp(model, pg, dopt);
   torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.01).momentum(0.9));
   GradScalerOptions so;
@@ -120,8 +139,12 @@ TrainBenchResult run_train_bench(const TrainBenchOptions& o, const ProcessGroup&
     }
     {
       TimelineSpan s(tl.get(), "optimizer step");
-      scaler.step(opt);
-      scaler.update();
+      if (kv && kv->updates_on_servers()) {
+        kv->step();  // the servers' SGD: their weights into the model
+      } else {
+        scaler.step(opt);
+        scaler.update();
+      }
     }
     return loss;
   };
@@ -134,6 +157,7 @@ TrainBenchResult run_train_bench(const TrainBenchOptions& o, const ProcessGroup&
   say(cat("AMP:         ", o.amp, ", memory format ",
           o.channels_last ? "channels_last" : "contiguous"));
   say(cat("Optimizer:   sgd (momentum 0.9), synthetic data"));
+  say(cat("Gradients:   ", kv ? kv->describe() : std::string("DDP allreduce")));
   say(cat("Warm-up:     ", o.warmup_steps, " steps, timed: ", o.steps, " steps"));
   at::Tensor loss;
   for (int i = 0; i < o.warmup_steps; ++i) loss = step();
@@ -177,6 +201,7 @@ TrainBenchResult run_train_bench(const TrainBenchOptions& o, const ProcessGroup&
   r.step_ms = total_s * 1000.0 / o.steps;
   r.images_per_sec = images_per_step * o.steps / total_s;
   r.loss_scale = scaler.is_enabled() ? scaler.get_scale() : 1.0;
+  if (kv) kv->close();
   if (tb) tb->flush();
   if (tl) tl->flush();
   const std::string rule(64, '-');
@@ -199,6 +224,7 @@ std::string to_json(const TrainBenchResult& r) {
   j["channels_last"] = r.options.channels_last;
   j["threads"] = r.options.threads;
   j["device"] = r.device;
+  j["kvstore"] = r.options.kvstore.empty() ? "none" : r.options.kvstore;
   j["steps"] = r.options.steps;
   j["warmup_steps"] = r.options.warmup_steps;
   j["images_per_sec"] = r.images_per_sec;

@@ -137,8 +137,27 @@ void add_train(CLI::App& bench, int* exit_code) {
       ->check(positive());
   cmd->add_option("--timeline", f->o.timeline,
                   "Chrome trace per rank (FILE.rank<r>.json, or {rank} in FILE)");
+  cmd->add_option("--kvstore,--kv-store", f->o.kvstore,
+                  "Gradients through a parameter server instead of allreduce: local, dist_sync, "
+                  "dist_async, dist_device_sync (start with dtrain run --ps-servers S)");
+  cmd->add_option("--kvstore-optimizer", f->o.kvstore_optimizer,
+                  "With --kvstore: worker (servers sum), server (servers run SGD), auto")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "worker", "server"}));
   cmd->add_flag("--json", f->json, "Print one JSON object at the end (rank 0), after the lines");
   cmd->callback([f, exit_code] {
+    try {
+      if (serve_kvstore_role(f->o.kvstore)) {  // a ps scheduler or server
+        *exit_code = 0;
+        return;
+      }
+    } catch (const InvalidArgument& e) {
+      *exit_code = report_error("dtrain bench train", e, 2);
+      return;
+    } catch (const std::exception& e) {
+      *exit_code = report_error("dtrain bench train", e);
+      return;
+    }
     *exit_code = with_group("train", [&](const ProcessGroup& pg) {
       TrainBenchResult r = run_train_bench(f->o, pg, [](const std::string& line) {
         std::printf("%s\n", line.c_str());

@@ -11,10 +11,12 @@
 // role). Exit 0 when the job ends, 1 when a node died or the network
 // failed, 2 for bad flags or DMLC_* variables.
 #include <memory>
+#include <optional>
 
 #include <CLI/CLI.hpp>
 
 #include "cli/commands.h"
+#include "dtrain/comm.h"
 #include "dtrain/errors.h"
 #include "dtrain/kvstore.h"
 
@@ -51,6 +53,16 @@ int serve(const std::string& role, const PsFlags& f) {
 }
 
 }  // namespace
+
+bool serve_kvstore_role(const std::string& kvstore) {
+  if (kvstore != "dist_sync" && kvstore != "dist_async" && kvstore != "dist_device_sync") {
+    return false;  // not a dist store (or an unknown one, which train's checks name)
+  }
+  const std::optional<std::string> role = process_env()("DMLC_ROLE");
+  if (!role || (*role != "scheduler" && *role != "server")) return false;
+  serve_ps_role(*role, KVStoreOptions{});
+  return true;
+}
 
 void add_ps_command(CLI::App& root, int* exit_code) {
   auto f = std::make_shared<PsFlags>();

@@ -116,6 +116,7 @@ int run_train(const TrainFlags& f) {
                  : ::isatty(STDOUT_FILENO) ? TrainOptions::Progress::kInPlace
                                            : TrainOptions::Progress::kLines;
     validate(o);  // before joining the group: bad flags never leave peers waiting
+    if (serve_kvstore_role(o.kvstore)) return 0;  // a ps scheduler or server
     ProcessGroup pg = join_group(f.group);
     train(o, pg, &std::cout);
     return 0;
@@ -295,6 +296,15 @@ void add_train_command(CLI::App& root, int* exit_code) {
                 "Tolerate parameters that get no gradient");
   cmd->add_flag("--gradient-as-bucket-view", o.ddp.gradient_as_bucket_view,
                 "Let gradients alias DDP's buckets");
+  // Parameter server (docs/ps.md).
+  cmd->add_option("--kvstore,--kv-store", o.kvstore,
+                  "Gradients through a parameter server instead of allreduce: local, dist_sync, "
+                  "dist_async, dist_device_sync (start with dtrain run --ps-servers S)");
+  cmd->add_option("--kvstore-optimizer", o.kvstore_optimizer,
+                  "Where the optimizer runs with --kvstore: worker (servers sum), server "
+                  "(servers run SGD), auto (server for dist_async)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "worker", "server"}));
   cmd->add_flag("-v,--verbose", o.verbose, "Print DDP's runtime statistics each epoch");
   cmd->callback([flags, exit_code] { *exit_code = run_train(*flags); });
 }

@@ -29,4 +29,11 @@ void add_timeline_command(CLI::App& root, int* exit_code);  // cmd_timeline.cpp
 /// returns `exit_code`: 1 for a runtime failure, 2 for a usage error.
 int report_error(const std::string& who, const std::exception& e, int exit_code = 1);
 
+/// `dtrain train|bench train --kvstore dist_*` run in every process of an
+/// MXNet job (MXNet's contract): with DMLC_ROLE=scheduler or server this
+/// serves that role until the job ends and returns true (the command then
+/// exits 0); otherwise (a worker, no DMLC_ROLE, no dist store) returns false
+/// at once. Throws as serve_ps_role() (dtrain/kvstore.h). cmd_ps.cpp.
+bool serve_kvstore_role(const std::string& kvstore);
+
 }  // namespace dtrain::cli

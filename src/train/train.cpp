@@ -11,6 +11,7 @@
 #include "dtrain/amp.h"
 #include "dtrain/errors.h"
 #include "dtrain/models.h"
+#include "train/kv_sync.h"
 #include "train/steps.h"
 #include "train/trainer.h"
 
@@ -87,6 +88,7 @@ void validate(const TrainOptions& o) {
       (o.checkpoint_every_steps > 0 || o.checkpoint_every_epochs > 0)) {
     throw InvalidArgument("--checkpoint-every needs --checkpoint-dir");
   }
+  detail::validate_kvstore(o);
   bool known = false;
   for (const auto& n : model_names()) known = known || n == o.model;
   if (!known) {

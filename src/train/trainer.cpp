@@ -185,7 +185,10 @@ void Trainer::resume() {
 }
 
 void Trainer::wrap() {
-  ddp_ = std::make_unique<DistributedDataParallel<ImageClassifier>>(model_, pg_, o_.ddp);
+  DdpOptions d = o_.ddp;
+  kv_ = KvSync::open(o_, pg_, *model_, schedule_.base_lr);
+  if (kv_) d.comm_hook = kv_->hook();
+  ddp_ = std::make_unique<DistributedDataParallel<ImageClassifier>>(model_, pg_, d);
 }
 
 void Trainer::log_start() const {
@@ -200,6 +203,7 @@ void Trainer::log_start() const {
   if (schedule_.warmup_steps > 0) *log_ << " after " << schedule_.warmup_steps << " warm-up steps";
   *log_ << (o_.channels_last ? ", channels-last" : "")
         << (amp_dtype_ ? ", amp " + o_.amp : std::string()) << std::endl;
+  if (kv_) *log_ << "  " << kv_->describe() << std::endl;
   if (!resume_) return;
   *log_ << "resumed from " << origin_ << " (epoch " << first_epoch_ + 1 << ", step " << global_step_
         << ")" << std::endl;
@@ -241,6 +245,12 @@ at::Tensor Trainer::forward_backward(const Batch& batch, bool sync_step) {
 
 void Trainer::optimizer_step() {  // Note [Mixed precision step]
   lr_ = lr_at(schedule_, global_step_);
+  if (kv_ && kv_->updates_on_servers()) {  // Note [Where the optimizer runs]
+    kv_->step();
+    optimizer_->zero_grad();
+    ++global_step_;
+    return;
+  }
   set_learning_rate(*optimizer_, lr_);
   if (o_.clip_grad_norm > 0) {
     scaler_->unscale_(*optimizer_);
@@ -379,6 +389,7 @@ std::vector<EpochMetrics> Trainer::run() {
       checkpoint(epoch + 1, 0);
     }
   }
+  if (kv_) kv_->close();
   return history;
 }
 

@@ -4,7 +4,8 @@
 //                optimizer, schedule, loss scaler, the checkpoint shared by
 //                rank 0
 //   resume()     model, optimizer, scaler, generator and position from it
-//   wrap()       DistributedDataParallel around the (restored) model
+//   wrap()       DistributedDataParallel around the (restored) model, its
+//                buckets through a kvstore with --kvstore (kv_sync.h)
 //   run_epoch()  one epoch's training steps, mid-epoch checkpoints
 //   evaluate()   the test split, reduced across ranks, into the epoch's metrics
 //   report()     epoch line, metrics file
@@ -24,6 +25,7 @@
 #include "dtrain/ddp.h"
 #include "dtrain/models.h"
 #include "dtrain/train.h"
+#include "train/kv_sync.h"
 #include "train/progress.h"
 
 namespace dtrain::detail {
@@ -68,6 +70,7 @@ class Trainer {
   std::vector<at::Tensor> params_;
   LrSchedule schedule_;
   std::unique_ptr<DistributedDataParallel<ImageClassifier>> ddp_;
+  std::unique_ptr<KvSync> kv_;               // with --kvstore (kv_sync.h)
   std::optional<at::ScalarType> amp_dtype_;  // autocast dtype, when on
   std::unique_ptr<GradScaler> scaler_;       // enabled under fp16 only
   ProgressLine progress_;

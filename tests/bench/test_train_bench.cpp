@@ -1,6 +1,7 @@
 // `dtrain bench train` as a user meets it: the tf_cnn_benchmarks-style lines,
-// the JSON result, one-process and two-process (DDP under `dtrain run`) runs on
-// the CPU, and one-line errors for bad input.
+// the JSON result, one-process and two-process (DDP under `dtrain run`, and
+// through parameter servers with --kvstore) runs on the CPU, and one-line
+// errors for bad input.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -101,6 +102,18 @@ TEST(BenchTrain, TwoProcessesUnderDtrainRunReportTheTotalOverRanks) {
                     "--warmup-steps 1 --display-every 1 --threads 1 --json");
   expect_run(r, "cnn", 2, 28);
   EXPECT_NE(r.output.find("Batch size:  8 global, 4 per process"), std::string::npos) << r.output;
+}
+
+TEST(BenchTrain, TwoWorkersThroughTwoServersUnderDtrainRunPsServersReportTheKvstore) {
+  // Every role runs the same command: the scheduler and servers serve and exit 0.
+  Result r = dtrain("run --ps-servers 2 --nproc-per-node 2 -- " DTRAIN_BINARY_DIR
+                    "/dtrain bench train --model cnn --device cpu --batch-size 4 --steps 2 "
+                    "--warmup-steps 1 --display-every 1 --threads 1 --kvstore dist_sync --json");
+  expect_run(r, "cnn", 2, 28);
+  EXPECT_EQ(last_json(r.output)["kvstore"], "dist_sync");
+  EXPECT_NE(r.output.find("Gradients:   kvstore dist_sync (2 worker(s)), optimizer on the workers"),
+            std::string::npos)
+      << r.output;
 }
 
 TEST(BenchTrain, TensorboardGetsImagesPerSecLossAndLossScaleEveryNStepsAndTimelineTheSteps) {

@@ -1,0 +1,268 @@
+// Parameter-server training: DDP's comm hook through a kvstore
+// (dtrain/kvstore_ddp.h) and the Trainer's side of it (kv_sync.h).
+//
+// Note [Gradients through a kvstore]
+// DDP's reducer already does what MXNet's and BytePS's workers do during
+// backward: it collects gradients in buckets as they become ready and hands
+// each full bucket, in the same order on every worker, to a comm hook.
+// Parameter-server training is therefore a comm hook: the bucket (this
+// worker's gradients divided by the world size) is pushed to the bucket's
+// key at once and the pull is waited on in the reducer's final callback,
+// before loss.backward() returns. Everything else of DDP carries over:
+// overlap with backward, no_sync() for accumulation, unused parameters, the
+// bucket-order rebuild, the statistics. The workers' c10d group still
+// carries DDP's start-up broadcast, its bucket order and buffers, and the
+// evaluation sums; every gradient goes through the servers.
+//
+// Note [Where the optimizer runs]
+// Both variants of the kvstore are offered (TrainOptions::kvstore_optimizer):
+//   worker  the servers only sum the W pushes (no set_optimizer): the pull
+//           is the averaged gradient and the trainer's own optimizer steps
+//           on every worker, as under DDP (BytePS's split). Every optimizer,
+//           schedule, clipping and AMP mode works and the weights equal
+//           DDP's: the servers add the same W addends an allreduce adds.
+//           The default for dist_sync, dist_device_sync and local.
+//   server  MXNet's update_on_kvstore: the servers run SGD (OptimizerSpec)
+//           on the summed gradient and the pull returns the new weights,
+//           copied into the model in place of the optimizer step. SGD only
+//           (PyTorch's momentum and L2 weight decay are MXNet's update at a
+//           constant rate), constant learning rate, no clipping, no fp16
+//           loss scaling; the momentum lives on the servers, so a checkpoint
+//           does not hold it (a resumed run restarts it from zero). The
+//           only choice for dist_async, whose servers apply each worker's
+//           push as it arrives (rescale_grad = W undoes DDP's division).
+//
+// Note [Keys and resume]
+// With the optimizer on the servers, the parameters' keys are initialised
+// when the hook is made, in Trainer::wrap(): after resume() restored the
+// model on every worker, and KVStore::init stores rank 0's value, so the
+// servers start from the restored weights (and from zero momentum, which the
+// checkpoint does not hold). With the optimizer on the workers, the servers
+// hold no state between rounds; the bucket keys are initialised (with zeros)
+// when the bucket first reaches the hook. A resumed run is a new job (new
+// scheduler and servers) and initialises its keys afresh.
+
+#include "train/kv_sync.h"
+
+#include <vector>
+
+#include <ATen/ATen.h>
+#include <torch/utils.h>
+
+#include "common/strings.h"
+#include "dtrain/errors.h"
+#include "dtrain/kvstore_torch.h"
+
+namespace dtrain {
+namespace {
+
+at::ScalarType staging_dtype(const at::Tensor& t) {
+  return t.scalar_type() == at::kHalf ? at::kHalf : at::kFloat;
+}
+
+class KVPending : public PendingReduction {
+ public:
+  KVPending(std::vector<KVHandle> handles, std::chrono::milliseconds timeout, at::Tensor received,
+            at::Tensor bucket, at::Tensor sent)
+      : handles_(std::move(handles)),
+        timeout_(timeout),
+        received_(std::move(received)),
+        bucket_(std::move(bucket)),
+        sent_(std::move(sent)) {}
+  void wait() override {
+    for (const KVHandle& h : handles_) h.wait(timeout_);
+    if (bucket_.defined()) bucket_.copy_(received_);
+  }
+
+ private:
+  std::vector<KVHandle> handles_;
+  std::chrono::milliseconds timeout_;
+  at::Tensor received_;
+  at::Tensor bucket_;  // kOnWorkers: where the averaged gradients go
+  at::Tensor sent_;    // what the pushes read, alive until they are done
+};
+
+}  // namespace
+
+KVStoreCommHook::KVStoreCommHook(std::shared_ptr<KVStore> kv, KVUpdate update,
+                                 torch::nn::Module& module)
+    : kv_(std::move(kv)), update_(update) {
+  if (!kv_) throw InvalidArgument("kvstore_comm_hook: the kvstore is null");
+  for (const auto& item : module.named_parameters(/*recurse=*/true)) {
+    params_[item.key()] = item.value();
+  }
+  if (update_ != KVUpdate::kOnServers) return;
+  // Note [Keys and resume]: one key per parameter, in name order (the same
+  // on every worker), holding rank 0's current weights.
+  torch::NoGradGuard no_grad;
+  for (const auto& [name, p] : params_) {
+    ParamKey k;
+    k.id = next_key_++;
+    k.receive = p.detach().to(at::kCPU, at::kFloat).contiguous().reshape({-1}).clone();
+    kv_->init(k.id, kv_values(k.receive));
+    param_keys_[name] = std::move(k);
+  }
+}
+
+std::string KVStoreCommHook::name() const { return "kvstore " + kv_->type(); }
+
+KVStoreCommHook::Key& KVStoreCommHook::key_for(const GradBucket& bucket) {
+  auto it = keys_.find(bucket.index);
+  if (it != keys_.end() && it->second.names == bucket.parameter_names &&
+      it->second.receive.numel() == bucket.buffer.numel()) {
+    return it->second;
+  }
+  // A new bucket (or one DDP rebuilt): a new key, the same on every worker
+  // because every worker builds the same buckets and launches them in order.
+  // The servers only sum, so a new key loses nothing.
+  Key k;
+  k.id = next_key_++;
+  k.names = bucket.parameter_names;
+  const auto cpu = at::TensorOptions().dtype(staging_dtype(bucket.buffer));
+  k.send = at::empty({bucket.buffer.numel()}, cpu);
+  k.receive = at::zeros({bucket.buffer.numel()}, cpu);
+  kv_->init(k.id, kv_values(k.receive));
+  return keys_[bucket.index] = std::move(k);
+}
+
+std::unique_ptr<PendingReduction> KVStoreCommHook::start(const ProcessGroup& /*pg*/,
+                                                         GradBucket& bucket) {
+  // No lock: the reducer never runs start() concurrently with itself, and
+  // apply_pulled_weights() runs after backward returned (kvstore_ddp.h).
+  at::Tensor grads = bucket.buffer.reshape({-1});
+  std::vector<KVHandle> handles;
+  if (update_ == KVUpdate::kOnServers) {
+    // The servers keep per-key momentum, so keys must not change when DDP
+    // rebuilds its buckets: the bucket is pushed parameter by parameter.
+    if (!grads.is_cpu() || grads.scalar_type() != at::kFloat) {
+      grads = grads.to(at::kCPU, at::kFloat);
+    }
+    int64_t offset = 0;
+    for (const std::string& n : bucket.parameter_names) {
+      auto it = param_keys_.find(n);
+      if (it == param_keys_.end()) {
+        throw InvalidArgument(cat("kvstore_comm_hook: bucket ", bucket.index, " has parameter '", n,
+                                  "', which the module does not"));
+      }
+      ParamKey& k = it->second;
+      const int64_t count = k.receive.numel();
+      handles.push_back(kv_->pushpull_async(k.id, kv_values(grads.narrow(0, offset, count)),
+                                            kv_output(k.receive)));
+      k.pulled = true;
+      offset += count;
+    }
+    return std::make_unique<KVPending>(std::move(handles), kv_->timeout(), at::Tensor(),
+                                       at::Tensor(), grads);
+  }
+  Key& k = key_for(bucket);
+  at::Tensor send = grads;
+  if (!send.is_cpu() || send.scalar_type() != k.send.scalar_type()) {
+    k.send.copy_(send);
+    send = k.send;
+  }
+  handles.push_back(kv_->pushpull_async(k.id, kv_values(send), kv_output(k.receive)));
+  return std::make_unique<KVPending>(std::move(handles), kv_->timeout(), k.receive, grads, send);
+}
+
+bool KVStoreCommHook::apply_pulled_weights() {
+  if (update_ != KVUpdate::kOnServers) return false;
+  torch::NoGradGuard no_grad;
+  bool any = false;
+  for (auto& [name, k] : param_keys_) {
+    if (!k.pulled) continue;
+    at::Tensor& p = params_.at(name);
+    p.copy_(k.receive.view(p.sizes()));
+    k.pulled = false;
+    any = true;
+  }
+  return any;
+}
+
+std::shared_ptr<KVStoreCommHook> kvstore_comm_hook(std::shared_ptr<KVStore> kv, KVUpdate update,
+                                                   torch::nn::Module& module) {
+  return std::make_shared<KVStoreCommHook>(std::move(kv), update, module);
+}
+
+namespace detail {
+
+void validate_kvstore(const TrainOptions& o) {
+  const std::string& t = o.kvstore;
+  if (t.empty()) return;
+  if (t != "local" && t != "dist_sync" && t != "dist_async" && t != "dist_device_sync") {
+    throw InvalidArgument(cat("unknown --kvstore '", t, "'; valid types: ", kKVStoreTypes));
+  }
+  const std::string& where = o.kvstore_optimizer;
+  if (where != "auto" && where != "worker" && where != "server") {
+    throw InvalidArgument(
+        cat("--kvstore-optimizer '", where, "' is not one of auto, worker, server"));
+  }
+  if (t == "dist_async" && where == "worker") {
+    throw InvalidArgument(
+        "--kvstore dist_async applies each push on the servers: it needs "
+        "--kvstore-optimizer server (or auto)");
+  }
+  if (kvstore_update(o) != KVUpdate::kOnServers) return;
+  const std::string why = cat(" (--kvstore ", t,
+                              " with the optimizer on the servers runs MXNet's SGD at a "
+                              "constant rate; use --kvstore-optimizer worker");
+  const OptimizerOptions& opt = o.optimizer;
+  if (opt.name != "sgd")
+    throw InvalidArgument(cat("--optimizer ", opt.name, " is not sgd", why, ")"));
+  if (opt.nesterov) throw InvalidArgument(cat("--nesterov is not supported", why, ")"));
+  if (opt.norm_weight_decay || opt.bias_weight_decay) {
+    throw InvalidArgument(
+        cat("--norm-weight-decay/--bias-weight-decay are not supported", why, ")"));
+  }
+  if (o.lr_schedule != "constant" || o.lr_warmup_epochs > 0 || o.lr_warmup_steps > 0) {
+    throw InvalidArgument(
+        cat("--lr-schedule ", o.lr_schedule, " / --lr-warmup are not supported", why, ")"));
+  }
+  if (o.clip_grad_norm > 0)
+    throw InvalidArgument(cat("--clip-grad-norm is not supported", why, ")"));
+  if (o.amp == "fp16") throw InvalidArgument(cat("--amp fp16 is not supported", why, ")"));
+}
+
+KVUpdate kvstore_update(const TrainOptions& o) {
+  if (o.kvstore_optimizer == "server") return KVUpdate::kOnServers;
+  if (o.kvstore_optimizer == "worker") return KVUpdate::kOnWorkers;
+  return o.kvstore == "dist_async" ? KVUpdate::kOnServers : KVUpdate::kOnWorkers;
+}
+
+std::unique_ptr<KvSync> KvSync::open(const TrainOptions& o, const ProcessGroup& pg,
+                                     torch::nn::Module& model, double lr) {
+  if (o.kvstore.empty()) return nullptr;
+  std::shared_ptr<KVStore> kv = KVStore::create(o.kvstore, o.kvstore_options, o.kvstore_env);
+  // dist_device_sync's workers are per node (docs/ps.md); the others are pg's ranks.
+  if (o.kvstore != "dist_device_sync" &&
+      (kv->num_workers() != pg.size() || kv->rank() != pg.rank())) {
+    throw InvalidArgument(
+        cat("rank ", pg.rank(), ": --kvstore ", o.kvstore, " has worker ", kv->rank(), " of ",
+            kv->num_workers(), " (DMLC_WORKER_ID, DMLC_NUM_WORKER) but the process group rank ",
+            pg.rank(), " of ", pg.size(),
+            " (RANK, WORLD_SIZE); they must agree: start the job with `dtrain run --ps-servers S`, "
+            "which sets both"));
+  }
+  auto sync = std::unique_ptr<KvSync>(new KvSync());
+  const KVUpdate update = kvstore_update(o);
+  if (update == KVUpdate::kOnServers) {
+    OptimizerSpec spec;
+    spec.learning_rate = lr;
+    spec.momentum = o.optimizer.momentum;
+    spec.weight_decay = o.optimizer.weight_decay;
+    // DDP divided each push by W: a sync round sums W of them; an async
+    // server applies each one alone (Note [Where the optimizer runs]).
+    spec.rescale_grad = o.kvstore == "dist_async" ? kv->num_workers() : 1.0;
+    kv->set_optimizer(spec);
+  }
+  sync->hook_ = kvstore_comm_hook(std::move(kv), update, model);
+  return sync;
+}
+
+std::string KvSync::describe() const {
+  KVStore& kv = hook_->store();
+  return cat("kvstore ", kv.type(), " (", kv.num_workers(), " worker(s)), optimizer on the ",
+             updates_on_servers() ? "servers" : "workers");
+}
+
+}  // namespace detail
+}  // namespace dtrain

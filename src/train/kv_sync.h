@@ -1,0 +1,50 @@
+#pragma once
+// Parameter-server training for the Trainer (TrainOptions::kvstore): the
+// store, DDP's comm hook through it, and where the optimizer runs. The
+// Trainer calls open() in wrap(), step() in place of its optimizer step when
+// the servers update, and close() after the last epoch.
+
+#include <memory>
+#include <string>
+
+#include <torch/nn/module.h>
+
+#include "dtrain/comm.h"
+#include "dtrain/kvstore_ddp.h"
+#include "dtrain/train.h"
+
+namespace dtrain::detail {
+
+/// The kvstore types --kvstore accepts, for messages.
+inline constexpr const char* kKVStoreTypes = "local, dist_sync, dist_async, dist_device_sync";
+
+/// Checks TrainOptions::kvstore and kvstore_optimizer (validate() calls it):
+/// throws InvalidArgument listing the types for an unknown one, and naming the
+/// flag that server-side updates cannot honour.
+void validate_kvstore(const TrainOptions& o);
+
+/// Where the optimizer runs for `o` ("auto" resolved).
+KVUpdate kvstore_update(const TrainOptions& o);
+
+class KvSync {
+ public:
+  /// Opens `o.kvstore` (null when empty) as one of pg's workers and, when the
+  /// servers update, sets their SGD with learning rate `lr`. Throws
+  /// InvalidArgument when the job's workers are not pg's ranks.
+  static std::unique_ptr<KvSync> open(const TrainOptions& o, const ProcessGroup& pg,
+                                      torch::nn::Module& model, double lr);
+
+  std::shared_ptr<CommHook> hook() const { return hook_; }
+  bool updates_on_servers() const { return hook_->update() == KVUpdate::kOnServers; }
+  /// The servers' step: their weights into the model (kOnServers).
+  void step() { hook_->apply_pulled_weights(); }
+  /// Leaves the job (KVStore::close): waits until every node has finished.
+  void close() { hook_->store().close(); }
+  /// "kvstore dist_sync (N workers), optimizer on the workers", for the log.
+  std::string describe() const;
+
+ private:
+  std::shared_ptr<KVStoreCommHook> hook_;
+};
+
+}  // namespace dtrain::detail

@@ -1,0 +1,249 @@
+// dtrain::train() with --kvstore: DDP's buckets through a parameter-server
+// job (scheduler, servers and workers as threads of this process, on
+// loopback) against DDP's allreduce over the same data; resume under a
+// kvstore; bad --kvstore values.
+#include <ATen/ATen.h>
+
+#include <cstdio>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <sstream>
+#include <thread>
+
+#include "dtrain/checkpoint.h"
+#include "dtrain/errors.h"
+#include "dtrain/kvstore.h"
+#include "dtrain/models.h"
+#include "dtrain/train.h"
+#include "dtrain/weights.h"
+#include "ps/cluster.h"
+#include "support/ranks.h"
+#include "support/shell.h"
+#include "train/fixtures.h"
+
+namespace dtrain {
+namespace {
+
+namespace fs = std::filesystem;
+
+class KVStoreTraining : public testing::ScratchDir {
+ protected:
+  void SetUp() override {
+    ScratchDir::SetUp();
+    // 96 training samples: 6 steps per epoch on two ranks of batch 8.
+    testing::write_tiny_dataset(dir_ / "data", 96, 32);
+    // Ranks as threads share LibTorch's generator, so a model initialised
+    // from the seed differs from run to run: every run starts from this file.
+    ModelOptions mo;
+    mo.image_size = 12;
+    torch::manual_seed(3);
+    save_weights(*make_model("cnn", mo), (dir_ / "init.pt").string());
+  }
+
+  TrainOptions options(const std::string& ckpt, int64_t epochs) const {
+    TrainOptions o;
+    o.model = "cnn";
+    o.dataset.name = "mnist";
+    o.dataset.data_dir = (dir_ / "data").string();
+    o.epochs = epochs;
+    o.batch_size = 8;
+    o.eval_batch_size = 32;
+    o.optimizer.lr = 0.05;
+    o.optimizer.momentum = 0.9;
+    o.threads = 1;
+    o.device = "cpu";
+    o.checkpoint_dir = (dir_ / ckpt).string();
+    o.init_weights = (dir_ / "init.pt").string();
+    o.progress = TrainOptions::Progress::kNone;
+    return o;
+  }
+
+  // Trains on `world` ranks (threads) with DDP's allreduce, or with
+  // `o.kvstore` through a job of a scheduler and `servers` servers (threads);
+  // returns rank 0's log.
+  std::string run(TrainOptions o, int world, int servers = 0) {
+    std::ostringstream log;
+    const int port = testing::free_port();
+    auto env_for = [&](const std::string& role, int rank) -> EnvLookup {
+      std::map<std::string, std::string> vars = {
+          {"DMLC_ROLE", role},
+          {"DMLC_PS_ROOT_URI", "127.0.0.1"},
+          {"DMLC_PS_ROOT_PORT", std::to_string(port)},
+          {"DMLC_NUM_SERVER", std::to_string(servers)},
+          {"DMLC_NUM_WORKER", std::to_string(world)},
+          {"DMLC_NODE_HOST", "127.0.0.1"},
+      };
+      if (role == "worker") vars["DMLC_WORKER_ID"] = std::to_string(rank);
+      return [vars](const std::string& name) -> std::optional<std::string> {
+        auto it = vars.find(name);
+        if (it == vars.end()) return std::nullopt;
+        return it->second;
+      };
+    };
+    KVStoreOptions ko;
+    ko.timeout = std::chrono::seconds(60);
+    ko.connect_timeout = std::chrono::seconds(30);
+    ko.log = [](const std::string&) {};
+    o.kvstore_options = ko;
+
+    const bool ps = !o.kvstore.empty();
+    std::vector<std::exception_ptr> errors(ps ? 1 + servers : 0);
+    std::vector<std::thread> nodes;
+    for (int r = -1; ps && r < servers; ++r) {
+      nodes.emplace_back([&, r] {
+        try {
+          serve_ps_role(r < 0 ? "scheduler" : "server", ko,
+                        env_for(r < 0 ? "scheduler" : "server", std::max(r, 0)));
+        } catch (...) {
+          errors[1 + r] = std::current_exception();
+        }
+      });
+    }
+    std::exception_ptr workers;
+    try {
+      testing::run_ranks(
+          world,
+          [&](const ProcessGroup& pg) {
+            TrainOptions mine = o;
+            if (ps) mine.kvstore_env = env_for("worker", pg.rank());
+            train(mine, pg, pg.rank() == 0 ? &log : nullptr);
+          },
+          std::chrono::seconds(120));
+    } catch (...) {
+      workers = std::current_exception();
+    }
+    for (auto& t : nodes) t.join();  // bounded by failure detection
+    if (workers) std::rethrow_exception(workers);
+    for (auto& e : errors) {
+      if (e) std::rethrow_exception(e);
+    }
+    return log.str();
+  }
+
+  Checkpoint latest(const std::string& ckpt) const {
+    auto found = load_latest_checkpoint((dir_ / ckpt).string());
+    if (!found) throw Error("no checkpoint in " + ckpt);
+    return found->checkpoint;
+  }
+
+  // Removes checkpoints after `step`, as if the run had died right after it.
+  void crash_after(const std::string& ckpt, int64_t step) const {
+    for (const std::string& p : list_checkpoints((dir_ / ckpt).string())) {
+      const std::string name = fs::path(p).filename().string();  // checkpoint-00000012.pt
+      if (std::stoll(name.substr(11, name.size() - 14)) > step) {
+        fs::remove(p);
+        fs::remove(p + ".crc32");
+      }
+    }
+  }
+};
+
+double max_difference(const NamedTensors& a, const NamedTensors& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double worst = 0;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
+    EXPECT_EQ(a[i].first, b[i].first);
+    worst = std::max(worst, (a[i].second - b[i].second).abs().max().item<double>());
+  }
+  return worst;
+}
+
+TEST_F(KVStoreTraining, DistSyncOnTwoWorkersAndTwoServersEndsWithTheWeightsOfDdpAllreduce) {
+  TrainOptions ddp = options("ddp", 2);
+  // Small buckets: several keys, spread over both servers.
+  ddp.ddp.bucket_cap_mb = 0.02;
+  ddp.ddp.first_bucket_cap_mb = 0.01;
+  run(ddp, 2);
+  TrainOptions kv = ddp;
+  kv.checkpoint_dir = (dir_ / "kv").string();
+  kv.kvstore = "dist_sync";
+  kv.verbose = true;
+  const std::string log = run(kv, 2, 2);
+  EXPECT_NE(log.find("kvstore dist_sync (2 worker(s)), optimizer on the workers"),
+            std::string::npos)
+      << log;
+  EXPECT_NE(log.find("hook kvstore dist_sync"), std::string::npos) << log;
+  const Checkpoint a = latest("ddp"), b = latest("kv");
+  EXPECT_EQ(b.step, 12);
+  const double d = max_difference(a.model, b.model);
+  std::printf("dist_sync vs DDP allreduce after 12 steps: max |w difference| %.3g\n", d);
+  EXPECT_LE(d, 1e-5);
+}
+
+TEST_F(KVStoreTraining, ServerSideSgdWithMomentumAndWeightDecayEndsWithTheWeightsOfDdpSgd) {
+  TrainOptions ddp = options("ddp", 1);
+  ddp.optimizer.weight_decay = 1e-3;
+  run(ddp, 2);
+  TrainOptions kv = ddp;
+  kv.checkpoint_dir = (dir_ / "kv").string();
+  kv.kvstore = "dist_sync";
+  kv.kvstore_optimizer = "server";
+  const std::string log = run(kv, 2, 1);
+  EXPECT_NE(log.find("optimizer on the servers"), std::string::npos) << log;
+  const double d = max_difference(latest("ddp").model, latest("kv").model);
+  std::printf("server SGD vs DDP SGD after 6 steps: max |w difference| %.3g\n", d);
+  EXPECT_LE(d, 1e-5);
+}
+
+TEST_F(KVStoreTraining, DistAsyncRunsEveryWorkerToTheEndWithTheServersSgd) {
+  TrainOptions o = options("kv", 1);
+  o.kvstore = "dist_async";
+  const std::string log = run(o, 2, 1);
+  EXPECT_NE(log.find("kvstore dist_async (2 worker(s)), optimizer on the servers"),
+            std::string::npos)
+      << log;
+  EXPECT_NE(log.find("epoch 1/1"), std::string::npos) << log;
+  EXPECT_EQ(latest("kv").step, 6);
+}
+
+TEST_F(KVStoreTraining, MidEpochResumeUnderDistSyncReproducesTheUninterruptedRun) {
+  TrainOptions o = options("run", 2);
+  o.kvstore = "dist_sync";
+  o.checkpoint_every_steps = 4;  // 6 steps per epoch: 4 and 8 are mid-epoch
+  o.keep_checkpoints = 10;
+  run(o, 2, 1);
+  const Checkpoint uninterrupted = latest("run");
+  ASSERT_EQ(uninterrupted.step, 12);
+
+  // A new job (scheduler, servers) continues from rank 0's checkpoint.
+  crash_after("run", 8);
+  const std::string log = run(o, 2, 1);
+  EXPECT_NE(log.find("(epoch 2, step 8)"), std::string::npos) << log;
+  EXPECT_NE(log.find("epoch 2 continues at batch 2 of 6"), std::string::npos) << log;
+  EXPECT_LE(max_difference(uninterrupted.model, latest("run").model), 1e-6);
+}
+
+TEST_F(KVStoreTraining, AnUnknownKvstoreIsAnInvalidArgumentListingTheTypes) {
+  TrainOptions o = options("", 1);
+  o.checkpoint_dir.clear();
+  o.kvstore = "dist_foo";
+  const std::string message = testing::error_of([&] { validate(o); });
+  EXPECT_EQ(message,
+            "unknown --kvstore 'dist_foo'; valid types: local, dist_sync, dist_async, "
+            "dist_device_sync");
+  o.kvstore = "dist_async";
+  o.kvstore_optimizer = "worker";
+  EXPECT_NE(testing::error_of([&] { validate(o); }).find("needs --kvstore-optimizer server"),
+            std::string::npos);
+  o.kvstore_optimizer = "server";
+  o.optimizer.name = "adamw";
+  EXPECT_NE(testing::error_of([&] { validate(o); }).find("--optimizer adamw is not sgd"),
+            std::string::npos);
+}
+
+TEST_F(KVStoreTraining, CliUnknownKvStoreIsAOneLineUsageErrorListingTheTypes) {
+  for (const char* flag : {"--kvstore", "--kv-store"}) {
+    const testing::ShellRun r = testing::run_shell(
+        std::string("timeout -k 5 120 " DTRAIN_BINARY_DIR "/dtrain train --data-dir ") +
+        (dir_ / "data").string() + " --dataset mnist " + flag + " dist_foo 2>&1");
+    EXPECT_EQ(r.code, 2) << r.output;
+    EXPECT_EQ(r.output,
+              "dtrain train: error: unknown --kvstore 'dist_foo'; valid types: local, dist_sync, "
+              "dist_async, dist_device_sync\n")
+        << flag;
+  }
+}
+
+}  // namespace
+}  // namespace dtrain
