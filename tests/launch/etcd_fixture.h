@@ -30,7 +30,7 @@
 #include <thread>
 #include <vector>
 
-#include "launch/etcd_client.h"
+#include "launch/rendezvous/etcd_client.h"
 
 namespace dtrain::testing {
 

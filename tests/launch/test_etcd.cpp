@@ -11,8 +11,8 @@
 
 #include "dtrain/errors.h"
 #include "etcd_fixture.h"
-#include "launch/etcd_client.h"
-#include "launch/rendezvous.h"
+#include "launch/rendezvous/etcd_client.h"
+#include "launch/rendezvous/rendezvous.h"
 
 namespace dtrain::detail {
 namespace {

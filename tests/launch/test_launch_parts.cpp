@@ -9,9 +9,9 @@
 #include <csignal>
 
 #include "dtrain/errors.h"
-#include "launch/launcher.h"
-#include "launch/output.h"
-#include "launch/process.h"
+#include "launch/agent/worker_env.h"
+#include "launch/process/line_relay.h"
+#include "launch/process/process.h"
 #include "launch_test_util.h"
 
 namespace dtrain::detail {

@@ -17,7 +17,7 @@
 
 #include "dtrain/errors.h"
 #include "dtrain/store.h"
-#include "launch/rendezvous.h"
+#include "launch/rendezvous/rendezvous.h"
 
 namespace dtrain::detail {
 namespace {

@@ -14,8 +14,8 @@
 #include "dtrain/errors.h"
 #include "dtrain/launch.h"
 #include "dtrain/store.h"
-#include "launch/rendezvous.h"
-#include "launch/round_decision.h"
+#include "launch/rendezvous/rendezvous.h"
+#include "launch/agent/round_decision.h"
 #include "launch_test_util.h"
 
 namespace dtrain {

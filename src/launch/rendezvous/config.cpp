@@ -11,7 +11,7 @@
 #include "common/net.h"
 #include "common/strings.h"
 #include "dtrain/errors.h"
-#include "launch/rendezvous_dynamic.h"
+#include "launch/rendezvous/protocol.h"
 
 namespace dtrain::detail {
 namespace {

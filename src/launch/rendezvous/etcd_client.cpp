@@ -1,4 +1,4 @@
-#include "launch/etcd_client.h"
+#include "launch/rendezvous/etcd_client.h"
 
 #include <netdb.h>
 #include <poll.h>

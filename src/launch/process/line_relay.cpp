@@ -1,4 +1,4 @@
-#include "launch/output.h"
+#include "launch/process/line_relay.h"
 
 #include <fcntl.h>
 #include <poll.h>

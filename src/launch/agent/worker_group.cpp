@@ -1,4 +1,4 @@
-#include "launch/worker_group.h"
+#include "launch/agent/worker_group.h"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -9,7 +9,7 @@
 #include <csignal>
 
 #include "common/strings.h"
-#include "launch/signals.h"
+#include "launch/process/signal_watch.h"
 
 namespace dtrain::detail {
 namespace {

@@ -5,7 +5,7 @@
 
 #include <vector>
 
-#include "launch/output.h"
+#include "launch/process/line_relay.h"
 
 namespace dtrain::detail {
 

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "dtrain/launch.h"
-#include "launch/process.h"
+#include "launch/process/process.h"
 
 namespace dtrain::detail {
 

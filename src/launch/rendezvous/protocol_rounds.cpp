@@ -7,7 +7,7 @@
 
 #include "common/strings.h"
 #include "dtrain/errors.h"
-#include "launch/rendezvous_dynamic.h"
+#include "launch/rendezvous/protocol.h"
 
 namespace dtrain::detail {
 namespace {

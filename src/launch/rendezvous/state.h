@@ -14,7 +14,7 @@
 #include <thread>
 #include <vector>
 
-#include "launch/rendezvous.h"
+#include "launch/rendezvous/rendezvous.h"
 
 namespace dtrain::detail {
 

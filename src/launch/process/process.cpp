@@ -1,4 +1,4 @@
-#include "launch/process.h"
+#include "launch/process/process.h"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -15,7 +15,7 @@
 
 #include "common/strings.h"
 #include "dtrain/errors.h"
-#include "launch/output.h"
+#include "launch/process/line_relay.h"
 
 namespace dtrain::detail {
 namespace {

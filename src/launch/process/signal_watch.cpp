@@ -1,4 +1,4 @@
-#include "launch/signals.h"
+#include "launch/process/signal_watch.h"
 
 #include <fcntl.h>
 #include <unistd.h>

@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "dtrain/launch.h"
-#include "launch/output.h"
-#include "launch/process.h"
+#include "launch/process/line_relay.h"
+#include "launch/process/process.h"
 
 namespace dtrain::detail {
 

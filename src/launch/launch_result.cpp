@@ -2,8 +2,8 @@
 
 #include "common/strings.h"
 #include "dtrain/errors.h"
-#include "launch/launcher.h"
-#include "launch/process.h"
+#include "launch/agent/worker_env.h"
+#include "launch/process/process.h"
 
 namespace dtrain {
 namespace {

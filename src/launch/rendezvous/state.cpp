@@ -1,4 +1,4 @@
-#include "launch/rendezvous_state.h"
+#include "launch/rendezvous/state.h"
 
 #include <algorithm>
 

@@ -1,4 +1,4 @@
-#include "launch/round_decision.h"
+#include "launch/agent/round_decision.h"
 
 #include <limits>
 #include <string>

@@ -28,7 +28,7 @@
 
 #include "common/strings.h"
 #include "dtrain/errors.h"
-#include "launch/rendezvous.h"
+#include "launch/rendezvous/rendezvous.h"
 
 namespace dtrain::detail {
 namespace {

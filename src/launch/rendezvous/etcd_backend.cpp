@@ -10,8 +10,8 @@
 
 #include "common/strings.h"
 #include "dtrain/errors.h"
-#include "launch/etcd_client.h"
-#include "launch/rendezvous.h"
+#include "launch/rendezvous/etcd_client.h"
+#include "launch/rendezvous/rendezvous.h"
 
 namespace dtrain::detail {
 namespace {

@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "launch/rendezvous.h"
-#include "launch/rendezvous_state.h"
+#include "launch/rendezvous/rendezvous.h"
+#include "launch/rendezvous/state.h"
 
 namespace dtrain::detail {
 

@@ -35,11 +35,11 @@
 #include "common/strings.h"
 #include "dtrain/errors.h"
 #include "dtrain/store.h"
-#include "launch/launcher.h"
-#include "launch/rendezvous.h"
-#include "launch/round_decision.h"
-#include "launch/signals.h"
-#include "launch/worker_group.h"
+#include "launch/agent/worker_env.h"
+#include "launch/rendezvous/rendezvous.h"
+#include "launch/agent/round_decision.h"
+#include "launch/process/signal_watch.h"
+#include "launch/agent/worker_group.h"
 
 namespace dtrain::detail {
 namespace {

@@ -12,7 +12,7 @@
 
 #include "common/strings.h"
 #include "dtrain/errors.h"
-#include "launch/launcher.h"
+#include "launch/agent/worker_env.h"
 
 extern char** environ;
 
