@@ -1,8 +1,8 @@
+// How a run ended, in words: LaunchResult and WorkerExit (include/dtrain/launch.h).
+
 #include "dtrain/launch.h"
 
 #include "common/strings.h"
-#include "dtrain/errors.h"
-#include "launch/agent/worker_env.h"
 #include "launch/process/process.h"
 
 namespace dtrain {
@@ -59,9 +59,9 @@ std::vector<std::string> LaunchResult::summary() const {
     }
   }
   if (root_cause) {
-    lines.push_back(cat("root cause: ", worker_name(*root_cause), " failed first: ",
-                        root_cause->describe(), error_suffix(*root_cause), "; ", stopped,
-                        ps_job ? " other process(es) stopped" : " other worker(s) stopped",
+    lines.push_back(cat("root cause: ", worker_name(*root_cause),
+                        " failed first: ", root_cause->describe(), error_suffix(*root_cause), "; ",
+                        stopped, ps_job ? " other process(es) stopped" : " other worker(s) stopped",
                         restarts > 0 ? cat(" (after ", restarts, " restart(s))") : std::string()));
     if (!first_failure.empty()) lines.push_back("first failure in the run: " + first_failure);
   } else if (launcher_signal != 0) {
@@ -69,11 +69,6 @@ std::vector<std::string> LaunchResult::summary() const {
                         " worker(s)"));
   }
   return lines;
-}
-
-LaunchResult launch(const LaunchOptions& options) {
-  detail::PosixProcessControl control;
-  return detail::launch(options, control);
 }
 
 }  // namespace dtrain

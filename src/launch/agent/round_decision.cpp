@@ -71,9 +71,9 @@ bool is_peer_failure(const ErrorRecord& r) {
   for (const char* type : {"dtrain::PeerLostError", "dtrain::TimeoutError", "dtrain::DistError"}) {
     if (r.error_type == type) return true;
   }
-  for (const char* text : {"Connection closed by peer", "Connection reset by peer",
-                           "DistNetworkError", "DistBackendError", "Socket Timeout",
-                           "Timed out waiting"}) {
+  for (const char* text :
+       {"Connection closed by peer", "Connection reset by peer", "DistNetworkError",
+        "DistBackendError", "Socket Timeout", "Timed out waiting"}) {
     if (r.message.find(text) != std::string::npos) return true;
   }
   return false;

@@ -3,7 +3,7 @@
 // it observed: the root cause among the workers that failed, and whether to
 // restart (spending one of --max-restarts or not), give up, or finish. The
 // agent loop (agent.cpp) gathers the facts and carries the decision out;
-// tests/launch/test_restarts.cpp checks every case. Torch-free.
+// tests/launch/agent/test_round_decision.cpp checks every case. Torch-free.
 
 #include <cstddef>
 #include <optional>

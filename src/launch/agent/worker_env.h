@@ -1,30 +1,17 @@
 #pragma once
-// Internals of dtrain::launch() shared with the tests and, later, the elastic
-// agent: option resolution, the torchrun worker environment, and launch() over
-// a chosen ProcessControl.
+// What each process of a round gets in its environment: torchrun's variables
+// (shared/CONTRACTS.md) and, in a parameter-server job, MXNet's DMLC_* ones.
+// Pure functions over "KEY=VALUE" lists, apart from current_environment() and
+// pick_free_port(). Torch-free.
 
 #include <optional>
 #include <string>
 #include <vector>
 
-#include "dtrain/launch.h"
-#include "launch/process/process.h"
-
 namespace dtrain::detail {
 
 /// execvp's search path when PATH is unset.
 constexpr const char* kDefaultPath = "/usr/local/bin:/usr/bin:/bin";
-
-/// Validates `options` and resolves the dependent defaults in one place:
-/// standalone → a single static node on 127.0.0.1 at a free port; empty
-/// run_id → generated (standalone) or "none"; backend names lowercased.
-/// Throws InvalidArgument naming the option (by its dtrain run flag).
-LaunchOptions resolve_launch_options(const LaunchOptions& options);
-
-struct RendezvousConfig;
-/// The rendezvous settings of resolved options (endpoint, MIN:MAX, node
-/// rank, --rdzv-conf). Throws InvalidArgument for a bad --rdzv-conf.
-RendezvousConfig rendezvous_config(const LaunchOptions& options);
 
 /// Where one worker stands in the job (torchrun's names).
 struct WorkerIdentity {
@@ -84,8 +71,5 @@ int pick_free_port();
 
 /// This process's environment as "KEY=VALUE" entries.
 std::vector<std::string> current_environment();
-
-/// dtrain::launch() starting workers through `control`.
-LaunchResult launch(const LaunchOptions& options, ProcessControl& control);
 
 }  // namespace dtrain::detail

@@ -29,7 +29,8 @@ std::string trim(const std::string& s) {
 std::chrono::milliseconds parse_seconds(const std::string& key, const std::string& value) {
   double s = 0;
   if (!parse_double(value, &s) || !std::isfinite(s) || s <= 0 || s > 1e7) {
-    throw InvalidArgument(cat("--rdzv-conf ", key, "=", value, ": expected a positive number of seconds"));
+    throw InvalidArgument(
+        cat("--rdzv-conf ", key, "=", value, ": expected a positive number of seconds"));
   }
   return std::chrono::milliseconds(std::max<long long>(1, std::llround(s * 1000)));
 }
@@ -55,8 +56,7 @@ std::string route_or_host_name(const std::string& host, int port) {
 std::string advertised_addr(const std::string& host, int port, int max_nodes) {
   std::string addr = route_or_host_name(host, port);
   const bool loopback = addr.rfind("127.", 0) == 0 || addr == "::1";
-  const bool loopback_endpoint =
-      host.rfind("127.", 0) == 0 || host == "::1" || host == "localhost";
+  const bool loopback_endpoint = host.rfind("127.", 0) == 0 || host == "::1" || host == "localhost";
   if (loopback && max_nodes > 1 && !loopback_endpoint) {
     std::string iface = first_interface_addr();
     if (!iface.empty()) return iface;
@@ -77,22 +77,25 @@ std::string default_node_id() {
 
 void validate(const RendezvousConfig& c) {
   if (c.backend != "static" && c.backend != "c10d" && c.backend != "etcd") {
-    throw InvalidArgument(cat("unknown rendezvous backend '", c.backend, "'; use static, c10d or etcd"));
+    throw InvalidArgument(
+        cat("unknown rendezvous backend '", c.backend, "'; use static, c10d or etcd"));
   }
   if (c.run_id.empty() || c.run_id.find_first_of("\t\n/") != std::string::npos) {
-    throw InvalidArgument(cat("--rdzv-id '", c.run_id, "' must be non-empty without '/', tabs or newlines"));
+    throw InvalidArgument(
+        cat("--rdzv-id '", c.run_id, "' must be non-empty without '/', tabs or newlines"));
   }
   if (c.min_nodes < 1 || c.max_nodes < c.min_nodes) {
-    throw InvalidArgument(cat("--nnodes ", c.min_nodes, ":", c.max_nodes,
-                              ": need 1 <= MIN <= MAX"));
+    throw InvalidArgument(
+        cat("--nnodes ", c.min_nodes, ":", c.max_nodes, ": need 1 <= MIN <= MAX"));
   }
   if (c.local_world_size < 1) {
     throw InvalidArgument(cat("--nproc-per-node ", c.local_world_size, ": must be at least 1"));
   }
   if (c.backend == "static") {
     if (c.min_nodes != c.max_nodes) {
-      throw InvalidArgument(cat("the static rendezvous needs a fixed --nnodes, got ", c.min_nodes, ":",
-                                c.max_nodes, "; use --rdzv-backend c10d for an elastic range"));
+      throw InvalidArgument(cat("the static rendezvous needs a fixed --nnodes, got ", c.min_nodes,
+                                ":", c.max_nodes,
+                                "; use --rdzv-backend c10d for an elastic range"));
     }
     if (c.node_rank < 0 || c.node_rank >= c.max_nodes) {
       throw InvalidArgument(cat("--node-rank ", c.node_rank, " is not in 0..", c.max_nodes - 1,
@@ -129,7 +132,8 @@ void RendezvousConfig::apply_conf(const std::string& rdzv_conf) {
     } else if (key == "missed_heartbeats" || key == "keep_alive_max_attempt") {
       long long n = 0;
       if (!parse_int(value, &n) || n < 1 || n > 1000) {
-        throw InvalidArgument(cat("--rdzv-conf ", key, "=", value, ": expected an integer in 1..1000"));
+        throw InvalidArgument(
+            cat("--rdzv-conf ", key, "=", value, ": expected an integer in 1..1000"));
       }
       missed_heartbeats = static_cast<int>(n);
     } else if (key == "timeout" || key == "read_timeout") {
@@ -143,7 +147,8 @@ void RendezvousConfig::apply_conf(const std::string& rdzv_conf) {
       if (value.empty()) throw InvalidArgument("--rdzv-conf etcd_prefix= needs a prefix");
       etcd_prefix = value;
     } else {
-      throw InvalidArgument(cat("--rdzv-conf: unknown key '", key, "'; known: join_timeout, "
+      throw InvalidArgument(cat("--rdzv-conf: unknown key '", key,
+                                "'; known: join_timeout, "
                                 "last_call_timeout, close_timeout, heartbeat_interval, "
                                 "missed_heartbeats, timeout, is_host, local_addr, etcd_prefix"));
     }
@@ -163,10 +168,12 @@ std::pair<std::string, int> parse_endpoint(const std::string& endpoint, int defa
   std::string host, port_text;
   if (!text.empty() && text[0] == '[') {  // [v6]:port
     size_t close = text.find(']');
-    if (close == std::string::npos) throw InvalidArgument(cat("endpoint '", endpoint, "': missing ']'"));
+    if (close == std::string::npos)
+      throw InvalidArgument(cat("endpoint '", endpoint, "': missing ']'"));
     host = text.substr(1, close - 1);
     if (close + 1 < text.size()) {
-      if (text[close + 1] != ':') throw InvalidArgument(cat("endpoint '", endpoint, "': expected ':' after ']'"));
+      if (text[close + 1] != ':')
+        throw InvalidArgument(cat("endpoint '", endpoint, "': expected ':' after ']'"));
       port_text = text.substr(close + 2);
     }
   } else if (std::count(text.begin(), text.end(), ':') == 1) {
@@ -181,7 +188,8 @@ std::pair<std::string, int> parse_endpoint(const std::string& endpoint, int defa
   }
   long long port = default_port;
   if (!port_text.empty() && (!parse_int(port_text, &port) || port < 1 || port > 65535)) {
-    throw InvalidArgument(cat("endpoint '", endpoint, "': port '", port_text, "' is not in 1..65535"));
+    throw InvalidArgument(
+        cat("endpoint '", endpoint, "': port '", port_text, "' is not in 1..65535"));
   }
   if (port_text.empty() && (default_port < 0 || default_port > 65535)) {
     throw InvalidArgument(cat("endpoint '", endpoint, "': no port given"));
@@ -207,26 +215,30 @@ std::unique_ptr<Rendezvous> build_rendezvous(std::shared_ptr<RendezvousBackend> 
   }
   if (node_id.empty()) node_id = default_node_id();
   if (node_id.find_first_of("\t\n") != std::string::npos || node_id == "-") {
-    throw InvalidArgument(cat("rendezvous node id '", node_id, "' must not contain tabs or newlines"));
+    throw InvalidArgument(
+        cat("rendezvous node id '", node_id, "' must not contain tabs or newlines"));
   }
   if (resolved.local_addr.find_first_of("\t\n") != std::string::npos) {
-    throw InvalidArgument(cat("local_addr '", resolved.local_addr, "' must not contain tabs or newlines"));
+    throw InvalidArgument(
+        cat("local_addr '", resolved.local_addr, "' must not contain tabs or newlines"));
   }
-  return std::make_unique<DynamicRendezvous>(std::move(backend), std::move(resolved), std::move(node_id),
-                                             std::move(keep_alive));
+  return std::make_unique<DynamicRendezvous>(std::move(backend), std::move(resolved),
+                                             std::move(node_id), std::move(keep_alive));
 }
 
 }  // namespace
 
 std::unique_ptr<Rendezvous> make_dynamic_rendezvous(std::shared_ptr<RendezvousBackend> backend,
-                                                    const RendezvousConfig& config, std::string node_id) {
+                                                    const RendezvousConfig& config,
+                                                    std::string node_id) {
   return build_rendezvous(std::move(backend), config, std::move(node_id), nullptr);
 }
 
 std::unique_ptr<Rendezvous> make_rendezvous(const RendezvousConfig& config) {
   validate(config);
   if (config.endpoint.empty()) {
-    throw InvalidArgument(cat("--rdzv-endpoint is required for the ", config.backend, " rendezvous"));
+    throw InvalidArgument(
+        cat("--rdzv-endpoint is required for the ", config.backend, " rendezvous"));
   }
   int default_port = config.backend == "etcd"     ? kEtcdDefaultPort
                      : config.backend == "static" ? kStaticDefaultPort
@@ -263,10 +275,10 @@ std::unique_ptr<Rendezvous> make_rendezvous(const RendezvousConfig& config) {
       try {
         store = connect_tcp_store(host, port, config.backend_timeout);
       } catch (const Error& e) {
-        throw TimeoutError(cat("rendezvous '", config.run_id, "': cannot reach the ", config.backend,
-                               " store at ", host, ":", port, " within ",
-                               config.backend_timeout.count() / 1000.0, " s (", first_line(e.what()),
-                               "); check --rdzv-endpoint and that the node hosting it is up"));
+        throw TimeoutError(cat(
+            "rendezvous '", config.run_id, "': cannot reach the ", config.backend, " store at ",
+            host, ":", port, " within ", config.backend_timeout.count() / 1000.0, " s (",
+            first_line(e.what()), "); check --rdzv-endpoint and that the node hosting it is up"));
       }
     }
     backend = make_store_backend(store, cat(config.backend, " store at ", host, ":", port));

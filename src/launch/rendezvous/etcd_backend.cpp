@@ -79,8 +79,7 @@ int64_t EtcdBackend::add(const std::string& key, int64_t delta) {
     // round and a new revision) per poll would grow etcd's history fast.
     long long value = 0;
     if (current && !parse_int(*current, &value)) {
-      throw StoreError(cat(describe(), ": key '", k, "' holds '", *current,
-                           "', not an integer"));
+      throw StoreError(cat(describe(), ": key '", k, "' holds '", *current, "', not an integer"));
     }
     return value;
   }

@@ -9,7 +9,8 @@
 //   etcd.put("/dtrain/a", "1");
 //   std::optional<std::string> v = etcd.get("/dtrain/a");   // "1"
 //
-// Keys and values are arbitrary bytes (base64 on the wire).
+// Keys and values are arbitrary bytes (base64 on the wire). The HTTP/1.1
+// transport is etcd_http.h.
 
 #include <chrono>
 #include <cstdint>
@@ -19,28 +20,9 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "launch/rendezvous/etcd_http.h"
+
 namespace dtrain::detail {
-
-/// One HTTP response: the status code and the (de-chunked) body.
-struct HttpResponse {
-  int status = 0;
-  std::string body;
-};
-
-/// POSTs `body` (Content-Type: application/json) to http://host:port`path`
-/// with "Connection: close" and returns the response. Connect, send and
-/// receive together take at most `timeout`. Throws StoreError when the server
-/// cannot be reached or breaks the connection, and TimeoutError when the
-/// deadline passes; both messages name host:port and `what` (the operation).
-HttpResponse http_post(const std::string& host, int port, const std::string& path,
-                       const std::string& body, std::chrono::milliseconds timeout,
-                       const std::string& what);
-
-/// Parses a complete HTTP/1.1 response (status line, headers, body delimited
-/// by Content-Length, chunked encoding or the end of the data). Returns false
-/// when `raw` is not complete yet or is malformed (`*error` says which: empty
-/// when more data is needed). Exposed for tests.
-bool parse_http_response(std::string_view raw, bool at_eof, HttpResponse* out, std::string* error);
 
 /// Standard base64 with padding.
 std::string base64_encode(std::string_view bytes);

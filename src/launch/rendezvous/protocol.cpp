@@ -1,6 +1,6 @@
 // The rendezvous protocol (torchrun's dynamic rendezvous) over a
 // RendezvousBackend. Configuration, endpoints and make_rendezvous live in
-// rendezvous_config.cpp; encodings and keys in rendezvous_state.h.
+// config.cpp; encodings and keys in state.h.
 //
 // Note [Rendezvous protocol]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -100,14 +100,18 @@ DynamicRendezvous::StateView DynamicRendezvous::read_state() {
 }
 
 Error DynamicRendezvous::closed_error() const {
-  return Error(cat(where(), " is closed: the job finished or gave up; start a new job (or use a "
-                            "new --rdzv-id) to train again"));
+  return Error(cat(where(),
+                   " is closed: the job finished or gave up; start a new job (or use a "
+                   "new --rdzv-id) to train again"));
 }
 
 RendezvousInfo DynamicRendezvous::next_rendezvous() {
-  if (shut_down_) throw Error(cat(where(), ": next_rendezvous() after shutdown() on node ", self_.node_id));
+  if (shut_down_)
+    throw Error(cat(where(), ": next_rendezvous() after shutdown() on node ", self_.node_id));
   if (!heartbeat_) {
-    auto beat = [b = backend_, key = keys_.heartbeat(self_.node_id), ttl = ttl_] { b->heartbeat(key, ttl); };
+    auto beat = [b = backend_, key = keys_.heartbeat(self_.node_id), ttl = ttl_] {
+      b->heartbeat(key, ttl);
+    };
     beat();  // alive before anyone can see our slot
     heartbeat_ = std::make_unique<HeartbeatThread>(config_.heartbeat_interval, beat);
   }
@@ -180,8 +184,8 @@ void DynamicRendezvous::step_open_round(const StateView& sv) {
   const int round = round_;
   const int64_t arrived = backend_->add(keys_.arrived(round), 0);
   std::optional<std::string> dropped_raw = backend_->get(keys_.dropped(round));
-  std::vector<int64_t> dropped = dropped_raw ? decode_slots(*dropped_raw, keys_.dropped(round))
-                                             : std::vector<int64_t>{};
+  std::vector<int64_t> dropped =
+      dropped_raw ? decode_slots(*dropped_raw, keys_.dropped(round)) : std::vector<int64_t>{};
   if (std::count(dropped.begin(), dropped.end(), slot_) > 0) {
     position_ = Position::kNone;  // we were taken for dead: arrive again
     return;
@@ -209,8 +213,8 @@ void DynamicRendezvous::step_open_round(const StateView& sv) {
                       (open_.min_since && now - *open_.min_since >= config_.last_call_timeout);
   if (can_complete) {
     if (!open_.complete_since) open_.complete_since = now;
-    bool designated = slot_ == included.front() ||
-                      (live >= config_.max_nodes && slot_ == included.back());
+    bool designated =
+        slot_ == included.front() || (live >= config_.max_nodes && slot_ == included.back());
     if (designated || now - *open_.complete_since >= config_.heartbeat_interval) {
       try_complete(sv, included);
     }
@@ -243,8 +247,8 @@ void DynamicRendezvous::drop_slot(int round, int64_t slot) {
   std::optional<std::string> current = backend_->get(keys_.dropped(round));
   auto deadline = RdzvClock::now() + config_.backend_timeout;
   for (;;) {
-    std::vector<int64_t> slots = current ? decode_slots(*current, keys_.dropped(round))
-                                         : std::vector<int64_t>{};
+    std::vector<int64_t> slots =
+        current ? decode_slots(*current, keys_.dropped(round)) : std::vector<int64_t>{};
     if (std::count(slots.begin(), slots.end(), slot) > 0) return;
     slots.push_back(slot);
     if (backend_->compare_set(keys_.dropped(round), current, encode_slots(slots), &current)) return;
@@ -270,8 +274,9 @@ void DynamicRendezvous::try_complete(const StateView& sv, const std::vector<int6
     nodes.push_back(std::move(r));
   }
   if (config_.backend == "static") {
-    std::stable_sort(nodes.begin(), nodes.end(),
-                     [](const NodeRecord& a, const NodeRecord& b) { return a.fixed_rank < b.fixed_rank; });
+    std::stable_sort(nodes.begin(), nodes.end(), [](const NodeRecord& a, const NodeRecord& b) {
+      return a.fixed_rank < b.fixed_rank;
+    });
   }
   RoundState done;
   done.round = round;
@@ -287,7 +292,9 @@ void DynamicRendezvous::try_complete(const StateView& sv, const std::vector<int6
 std::vector<NodeRecord> DynamicRendezvous::read_table(const RoundState& s) {
   std::string key = keys_.table(s.round, s.table_slot);
   std::optional<std::string> text = backend_->get(key);
-  if (!text) throw StoreError(cat(where(), ": round ", s.round, " is complete but its table ", key, " is missing"));
+  if (!text)
+    throw StoreError(
+        cat(where(), ": round ", s.round, " is complete but its table ", key, " is missing"));
   std::vector<NodeRecord> table = decode_table(*text, key);
   if (static_cast<int>(table.size()) != s.participants) {
     throw StoreError(cat(where(), ": round ", s.round, " table ", key, " lists ", table.size(),

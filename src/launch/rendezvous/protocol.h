@@ -1,7 +1,7 @@
 #pragma once
 // The rendezvous protocol's implementation class (see Note [Rendezvous
-// protocol] in rendezvous.cpp). Split over rendezvous.cpp (joining and
-// completing an open round) and rendezvous_rounds.cpp (finishing, leaving and
+// protocol] in protocol.cpp). Split over protocol.cpp (joining and
+// completing an open round) and protocol_rounds.cpp (finishing, leaving and
 // waiting for rounds; liveness; close; shutdown). Users go through
 // make_dynamic_rendezvous / make_rendezvous.
 
@@ -71,7 +71,7 @@ class DynamicRendezvous : public Rendezvous {
   StateView read_state();
   Error closed_error() const;
 
-  // rendezvous.cpp: the open round.
+  // protocol.cpp: the open round.
   void take_slot(int round);
   void step_open_round(const StateView& sv);
   bool slot_alive(int round, int64_t slot);
@@ -79,8 +79,9 @@ class DynamicRendezvous : public Rendezvous {
   void try_complete(const StateView& sv, const std::vector<int64_t>& included);
   std::vector<NodeRecord> read_table(const RoundState& s);
 
-  // rendezvous_rounds.cpp: the complete round and the waiting.
-  std::optional<RendezvousInfo> finish_round(const StateView& sv, const std::vector<NodeRecord>& table,
+  // protocol_rounds.cpp: the complete round and the waiting.
+  std::optional<RendezvousInfo> finish_round(const StateView& sv,
+                                             const std::vector<NodeRecord>& table,
                                              RdzvClock::time_point deadline);
   RendezvousInfo make_info(const std::vector<NodeRecord>& table, int rank) const;
   void register_waiter(const StateView& sv, bool leaver);

@@ -1,6 +1,6 @@
 // The rendezvous protocol, part two: a complete round (finishing it, the
 // workers' store, leaving it), waiting for the next round, liveness, close
-// and shutdown. See Note [Rendezvous protocol] in rendezvous.cpp.
+// and shutdown. See Note [Rendezvous protocol] in protocol.cpp.
 
 #include <algorithm>
 #include <tuple>
@@ -45,9 +45,11 @@ std::optional<RendezvousInfo> DynamicRendezvous::finish_round(const StateView& s
   if (config_.backend == "static") {
     for (size_t i = 0; i < table.size(); ++i) {
       if (table[i].fixed_rank != static_cast<int>(i)) {
-        throw InvalidArgument(cat(where(), ": round ", round, " has nodes with duplicate or missing "
-                                  "--node-rank (", node_name(table[i]), " has node rank ",
-                                  table[i].fixed_rank, ", expected ", i, " of 0..", table.size() - 1,
+        throw InvalidArgument(cat(where(), ": round ", round,
+                                  " has nodes with duplicate or missing "
+                                  "--node-rank (",
+                                  node_name(table[i]), " has node rank ", table[i].fixed_rank,
+                                  ", expected ", i, " of 0..", table.size() - 1,
                                   "); give every node a distinct --node-rank"));
       }
     }
@@ -95,10 +97,11 @@ std::optional<RendezvousInfo> DynamicRendezvous::finish_round(const StateView& s
       } catch (const std::exception&) {
         // The timeout is the error to report.
       }
-      throw TimeoutError(cat(where(), ": round ", round, " completed but node rank 0 (",
-                             node_name(table[0]), ") did not publish the workers' store within "
-                             "join_timeout (", config_.join_timeout.count() / 1000.0,
-                             " s); check that node's agent log"));
+      throw TimeoutError(
+          cat(where(), ": round ", round, " completed but node rank 0 (", node_name(table[0]),
+              ") did not publish the workers' store within "
+              "join_timeout (",
+              config_.join_timeout.count() / 1000.0, " s); check that node's agent log"));
     }
     backoff.sleep(deadline);
   }
@@ -282,7 +285,8 @@ void DynamicRendezvous::set_closed() {
     closed.status = RoundState::Status::kClosed;
     if (backend_->compare_set(keys_.state(), sv.raw, closed.encode(), nullptr)) return;
     if (RdzvClock::now() >= deadline) {
-      throw TimeoutError(cat(where(), ": could not close within ", config_.backend_timeout.count() / 1000.0,
+      throw TimeoutError(cat(where(), ": could not close within ",
+                             config_.backend_timeout.count() / 1000.0,
                              " s (the state kept changing)"));
     }
     backoff.sleep(deadline);
@@ -344,9 +348,10 @@ void DynamicRendezvous::throw_timeout(const StateView& sv) {
     what = cat("round ", round_, " did not complete: ", arrivals, ", ", config_.min_nodes,
                " needed (min_nodes=", config_.min_nodes, ", max_nodes=", config_.max_nodes, ")");
   } else if (position_ == Position::kWaiter) {
-    what = cat("waiting for round ", round_ + 1, ": round ", round_, " is still running with ",
-               sv.state.participants, " node(s) that did not restart (min_nodes=", config_.min_nodes,
-               ", max_nodes=", config_.max_nodes, ")");
+    what =
+        cat("waiting for round ", round_ + 1, ": round ", round_, " is still running with ",
+            sv.state.participants, " node(s) that did not restart (min_nodes=", config_.min_nodes,
+            ", max_nodes=", config_.max_nodes, ")");
   } else {
     what = cat("round ", sv.state.round, " could not be joined");
   }

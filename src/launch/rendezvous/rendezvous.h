@@ -1,7 +1,7 @@
 #pragma once
 // Rendezvous: how the agents of a job (one per node) agree on who takes part in
 // a round, in which order, and where the round's workers meet. The elastic
-// agent (src/launch/agent.cpp) runs one round per attempt:
+// agent (src/launch/agent/agent.cpp) runs one round per attempt:
 //
 //   auto rdzv = make_rendezvous(config);          // joins nothing yet
 //   RendezvousInfo round = rdzv->next_rendezvous(); // blocks, bounded
@@ -33,7 +33,6 @@
 #include "dtrain/errors.h"
 #include "dtrain/store.h"
 
-
 namespace dtrain::detail {
 
 /// Key/value operations the rendezvous needs. Implementations are
@@ -56,8 +55,7 @@ class RendezvousBackend {
   /// (nullopt: the key must be absent). Returns true when written; otherwise
   /// `*current` (when not null) receives the value now stored (nullopt: absent).
   virtual bool compare_set(const std::string& key, const std::optional<std::string>& expected,
-                           const std::string& desired,
-                           std::optional<std::string>* current) = 0;
+                           const std::string& desired, std::optional<std::string>* current) = 0;
 
   /// Atomically adds `delta` to the integer at `key` (absent: 0) and returns
   /// the new value.
@@ -244,8 +242,7 @@ std::unique_ptr<Rendezvous> make_dynamic_rendezvous(std::shared_ptr<RendezvousBa
 
 /// Backends.
 /// Over a c10d store (TCP store client or server's client, memory store).
-std::shared_ptr<RendezvousBackend> make_store_backend(StorePtr store,
-                                                      std::string description);
+std::shared_ptr<RendezvousBackend> make_store_backend(StorePtr store, std::string description);
 /// Over etcd's v3 JSON API (HTTP/1.1) at host:port; every request bounded by
 /// `timeout`. Throws StoreError naming host:port when etcd does not answer.
 std::shared_ptr<RendezvousBackend> make_etcd_backend(const std::string& host, int port,

@@ -8,7 +8,8 @@
 namespace dtrain::detail {
 namespace {
 
-[[noreturn]] void corrupt(const std::string& what, const std::string& text, const std::string& where) {
+[[noreturn]] void corrupt(const std::string& what, const std::string& text,
+                          const std::string& where) {
   throw StoreError(cat("rendezvous ", what, " '", text.substr(0, 80), "' at ", where,
                        " is malformed; another program (or an incompatible dtrain) wrote the "
                        "rendezvous keys — use a fresh --rdzv-id"));

@@ -1,6 +1,6 @@
 #pragma once
 // Internals of the rendezvous protocol (see Note [Rendezvous protocol] in
-// rendezvous.cpp): the key layout, the text encodings of the round state and
+// protocol.cpp): the key layout, the text encodings of the round state and
 // of a node's record, and small helpers (polling backoff, the heartbeat
 // thread). Nothing here blocks without a deadline.
 
@@ -33,21 +33,29 @@ class RendezvousKeys {
   /// add() counter handing out arrival slots 1, 2, ... of an open round.
   std::string arrived(int round) const { return round_key(round, "arrived"); }
   /// The NodeRecord of the node holding `slot`.
-  std::string slot(int round, int64_t slot) const { return round_key(round, "slot/" + std::to_string(slot)); }
+  std::string slot(int round, int64_t slot) const {
+    return round_key(round, "slot/" + std::to_string(slot));
+  }
   /// CAS-protected comma list of slots dropped from an open round.
   std::string dropped(int round) const { return round_key(round, "dropped"); }
   /// The participant table written by the completer holding `slot`.
-  std::string table(int round, int64_t slot) const { return round_key(round, "table/" + std::to_string(slot)); }
+  std::string table(int round, int64_t slot) const {
+    return round_key(round, "table/" + std::to_string(slot));
+  }
   /// "addr:port" of the store node rank 0 hosts for the round's workers.
   std::string master(int round) const { return round_key(round, "master"); }
   /// add() counter of participants that left a complete round, and the
   /// exactly-once guard of each one (CAS absent -> marker's node id).
   std::string left(int round) const { return round_key(round, "left"); }
-  std::string left(int round, int64_t slot) const { return round_key(round, "left/" + std::to_string(slot)); }
+  std::string left(int round, int64_t slot) const {
+    return round_key(round, "left/" + std::to_string(slot));
+  }
   /// add() counter of nodes waiting for the round after `round`, and each
   /// waiter's node id ("-" once it withdrew).
   std::string waiting(int round) const { return round_key(round, "waiting"); }
-  std::string waiter(int round, int64_t n) const { return round_key(round, "waiter/" + std::to_string(n)); }
+  std::string waiter(int round, int64_t n) const {
+    return round_key(round, "waiter/" + std::to_string(n));
+  }
   /// Set once a participant of `round` was found dead (value: its node id).
   std::string lost(int round) const { return round_key(round, "lost"); }
   /// The first failure recorded in `round` (CAS absent -> text).

@@ -64,7 +64,8 @@ class StoreBackend : public RendezvousBackend {
     std::string want = kValueTag + desired;
     std::string have = expected ? kValueTag + *expected : std::string();
     std::string now;
-    guarded("compare_set", key, [&] { now = text(store_->compareSet(key, bytes(have), bytes(want))); });
+    guarded("compare_set", key,
+            [&] { now = text(store_->compareSet(key, bytes(have), bytes(want))); });
     if (now == want) return true;
     if (current != nullptr) {
       // c10d answers a CAS on an absent key with the expected value itself.
@@ -139,7 +140,8 @@ class StoreBackend : public RendezvousBackend {
     } catch (const dtrain::Error&) {
       throw;
     } catch (const std::exception& e) {
-      throw StoreError(cat(op, "('", key, "') on the ", description_, " failed: ", first_line(e.what()),
+      throw StoreError(cat(op, "('", key, "') on the ", description_,
+                           " failed: ", first_line(e.what()),
                            "; check that the store's host is up and reachable"));
     }
   }

@@ -1,5 +1,6 @@
-// The `dtrain run` subcommand: flag spellings, pass-through of the worker
-// command, usage errors and exit codes.
+// The `dtrain run` subcommand (src/cli/cmd_run.cpp): flag spellings,
+// pass-through of the worker command, usage errors and exit codes, and a
+// --ps-servers job through it.
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -7,8 +8,8 @@
 #include <sys/socket.h>
 
 #include <algorithm>
-#include <thread>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -150,8 +151,41 @@ TEST(RunCommand, BusyPortIsOneErrorLineAndExitCodeOne) {
   std::string err = ::testing::internal::GetCapturedStderr();
   ::close(fd);
   EXPECT_EQ(rc, 1);
-  EXPECT_THAT(err, HasSubstr("dtrain run: error: rendezvous 'none': cannot host the store on 127.0.0.1:" + port));
+  EXPECT_THAT(
+      err, HasSubstr("dtrain run: error: rendezvous 'none': cannot host the store on 127.0.0.1:" +
+                     port));
   EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
+}
+
+/// `env VAR=... ps_node` (tests/ps): a --ps-servers job runs this same
+/// command in every role.
+std::vector<std::string> ps_node_command(std::vector<std::string> vars) {
+  std::vector<std::string> command = {"env"};
+  command.insert(command.end(), vars.begin(), vars.end());
+  command.push_back(PS_NODE);
+  return command;
+}
+
+TEST(RunCommand, PsServersJobExitsZeroWithWorkerOutputTaggedByRank) {
+  std::vector<std::string> args = {"--ps-servers", "2", "--nproc-per-node", "2", "--"};
+  for (auto& a : ps_node_command({"PS_NODE_STEPS=10"})) args.push_back(a);
+  ::testing::internal::CaptureStderr();
+  int rc = parse(args);
+  std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(rc, 0) << err;
+  EXPECT_THAT(err, HasSubstr("[rank0]: ps_node: worker 0 running"));
+}
+
+TEST(RunCommand, PsServersJobWithACrashingWorkerExitsOneNamingTheRootCause) {
+  std::vector<std::string> args = {"--ps-servers", "2", "--nproc-per-node", "2", "--"};
+  for (auto& a : ps_node_command({"PS_NODE_FAIL_RANK=0"})) args.push_back(a);
+  ::testing::internal::CaptureStderr();
+  int rc = parse(args);
+  std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(rc, 1) << err;
+  EXPECT_THAT(err, HasSubstr("[rank0]: ps_node: worker 0 failing on purpose"));
+  EXPECT_THAT(err, HasSubstr("dtrain run: root cause: worker rank 0 (pid "));
+  EXPECT_THAT(err, HasSubstr("dtrain run: scheduler (pid "));
 }
 
 }  // namespace

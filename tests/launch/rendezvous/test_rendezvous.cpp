@@ -54,8 +54,12 @@ class FaultyBackend : public RendezvousBackend {
     return check()->compare_set(key, expected, desired, current);
   }
   int64_t add(const std::string& key, int64_t delta) override { return check()->add(key, delta); }
-  void heartbeat(const std::string& key, std::chrono::milliseconds ttl) override { check()->heartbeat(key, ttl); }
-  bool alive(const std::string& key, std::chrono::milliseconds ttl) override { return check()->alive(key, ttl); }
+  void heartbeat(const std::string& key, std::chrono::milliseconds ttl) override {
+    check()->heartbeat(key, ttl);
+  }
+  bool alive(const std::string& key, std::chrono::milliseconds ttl) override {
+    return check()->alive(key, ttl);
+  }
   void forget(const std::string& key) override { check()->forget(key); }
 
  private:
@@ -119,7 +123,8 @@ TEST_P(RendezvousTest, OneTwoAndThreeNodesAgreeOnRanksFromUnequalLocalWorldSizes
     SCOPED_TRACE(n);
     SetUp();  // a fresh store per group size
     std::vector<Agent> agents;
-    for (int i = 0; i < n; ++i) agents.push_back(agent(quick_config(n, n, i + 1), "node" + std::to_string(i)));
+    for (int i = 0; i < n; ++i)
+      agents.push_back(agent(quick_config(n, n, i + 1), "node" + std::to_string(i)));
     std::vector<std::future<RendezvousInfo>> futures;
     for (auto& a : agents) futures.push_back(join_async(a));
     std::vector<RendezvousInfo> infos;
@@ -266,7 +271,8 @@ TEST_P(RendezvousTest, JoinTimeoutNamesEndpointRunRoundAndArrivedNodes) {
 
 TEST_P(RendezvousTest, ClosedRendezvousFailsWaitingAndLaterNodes) {
   RendezvousConfig c = quick_config(2, 2);
-  Agent a = agent(c, "a"), b = agent(c, "b"), waiting = agent(c, "waiting"), later = agent(c, "later");
+  Agent a = agent(c, "a"), b = agent(c, "b"), waiting = agent(c, "waiting"),
+        later = agent(c, "later");
   {
     auto fa = join_async(a), fb = join_async(b);
     fa.get();
@@ -307,8 +313,9 @@ TEST_P(RendezvousTest, WaitingNodeThatTimesOutLeavesTheWaitList) {
 
 TEST(RendezvousConfigTest, ApplyConfReadsTorchrunKeysWithFractionalSeconds) {
   RendezvousConfig c;
-  c.apply_conf("join_timeout=12.5, last_call_timeout=1,close_timeout=3,heartbeat_interval=0.25,"
-               "missed_heartbeats=4,timeout=7,is_host=false,local_addr=10.1.2.3,etcd_prefix=/x,");
+  c.apply_conf(
+      "join_timeout=12.5, last_call_timeout=1,close_timeout=3,heartbeat_interval=0.25,"
+      "missed_heartbeats=4,timeout=7,is_host=false,local_addr=10.1.2.3,etcd_prefix=/x,");
   EXPECT_EQ(c.join_timeout, 12500ms);
   EXPECT_EQ(c.last_call_timeout, 1000ms);
   EXPECT_EQ(c.heartbeat_interval, 250ms);
@@ -349,7 +356,8 @@ TEST(RendezvousConfigTest, ParseEndpointSplitsHostAndPortOrUsesTheDefault) {
       parse_endpoint(bad, 29400);
       ADD_FAILURE() << "accepted '" << bad << "'";
     } catch (const InvalidArgument& e) {
-      EXPECT_NE(std::string(e.what()).find(std::string("'") + bad + "'"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(std::string("'") + bad + "'"), std::string::npos)
+          << e.what();
     }
   }
 }
@@ -417,7 +425,8 @@ TEST(MakeRendezvousTest, StaticBackendKeepsConfiguredNodeRanksAcrossRestarts) {
   for (auto& f : made) nodes.push_back(f.get());
   for (int round = 0; round < 2; ++round) {
     std::vector<std::future<RendezvousInfo>> futures;
-    for (auto& n : nodes) futures.push_back(std::async(std::launch::async, [&n] { return n->next_rendezvous(); }));
+    for (auto& n : nodes)
+      futures.push_back(std::async(std::launch::async, [&n] { return n->next_rendezvous(); }));
     int expected_rank[] = {2, 0, 1};
     for (int i = 0; i < 3; ++i) {
       RendezvousInfo info = futures[i].get();
@@ -461,7 +470,8 @@ TEST(MakeRendezvousTest, C10dClientThatCannotReachTheStoreNamesHostAndPort) {
     make_rendezvous(c);
     FAIL() << "expected a connection failure";
   } catch (const TimeoutError& e) {
-    EXPECT_NE(std::string(e.what()).find("127.0.0.1:" + std::to_string(port)), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("127.0.0.1:" + std::to_string(port)), std::string::npos)
+        << e.what();
   }
 }
 

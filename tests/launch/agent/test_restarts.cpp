@@ -1,7 +1,7 @@
 // The elastic agent inside dtrain::launch(): restarts after failures, the
 // root cause with the worker's error record, per-attempt log directories,
-// multi-node rounds with agents as threads, and rendezvous errors; and the
-// pure decision behind them (decide_round, choose_root_cause).
+// multi-node rounds with agents as threads, a lost node, and rendezvous
+// errors. The pure decision behind them is tested in test_round_decision.cpp.
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -14,17 +14,16 @@
 #include "dtrain/errors.h"
 #include "dtrain/launch.h"
 #include "dtrain/store.h"
+#include "launch/launch_test_util.h"
 #include "launch/rendezvous/rendezvous.h"
-#include "launch/agent/round_decision.h"
-#include "launch_test_util.h"
 
 namespace dtrain {
 namespace {
 
+using ::testing::HasSubstr;
 using testing::read_file;
 using testing::TempDir;
 using testing::WorkerRun;
-using ::testing::HasSubstr;
 namespace fs = std::filesystem;
 
 std::string joined(const std::vector<std::string>& lines) {
@@ -69,8 +68,8 @@ TEST(Restarts, RestartsExhaustedFailNamingTheRootCauseAndItsErrorRecord) {
   ASSERT_TRUE(result.root_cause);
   EXPECT_EQ(result.root_cause->rank, 1);
   EXPECT_EQ(result.root_cause->error_message, "DataError: shard 7 is truncated");
-  EXPECT_THAT(result.summary().back(),
-              HasSubstr("root cause: worker rank 1 (pid " + std::to_string(result.root_cause->pid)));
+  EXPECT_THAT(result.summary().back(), HasSubstr("root cause: worker rank 1 (pid " +
+                                                 std::to_string(result.root_cause->pid)));
   EXPECT_THAT(result.summary().back(),
               HasSubstr("failed first: exit code 3: DataError: shard 7 is truncated"));
   EXPECT_THAT(result.summary().back(), HasSubstr("(after 1 restart(s))"));
@@ -85,10 +84,13 @@ TEST(Restarts, LogDirHasOneAttemptDirectoryPerRoundWithTheErrorRecord) {
   run.options.run_id = "job9";
   run.options.max_restarts = 1;
   ASSERT_TRUE(launch(run.options).succeeded()) << run.err();
-  const std::string a0 = dir.file("logs/job9/attempt_0/0/"), a1 = dir.file("logs/job9/attempt_1/0/");
-  EXPECT_THAT(read_file(a0 + "stdout.log"), HasSubstr("TORCHELASTIC_ERROR_FILE=" + a0 + "error.json"));
+  const std::string a0 = dir.file("logs/job9/attempt_0/0/"),
+                    a1 = dir.file("logs/job9/attempt_1/0/");
+  EXPECT_THAT(read_file(a0 + "stdout.log"),
+              HasSubstr("TORCHELASTIC_ERROR_FILE=" + a0 + "error.json"));
   EXPECT_THAT(read_file(a0 + "error.json"), HasSubstr("first try"));
-  EXPECT_THAT(read_file(a1 + "stdout.log"), HasSubstr("TORCHELASTIC_ERROR_FILE=" + a1 + "error.json"));
+  EXPECT_THAT(read_file(a1 + "stdout.log"),
+              HasSubstr("TORCHELASTIC_ERROR_FILE=" + a1 + "error.json"));
   EXPECT_FALSE(fs::exists(a1 + "error.json"));
 }
 
@@ -110,8 +112,9 @@ TEST(Restarts, TwoAgentsFormOneGroupOfFourRanks) {
   TempDir dir;
   const int port = free_port();
   ASSERT_GT(port, 0);
-  std::vector<std::string> steps = {"env", "RANK", "env", "GROUP_RANK", "env", "WORLD_SIZE",
-                                    "env", "GROUP_WORLD_SIZE", "connect"};
+  std::vector<std::string> steps = {"env",    "RANK",       "env", "GROUP_RANK",
+                                    "env",    "WORLD_SIZE", "env", "GROUP_WORLD_SIZE",
+                                    "connect"};
   WorkerRun a(dir, 2, steps);
   TempDir dir_b;
   WorkerRun b(dir_b, 2, steps);
@@ -131,10 +134,10 @@ TEST(Restarts, TwoAgentsFormOneGroupOfFourRanks) {
   ASSERT_TRUE(rb.succeeded()) << joined(rb.summary()) << b.err();
   std::string out = a.out() + b.out();
   for (int rank = 0; rank < 4; ++rank) {
-    EXPECT_THAT(out, HasSubstr("[rank" + std::to_string(rank) + "]: RANK=" +
-                               std::to_string(rank) + "\n"));
-    EXPECT_THAT(out, HasSubstr("[rank" + std::to_string(rank) + "]: GROUP_RANK=" +
-                               std::to_string(rank / 2) + "\n"));
+    EXPECT_THAT(
+        out, HasSubstr("[rank" + std::to_string(rank) + "]: RANK=" + std::to_string(rank) + "\n"));
+    EXPECT_THAT(out, HasSubstr("[rank" + std::to_string(rank) +
+                               "]: GROUP_RANK=" + std::to_string(rank / 2) + "\n"));
   }
   EXPECT_THAT(out, HasSubstr("WORLD_SIZE=4\n"));
   EXPECT_THAT(out, HasSubstr("GROUP_WORLD_SIZE=2\n"));
@@ -148,8 +151,8 @@ TEST(Restarts, TwoAgentsFormOneGroupOfFourRanks) {
 TEST(Restarts, ExhaustedRestartsOnOneNodeEndTheRunEverywhereNamingTheFirstFailure) {
   TempDir dir_a, dir_b;
   const int port = free_port();
-  std::vector<std::string> steps = {"rank", "2", "errorfile", "DataError: boom", "rank", "2",
-                                    "exit", "3", "sleep", "30000"};
+  std::vector<std::string> steps = {"rank", "2",    "errorfile", "DataError: boom", "rank",
+                                    "2",    "exit", "3",         "sleep",           "30000"};
   WorkerRun a(dir_a, 2, steps), b(dir_b, 2, steps);
   for (LaunchOptions* o : {&a.options, &b.options}) {
     o->rdzv_backend = "c10d";
@@ -229,155 +232,11 @@ TEST(Restarts, ElasticOptionsAreCheckedBeforeAnythingStarts) {
   EXPECT_THAT([&] { launch(o); },
               ::testing::ThrowsMessage<InvalidArgument>(HasSubstr("--node-rank 2 is outside")));
   o.node_rank = 1;
-  EXPECT_THAT([&] { launch(o); },
-              ::testing::ThrowsMessage<InvalidArgument>(HasSubstr("needs --master-addr and --master-port")));
+  EXPECT_THAT([&] { launch(o); }, ::testing::ThrowsMessage<InvalidArgument>(
+                                      HasSubstr("needs --master-addr and --master-port")));
   o.max_restarts = -1;
   EXPECT_THAT([&] { launch(o); },
               ::testing::ThrowsMessage<InvalidArgument>(HasSubstr("--max-restarts")));
-}
-
-// --- decide_round: what a round's end leads to, and what it costs ---------
-
-using detail::decide_round;
-using detail::RoundAction;
-using detail::RoundFacts;
-
-RoundFacts failed_round(int restarts, int max_restarts, int nodes = 2) {
-  RoundFacts f;
-  f.worker_failed = true;
-  f.restarts = restarts;
-  f.max_restarts = max_restarts;
-  f.num_nodes = nodes;
-  return f;
-}
-
-TEST(DecideRound, WorkerFailureWithRestartsLeftRestartsAndSpendsOne) {
-  auto d = decide_round(failed_round(0, 1));
-  EXPECT_EQ(d.action, RoundAction::kRestart);
-  EXPECT_TRUE(d.counts_restart);
-  EXPECT_TRUE(d.record_failure);
-  EXPECT_FALSE(d.close);
-}
-
-TEST(DecideRound, WorkerFailureCausedByALostNodeRestartsWithoutSpendingOne) {
-  RoundFacts f = failed_round(0, 0);  // no restart left: would give up otherwise
-  f.node_lost = true;
-  auto d = decide_round(f);
-  EXPECT_EQ(d.action, RoundAction::kRestart);
-  EXPECT_FALSE(d.counts_restart);
-  EXPECT_FALSE(d.close);
-}
-
-TEST(DecideRound, WorkerFailureWithoutRestartsLeftGivesUpClosingAndLingering) {
-  auto d = decide_round(failed_round(2, 2));
-  EXPECT_EQ(d.action, RoundAction::kGiveUp);
-  EXPECT_FALSE(d.counts_restart);
-  EXPECT_TRUE(d.record_failure);
-  EXPECT_TRUE(d.close);
-  EXPECT_TRUE(d.linger);
-}
-
-TEST(DecideRound, MembershipChangeRestartsWithoutSpendingOne) {
-  RoundFacts f;
-  f.membership_changed = true;
-  f.max_restarts = 0;
-  f.num_nodes = 3;
-  auto d = decide_round(f);
-  EXPECT_EQ(d.action, RoundAction::kRestart);
-  EXPECT_FALSE(d.counts_restart);
-  EXPECT_FALSE(d.record_failure);
-}
-
-TEST(DecideRound, SignalStopsWhateverElseHappened) {
-  RoundFacts f = failed_round(0, 3);
-  f.signalled = true;
-  auto d = decide_round(f);
-  EXPECT_EQ(d.action, RoundAction::kStop);
-  EXPECT_FALSE(d.counts_restart);
-  EXPECT_FALSE(d.close);
-}
-
-TEST(DecideRound, SuccessWaitsAtTheExitBarrierAndLingersOnlyWithSeveralNodes) {
-  RoundFacts f;
-  f.all_succeeded = true;
-  f.num_nodes = 2;
-  auto d = decide_round(f);
-  EXPECT_EQ(d.action, RoundAction::kFinish);
-  EXPECT_TRUE(d.exit_barrier);
-  EXPECT_TRUE(d.linger);
-  f.num_nodes = 1;
-  d = decide_round(f);
-  EXPECT_EQ(d.action, RoundAction::kFinish);
-  EXPECT_FALSE(d.exit_barrier);
-  EXPECT_FALSE(d.linger);
-}
-
-TEST(DecideRound, WorkersEndingWithoutAReasonCloseTheRunInsteadOfLooping) {
-  RoundFacts f;  // stopped, but no failure, signal or membership change
-  auto d = decide_round(f);
-  EXPECT_EQ(d.action, RoundAction::kAbort);
-  EXPECT_TRUE(d.close);
-}
-
-// --- choose_root_cause ------------------------------------------------------
-
-using detail::choose_root_cause;
-using detail::ErrorRecord;
-
-WorkerExit exited(int rank, int code, bool stopped = false, int signal = 0) {
-  WorkerExit w;
-  w.rank = w.local_rank = rank;
-  w.exit_code = signal ? -1 : code;
-  w.signal = signal;
-  w.stopped = stopped;
-  return w;
-}
-
-std::optional<ErrorRecord> record_at(double timestamp) {
-  ErrorRecord r;
-  r.message = "failed";
-  r.timestamp = timestamp;
-  return r;
-}
-
-TEST(RootCause, IsTheEarliestErrorRecordNotTheLowestRankReapedFirst) {
-  // Ranks 0 and 1 were reaped in the same tick; rank 1 failed first.
-  std::vector<WorkerExit> exits{exited(0, 1), exited(1, 1), exited(2, 0)};
-  std::vector<std::optional<ErrorRecord>> records{record_at(1000.5), record_at(1000.2),
-                                                  std::nullopt};
-  EXPECT_EQ(choose_root_cause(exits, records), 1u);
-}
-
-TEST(RootCause, AStoppedWorkerWhoseRecordIsEarlierIsTheRootCause) {
-  // Rank 1 recorded its error, then was still exiting when rank 0's failure
-  // made the agent stop it.
-  std::vector<WorkerExit> exits{exited(0, 1), exited(1, 1, /*stopped=*/true),
-                                exited(2, -1, /*stopped=*/true, SIGTERM)};
-  std::vector<std::optional<ErrorRecord>> records{record_at(50), record_at(40), std::nullopt};
-  EXPECT_EQ(choose_root_cause(exits, records), 1u);
-}
-
-TEST(RootCause, ASignalWithoutARecordComesFirstAnExitWithoutOneLast) {
-  std::vector<WorkerExit> exits{exited(0, 3), exited(1, 1), exited(2, -1, false, SIGSEGV)};
-  std::vector<std::optional<ErrorRecord>> records{std::nullopt, record_at(7), std::nullopt};
-  EXPECT_EQ(choose_root_cause(exits, records), 2u);
-  exits[2] = exited(2, 0);
-  EXPECT_EQ(choose_root_cause(exits, records), 1u);
-  records[1].reset();
-  EXPECT_EQ(choose_root_cause(exits, records), 0u);  // no records: the lowest rank
-}
-
-TEST(RootCause, PeerFailuresAreRecognisedByTypeOrByC10dsText) {
-  ErrorRecord r;
-  r.error_type = "dtrain::PeerLostError";
-  EXPECT_TRUE(detail::is_peer_failure(r));
-  r.error_type = "";
-  r.message = "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:598] "
-              "Connection closed by peer [10.0.0.2]:4711";
-  EXPECT_TRUE(detail::is_peer_failure(r));
-  r.error_type = "dtrain::DataError";
-  r.message = "shard 7 is truncated";
-  EXPECT_FALSE(detail::is_peer_failure(r));
 }
 
 // --- a lost node, seen by a real agent --------------------------------------
