@@ -4,6 +4,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <csignal>
 
 #include "dtrain/errors.h"
@@ -42,6 +43,20 @@ TEST(ResolveLaunchOptions, RejectsBadValuesNamingThem) {
   EXPECT_THAT(
       [&] { resolve_launch_options(o); },
       ::testing::ThrowsMessage<InvalidArgument>(HasSubstr("master_port 70000 is out of range")));
+  o.master_port = 0;
+  o.exit_barrier_timeout = std::chrono::milliseconds(-1);
+  EXPECT_THAT([&] { resolve_launch_options(o); },
+              ::testing::ThrowsMessage<InvalidArgument>(HasSubstr("exit_barrier_timeout")));
+  o.exit_barrier_timeout = std::chrono::seconds(1);
+  o.linger_timeout = std::chrono::milliseconds(-1);
+  EXPECT_THAT([&] { resolve_launch_options(o); },
+              ::testing::ThrowsMessage<InvalidArgument>(HasSubstr("linger_timeout")));
+}
+
+TEST(ResolveLaunchOptions, ExitBarrierAndLingerDefaultToTorchrunsAgentAndOneMinute) {
+  const LaunchOptions o;
+  EXPECT_EQ(o.exit_barrier_timeout, std::chrono::seconds(300));
+  EXPECT_EQ(o.linger_timeout, std::chrono::seconds(60));
 }
 
 WorkerExit exit_of(int rank, int pid, int code, int signal, bool stopped) {

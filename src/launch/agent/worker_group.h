@@ -1,7 +1,7 @@
 #pragma once
 // A group of local worker processes watched as one: started together, their
-// output relayed, and stopped together as soon as one fails. The launcher runs
-// one group per attempt; an elastic agent will run one per rendezvous round.
+// output relayed, and stopped together as soon as one fails. The agent
+// (agent.cpp) runs one group per rendezvous round.
 
 #include <poll.h>
 

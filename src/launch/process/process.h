@@ -1,8 +1,7 @@
 #pragma once
 // Process control for the launcher: the seam between "which workers run" and
 // "how a process is started, signalled and reaped". PosixProcessControl is the
-// real one (fork + execve); tests and a later elastic agent can substitute
-// their own.
+// real one (fork + execve); tests can substitute their own.
 
 #include <memory>
 #include <optional>

@@ -6,6 +6,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <csignal>
 #include <filesystem>
 #include <optional>
@@ -143,6 +144,44 @@ TEST(Restarts, TwoAgentsFormOneGroupOfFourRanks) {
   EXPECT_THAT(out, HasSubstr("GROUP_WORLD_SIZE=2\n"));
   EXPECT_EQ(out.find("connect failed"), std::string::npos) << out;
   EXPECT_EQ(ra.master_port, rb.master_port);
+}
+
+// LaunchOptions::exit_barrier_timeout bounds how long a node whose workers
+// all succeeded waits for the others: node A (not hosting) leaves after
+// 200 ms while node B's worker still sleeps, and both runs succeed.
+TEST(Restarts, AFinishedNodeWaitsAtTheExitBarrierOnlyForExitBarrierTimeout) {
+  TempDir dir_a, dir_b;
+  const int port = free_port();
+  ASSERT_GT(port, 0);
+  WorkerRun a(dir_a, 1, {"env", "RANK"});
+  WorkerRun b(dir_b, 1, {"sleep", "3000", "env", "RANK"});
+  for (LaunchOptions* o : {&a.options, &b.options}) {
+    o->rdzv_backend = "c10d";
+    o->rdzv_endpoint = "127.0.0.1:" + std::to_string(port);
+    o->min_nodes = o->max_nodes = 2;
+    o->run_id = "barrier";
+  }
+  b.options.rdzv_conf = "join_timeout=20,is_host=true";
+  a.options.rdzv_conf = "join_timeout=20,is_host=false";
+  a.options.exit_barrier_timeout = std::chrono::milliseconds(200);
+  LaunchResult ra, rb;
+  std::atomic<bool> b_done{false};
+  std::thread tb([&] {
+    rb = launch(b.options);
+    b_done = true;
+  });
+  for (int i = 0; i < 500 && port_is_free(port); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  std::thread ta([&] { ra = launch(a.options); });
+  ta.join();
+  const bool b_done_when_a_left = b_done;
+  tb.join();
+  ASSERT_TRUE(ra.succeeded()) << joined(ra.summary()) << a.err();
+  ASSERT_TRUE(rb.succeeded()) << joined(rb.summary()) << b.err();
+  EXPECT_THAT(a.err(), HasSubstr("not every node finished within 0.2 s of this one"));
+  EXPECT_FALSE(b_done_when_a_left) << "node A waited for node B's 3 s worker";
+  EXPECT_THAT(b.err(), ::testing::Not(HasSubstr("not every node finished")));
 }
 
 // Node of rank 2 keeps failing: its agent spends the one restart, closes the
