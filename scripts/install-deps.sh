@@ -17,8 +17,10 @@ set -euo pipefail
 # protocol runs on ROUTER/DEALER sockets; src/ps, docs/ps.md); pkgconf:
 # CMake finds libzmq through pkg-config.
 # prometheus-cpp-dev: the per-rank Prometheus /metrics endpoint (src/observe).
+# clang-format-14: scripts/check-format.sh (the first check of scripts/test.sh)
+# formats with exactly this release, Debian 12's; others format differently.
 readonly BUILD_PACKAGES=(
-  build-essential cmake ninja-build ccache clang-format
+  build-essential cmake ninja-build ccache clang-format-14
   libtorch-dev libgloo-dev libcli11-dev nlohmann-json3-dev prometheus-cpp-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   zlib1g-dev libturbojpeg0-dev libjpeg62-turbo-dev libpng-dev libzmq3-dev pkgconf

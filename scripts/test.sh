@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# README command 2 (and CI, through .ci/run): set up, build, run every test
-# with ctest, then build against a CUDA LibTorch 2.x (PyPI's torch wheel with
-# the CUDA toolkit, so every CUDA and NCCL path compiles and links) and run the
-# unit tests there on the CPU (scripts/cuda-torch.sh).
+# README command 2 (and CI, through .ci/run): set up, check the C++ files'
+# formatting (scripts/check-format.sh), build, run every test with ctest, then
+# build against a CUDA LibTorch 2.x (PyPI's torch wheel with the CUDA toolkit,
+# so every CUDA and NCCL path compiles and links) and run the unit tests there
+# on the CPU (scripts/cuda-torch.sh).
 #
 # Every stage runs even when an earlier test stage failed, so one run reports
 # everything; the exit status is non-zero when any stage failed, and the last
@@ -157,8 +158,15 @@ main() {
     return 1
   fi
   if [[ "${DTRAIN_CUDA_ONLY:-0}" != 1 ]]; then
+    # Seconds, and it needs only clang-format-14 from the step above: a
+    # formatting slip is reported before the long stages start (they still run).
+    run_stage "format (clang-format-14)" "$LOG_DIR/format.log" bash scripts/check-format.sh
+    local failed_before=$FAILED
+    FAILED=0
     run_stage "build (LibTorch 1.13)" "$LOG_DIR/build.log" bash scripts/build.sh
-    if [[ $FAILED -eq 0 ]]; then
+    local build_failed=$FAILED
+    FAILED=$((failed_before | FAILED))
+    if [[ $build_failed -eq 0 ]]; then
       run_stage "ctest (LibTorch 1.13)" "$LOG_DIR/ctest.log" host_ctest
     else
       skip_stage "ctest (LibTorch 1.13)" "build failed"

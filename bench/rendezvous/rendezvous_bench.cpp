@@ -41,7 +41,7 @@
 
 #include "dtrain/errors.h"
 #include "dtrain/store.h"
-#include "launch/rendezvous.h"
+#include "launch/rendezvous/rendezvous.h"
 
 namespace {
 

@@ -92,6 +92,19 @@ struct LaunchOptions {
   /// normally noticed at once (SIGCHLD); this bounds the delay otherwise.
   std::chrono::milliseconds monitor_interval = std::chrono::milliseconds(100);
 
+  /// Multi-node runs: how long a node whose workers all succeeded waits for
+  /// the other nodes to finish before it leaves (and stops hosting any store
+  /// their workers still use, e.g. while rank 0 writes the last checkpoint).
+  /// torchrun's agent waits 300 s (LocalElasticAgent's exit_barrier_timeout,
+  /// not a torchrun flag). REQUIRES: >= 0.
+  std::chrono::milliseconds exit_barrier_timeout = std::chrono::seconds(300);
+
+  /// Multi-node runs that end (finished, or restarts ran out): how long the
+  /// node hosting the rendezvous store keeps it up for the other agents to
+  /// read the final state (who failed first, that the run is closed); it
+  /// leaves earlier once they all have. REQUIRES: >= 0.
+  std::chrono::milliseconds linger_timeout = std::chrono::seconds(60);
+
   /// Prefix every line a worker writes with "[rank<N>]: ". When false and
   /// log_dir is unset, workers write straight to stdout_fd / stderr_fd.
   bool tag_output = true;

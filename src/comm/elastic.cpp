@@ -12,6 +12,7 @@
 #include <typeinfo>
 
 #include "common/error_file.h"
+#include "common/net.h"
 #include "common/strings.h"
 #include "dtrain/comm.h"
 
@@ -28,12 +29,6 @@ std::string type_name(const std::exception& e) {
   return status == 0 && demangled ? demangled.get() : mangled;
 }
 
-std::string host_name() {
-  char buf[256] = {};
-  if (::gethostname(buf, sizeof(buf) - 1) != 0) return "";
-  return buf;
-}
-
 }  // namespace
 
 bool record_error(const std::exception& e, const ErrorFileOptions& options) {
@@ -44,7 +39,7 @@ bool record_error(const std::exception& e, const ErrorFileOptions& options) {
     r.error_type = type_name(e);
     r.rank = options.rank;
     r.local_rank = options.local_rank;
-    r.host = host_name();
+    r.host = detail::host_name();
     r.pid = static_cast<int>(::getpid());
     r.timestamp =
         std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();

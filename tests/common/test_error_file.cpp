@@ -64,13 +64,17 @@ TEST_F(ErrorFile, WithoutATypeTheTorchMessageIsTheMessageAlone) {
   EXPECT_EQ(json::parse(to_json(r))["message"]["message"], r.message);
 }
 
+// Python's b"bad \xff byte, caf\xc3\xa9".decode("utf-8", errors="replace"):
+// the invalid byte becomes U+FFFD (EF BF BD in UTF-8), valid UTF-8 is kept.
 TEST_F(ErrorFile, InvalidUtf8InTheMessageIsReplacedNotThrown) {
   ErrorRecord r = sample();
-  r.message = "bad \xff byte";
-  EXPECT_NO_THROW({
-    json parsed = json::parse(to_json(r));
-    (void)parsed;
-  });
+  r.message = "bad \xff byte, caf\xc3\xa9";
+  std::string text;
+  ASSERT_NO_THROW(text = to_json(r));
+  const json j = json::parse(text);
+  EXPECT_EQ(j["dtrain"]["message"], "bad \xef\xbf\xbd byte, caf\xc3\xa9");
+  EXPECT_EQ(j["message"]["message"], "dtrain::DataError: bad \xef\xbf\xbd byte, caf\xc3\xa9");
+  EXPECT_EQ(text.find('\xff'), std::string::npos) << "the raw byte must not reach the file";
 }
 
 TEST_F(ErrorFile, WrittenRecordReadsBackFieldForField) {

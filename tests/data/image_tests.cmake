@@ -3,12 +3,11 @@ find_library(DTRAIN_LIBJPEG NAMES jpeg REQUIRED)  # reference decoder in the fix
 dtrain_test(test_image
   SOURCES
     ${CMAKE_CURRENT_LIST_DIR}/image_fixtures.cpp
-    ${CMAKE_CURRENT_LIST_DIR}/image_decode_test.cpp
-    ${CMAKE_CURRENT_LIST_DIR}/image_dataset_test.cpp
-    ${CMAKE_CURRENT_LIST_DIR}/image_loader_test.cpp
-    ${CMAKE_CURRENT_LIST_DIR}/image_prepare_test.cpp
-    ${CMAKE_CURRENT_LIST_DIR}/image_resnet_test.cpp
-  DEPS dtrain_data dtrain_models
+    ${CMAKE_CURRENT_LIST_DIR}/test_image_decode.cpp
+    ${CMAKE_CURRENT_LIST_DIR}/test_image_dataset.cpp
+    ${CMAKE_CURRENT_LIST_DIR}/test_image_loader.cpp
+    ${CMAKE_CURRENT_LIST_DIR}/test_image_prepare.cpp
+  DEPS dtrain_data
   LABELS "unit;data")
 target_link_libraries(test_image PRIVATE ${DTRAIN_LIBJPEG})
 target_include_directories(test_image PRIVATE ${CMAKE_CURRENT_LIST_DIR})

@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <algorithm>
+#include <chrono>
 #include <thread>
 
 #include "ddp/bucketing.h"
@@ -298,30 +300,56 @@ TEST(Ddp, BuffersAreBroadcastFromRankZeroBeforeEachForward) {
   });
 }
 
+// Statistics are per synchronised iteration: a step under no_sync() is not
+// one, the times are averages (not sums) that add up, and the buckets are the
+// ones the model's parameters fill (one, under the 1 MiB first-bucket cap).
 TEST(Ddp, StatisticsArePopulatedAfterSynchronisedSteps) {
+  using Clock = std::chrono::steady_clock;
   std::vector<Net> nets{make_net(0), make_net(1)};
-  Data d = make_data(2, 3);
+  Data d = make_data(2, 4);
   std::vector<DdpStats> stats(2);
+  std::vector<double> wall(2);
   run_ranks(2, [&](const ProcessGroup& pg) {
     DistributedDataParallel ddp(nets[pg.rank()].ptr(), pg);
-    for (int s = 0; s < 3; ++s) {
-      torch::mse_loss(ddp.forward(shard(d.x[s], pg.rank())), shard(d.y[s], pg.rank())).backward();
+    const auto start = Clock::now();
+    for (int s = 0; s < 4; ++s) {
+      auto step = [&] {
+        torch::mse_loss(ddp.forward(shard(d.x[s], pg.rank())), shard(d.y[s], pg.rank())).backward();
+      };
+      if (s == 1) {
+        auto guard = ddp.no_sync();
+        step();
+      } else {
+        step();
+      }
     }
+    wall[pg.rank()] = std::chrono::duration<double>(Clock::now() - start).count();
     stats[pg.rank()] = ddp.stats();
   });
-  int64_t bytes = 0;
-  for (auto& p : nets[0]->parameters()) bytes += p.numel() * 4;
-  for (const DdpStats& s : stats) {
-    EXPECT_EQ(s.iterations, 3);
+  int64_t bytes = 0, tensors = 0;
+  for (auto& p : nets[0]->parameters()) {
+    bytes += p.numel() * 4;
+    ++tensors;
+  }
+  ASSERT_EQ(tensors, 6);  // conv, fc1, fc2: weight and bias each
+  for (int r = 0; r < 2; ++r) {
+    const DdpStats& s = stats[r];
+    EXPECT_EQ(s.iterations, 3) << "the no_sync() step is not a synchronised iteration";
+    EXPECT_EQ(s.bucket_bytes, (std::vector<int64_t>{bytes}));
+    EXPECT_EQ(s.bucket_parameters, (std::vector<int64_t>{6}));
+    EXPECT_EQ(s.comm_hook, "allreduce");
     EXPECT_GT(s.forward_seconds, 0);
     EXPECT_GT(s.backward_compute_seconds, 0);
     EXPECT_GT(s.comm_seconds, 0);
-    EXPECT_GE(s.overlap_fraction(), 0);
-    EXPECT_LE(s.overlap_fraction(), 1.0 + 1e-9);
-    EXPECT_EQ(s.comm_hook, "allreduce");
-    int64_t total = 0;
-    for (int64_t b : s.bucket_bytes) total += b;
-    EXPECT_EQ(total, bytes);
+    EXPECT_GE(s.overlapped_comm_seconds, 0);
+    EXPECT_GE(s.exposed_comm_seconds, 0);
+    // The communication time is split into its hidden and exposed parts.
+    EXPECT_NEAR(s.overlapped_comm_seconds + s.exposed_comm_seconds, s.comm_seconds,
+                1e-9 * std::max(1.0, s.comm_seconds));
+    EXPECT_NEAR(s.overlap_fraction(), s.overlapped_comm_seconds / s.comm_seconds, 1e-12);
+    // Averages over 3 iterations: forward and backward of one iteration fit
+    // in a third of the 4 steps' wall time (sums would not).
+    EXPECT_LE(s.forward_seconds + s.backward_compute_seconds, wall[r] / 3) << "rank " << r;
   }
 }
 

@@ -68,10 +68,10 @@ int main(int argc, char** argv) {
       only_world = std::stoi(arg);
       continue;
     }
-    bool skip = (only_rank >= 0 && std::to_string(only_rank) != env("RANK")) ||
-                (only_attempt >= 0 &&
-                 std::to_string(only_attempt) != env("TORCHELASTIC_RESTART_COUNT")) ||
-                (only_world >= 0 && std::to_string(only_world) != env("WORLD_SIZE"));
+    bool skip =
+        (only_rank >= 0 && std::to_string(only_rank) != env("RANK")) ||
+        (only_attempt >= 0 && std::to_string(only_attempt) != env("TORCHELASTIC_RESTART_COUNT")) ||
+        (only_world >= 0 && std::to_string(only_world) != env("WORLD_SIZE"));
     only_rank = -1;
     only_attempt = -1;
     only_world = -1;

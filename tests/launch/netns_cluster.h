@@ -65,7 +65,7 @@ class NetnsCluster {
  private:
   explicit NetnsCluster(int nodes) : nodes_(nodes) {
     int p = static_cast<int>(::getpid());
-    prefix_ = "dt" + std::to_string(p) ;
+    prefix_ = "dt" + std::to_string(p);
     subnet_ = "10.216." + std::to_string(p % 250) + ".";
   }
 
@@ -124,8 +124,8 @@ class Proc {
     envp.push_back(nullptr);
     posix_spawn_file_actions_t actions;
     posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_addopen(&actions, 1, output_path.c_str(),
-                                     O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_addopen(&actions, 1, output_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
+                                     0644);
     posix_spawn_file_actions_adddup2(&actions, 1, 2);
     posix_spawnattr_t attr;
     posix_spawnattr_init(&attr);

@@ -17,8 +17,9 @@
 namespace dtrain::testing {
 namespace {
 
-using ::testing::HasSubstr;
 using std::chrono::seconds;
+using ::testing::HasSubstr;
+using ::testing::Not;
 namespace fs = std::filesystem;
 
 constexpr int kRdzvPort = 29611;  // inside our namespaces only: never busy
@@ -71,21 +72,39 @@ class ElasticTest : public ::testing::Test {
   std::vector<std::string> elastic_flags(const std::string& backend, const std::string& nnodes,
                                          int max_restarts) {
     const int port = backend == "etcd" ? kEtcdPort : kRdzvPort;
-    return {"--nnodes",        nnodes,
+    return {"--nnodes",         nnodes,
             "--nproc-per-node", "1",
-            "--rdzv-backend",  backend,
-            "--rdzv-endpoint", cluster_->addr(0) + ":" + std::to_string(port),
-            "--rdzv-id",       "elastic-test",
-            "--max-restarts",  std::to_string(max_restarts),
-            "--rdzv-conf",     "join_timeout=60,last_call_timeout=1,heartbeat_interval=0.5"};
+            "--rdzv-backend",   backend,
+            "--rdzv-endpoint",  cluster_->addr(0) + ":" + std::to_string(port),
+            "--rdzv-id",        "elastic-test",
+            "--max-restarts",   std::to_string(max_restarts),
+            "--rdzv-conf",      "join_timeout=60,last_call_timeout=1,heartbeat_interval=0.5"};
   }
 
   /// Short training on synthetic data: several seconds, checkpoints often.
   std::vector<std::string> synthetic_training(const std::string& tag, int epochs) {
-    return {"--model", "cnn", "--dataset", "synthetic", "--data-dir", "1x28x28:10:3072",
-            "--epochs", std::to_string(epochs), "--batch-size", "32", "--eval-batch-size", "512",
-            "--threads", "1", "--timeout", "30", "--checkpoint-dir", dir_.file(tag + "-ckpt"),
-            "--checkpoint-every", "10", "--metrics-file", dir_.file(tag + ".jsonl")};
+    return {"--model",
+            "cnn",
+            "--dataset",
+            "synthetic",
+            "--data-dir",
+            "1x28x28:10:3072",
+            "--epochs",
+            std::to_string(epochs),
+            "--batch-size",
+            "32",
+            "--eval-batch-size",
+            "512",
+            "--threads",
+            "1",
+            "--timeout",
+            "30",
+            "--checkpoint-dir",
+            dir_.file(tag + "-ckpt"),
+            "--checkpoint-every",
+            "10",
+            "--metrics-file",
+            dir_.file(tag + ".jsonl")};
   }
 
   /// etcd inside node 0's namespace on its address.
@@ -93,12 +112,19 @@ class ElasticTest : public ::testing::Test {
     if (!fs::exists("/usr/bin/etcd")) return nullptr;
     const std::string a = cluster_->addr(0);
     std::vector<std::string> argv = cluster_->exec_in(0);
-    std::vector<std::string> etcd = {
-        "/usr/bin/etcd", "--data-dir", dir_.file("etcd-data"), "--listen-client-urls",
-        "http://" + a + ":" + std::to_string(kEtcdPort), "--advertise-client-urls",
-        "http://" + a + ":" + std::to_string(kEtcdPort), "--listen-peer-urls",
-        "http://127.0.0.1:23801", "--initial-advertise-peer-urls", "http://127.0.0.1:23801",
-        "--initial-cluster", "default=http://127.0.0.1:23801"};
+    std::vector<std::string> etcd = {"/usr/bin/etcd",
+                                     "--data-dir",
+                                     dir_.file("etcd-data"),
+                                     "--listen-client-urls",
+                                     "http://" + a + ":" + std::to_string(kEtcdPort),
+                                     "--advertise-client-urls",
+                                     "http://" + a + ":" + std::to_string(kEtcdPort),
+                                     "--listen-peer-urls",
+                                     "http://127.0.0.1:23801",
+                                     "--initial-advertise-peer-urls",
+                                     "http://127.0.0.1:23801",
+                                     "--initial-cluster",
+                                     "default=http://127.0.0.1:23801"};
     argv.insert(argv.end(), etcd.begin(), etcd.end());
     auto p = std::make_unique<Proc>(argv, dir_.file("etcd.log"));
     bool up = eventually(
@@ -132,8 +158,8 @@ class ElasticTest : public ::testing::Test {
 void ElasticTest::lost_node_scenario(const std::string& backend) {
   auto a = agent(0, elastic_flags(backend, "1:2", 0), synthetic_training("lost", 4), "a");
   auto b = agent(1, elastic_flags(backend, "1:2", 0), synthetic_training("lost", 4), "b");
-  ASSERT_TRUE(eventually([&] { return count_checkpoints(dir_.file("lost-ckpt")) >= 1; },
-                         seconds(90)))
+  ASSERT_TRUE(
+      eventually([&] { return count_checkpoints(dir_.file("lost-ckpt")) >= 1; }, seconds(90)))
       << a->output() << b->output();
   b->signal(SIGKILL);
   b->wait(seconds(10));
@@ -149,8 +175,8 @@ void ElasticTest::lost_node_scenario(const std::string& backend) {
 // later, node 0's agent sees it waiting, and the next round has both.
 void ElasticTest::late_node_scenario(const std::string& backend) {
   auto a = agent(0, elastic_flags(backend, "1:2", 0), synthetic_training("late", 4), "a");
-  ASSERT_TRUE(eventually([&] { return count_checkpoints(dir_.file("late-ckpt")) >= 1; },
-                         seconds(90)))
+  ASSERT_TRUE(
+      eventually([&] { return count_checkpoints(dir_.file("late-ckpt")) >= 1; }, seconds(90)))
       << a->output();
   auto b = agent(1, elastic_flags(backend, "1:2", 0), synthetic_training("late", 4), "b");
   expect_success(*a, *b, seconds(240));
@@ -179,14 +205,23 @@ TEST_F(ElasticTest, LateNodeIsAdmittedOverEtcd) {
 TEST_F(ElasticTest, StaticTwoNodeJobUsesTheGivenNodeRanks) {
   std::vector<std::unique_ptr<Proc>> agents;
   for (int i : {1, 0}) {  // node 1 first: it must wait for node 0's store
-    agents.push_back(agent(i,
-                           {"--nnodes", "2", "--nproc-per-node", "1", "--node-rank",
-                            std::to_string(i), "--master-addr", cluster_->addr(0),
-                            "--master-port", std::to_string(kRdzvPort)},
-                           synthetic_training("static", 1), i == 0 ? "a" : "b"));
+    agents.push_back(
+        agent(i,
+              {"--nnodes", "2", "--nproc-per-node", "1", "--node-rank", std::to_string(i),
+               "--master-addr", cluster_->addr(0), "--master-port", std::to_string(kRdzvPort)},
+              synthetic_training("static", 1), i == 0 ? "a" : "b"));
   }
-  expect_success(*agents[1], *agents[0], seconds(120));
+  Proc& node0 = *agents[1];
+  Proc& node1 = *agents[0];
+  expect_success(node0, node1, seconds(120));
   EXPECT_EQ(last_metric(dir_.file("static.jsonl"), "world_size"), 2);
+  // Each agent reports the node rank it was given and the global ranks that
+  // follow from it, and tags its worker's lines with that rank.
+  EXPECT_THAT(node0.output(), HasSubstr(": node 0 of 2, ranks 0-0 of 2")) << node0.output();
+  EXPECT_THAT(node1.output(), HasSubstr(": node 1 of 2, ranks 1-1 of 2")) << node1.output();
+  EXPECT_THAT(node0.output(), HasSubstr("[rank0]: ")) << "rank 0 prints the epoch lines";
+  EXPECT_THAT(node0.output(), Not(HasSubstr("[rank1]: ")));
+  EXPECT_THAT(node1.output(), Not(HasSubstr("[rank0]: ")));
 }
 
 // SIGTERM to one agent: it stops its workers and exits 143 without leaving a
@@ -194,8 +229,8 @@ TEST_F(ElasticTest, StaticTwoNodeJobUsesTheGivenNodeRanks) {
 TEST_F(ElasticTest, SigtermToAnAgentLeavesNoOrphans) {
   auto a = agent(0, elastic_flags("c10d", "1:2", 3), synthetic_training("term", 4), "a");
   auto b = agent(1, elastic_flags("c10d", "1:2", 3), synthetic_training("term", 4), "b");
-  ASSERT_TRUE(eventually([&] { return count_checkpoints(dir_.file("term-ckpt")) >= 1; },
-                         seconds(90)))
+  ASSERT_TRUE(
+      eventually([&] { return count_checkpoints(dir_.file("term-ckpt")) >= 1; }, seconds(90)))
       << a->output() << b->output();
   std::vector<int> workers = children_of(b->pid());
   ASSERT_FALSE(workers.empty());
@@ -217,10 +252,24 @@ TEST_F(ElasticTest, WorkerKilledMidTrainingEndsWithinHalfAPointOfAnUninterrupted
     GTEST_SKIP() << "Fashion-MNIST is not installed (apt-get install dataset-fashion-mnist)";
   }
   auto training = [&](const std::string& tag) {
-    return std::vector<std::string>{
-        "--model", "cnn", "--dataset", "fashion-mnist", "--epochs", "1", "--batch-size", "64",
-        "--threads", "1", "--timeout", "60", "--checkpoint-dir", dir_.file(tag + "-ckpt"),
-        "--checkpoint-every", "50", "--metrics-file", dir_.file(tag + ".jsonl")};
+    return std::vector<std::string>{"--model",
+                                    "cnn",
+                                    "--dataset",
+                                    "fashion-mnist",
+                                    "--epochs",
+                                    "1",
+                                    "--batch-size",
+                                    "64",
+                                    "--threads",
+                                    "1",
+                                    "--timeout",
+                                    "60",
+                                    "--checkpoint-dir",
+                                    dir_.file(tag + "-ckpt"),
+                                    "--checkpoint-every",
+                                    "50",
+                                    "--metrics-file",
+                                    dir_.file(tag + ".jsonl")};
   };
   {
     auto a = agent(0, elastic_flags("c10d", "2", 0), training("ref"), "ref-a");
@@ -232,8 +281,8 @@ TEST_F(ElasticTest, WorkerKilledMidTrainingEndsWithinHalfAPointOfAnUninterrupted
 
   auto a = agent(0, elastic_flags("c10d", "2", 2), training("kill"), "kill-a");
   auto b = agent(1, elastic_flags("c10d", "2", 2), training("kill"), "kill-b");
-  ASSERT_TRUE(eventually([&] { return count_checkpoints(dir_.file("kill-ckpt")) >= 2; },
-                         seconds(200)))
+  ASSERT_TRUE(
+      eventually([&] { return count_checkpoints(dir_.file("kill-ckpt")) >= 2; }, seconds(200)))
       << a->output() << b->output();
   std::vector<int> workers = children_of(b->pid());
   ASSERT_EQ(workers.size(), 1u) << b->output();

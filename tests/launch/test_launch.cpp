@@ -11,7 +11,7 @@
 
 #include "dtrain/errors.h"
 #include "dtrain/launch.h"
-#include "launch_test_util.h"
+#include "launch/launch_test_util.h"
 
 namespace dtrain {
 namespace {

@@ -1,4 +1,4 @@
-// dtrain::launch() and `dtrain run` with --ps-servers: a parameter-server job
+// dtrain::launch() with ps_servers: a parameter-server job
 // (scheduler, servers, workers) on one node, with tests/ps/ps_node as the
 // program every role runs (it checks each pulled sum against the number of
 // workers itself).
@@ -14,13 +14,10 @@
 #include <filesystem>
 #include <sstream>
 
-#include <CLI/CLI.hpp>
-
-#include "cli/commands.h"
 #include "common/strings.h"
 #include "dtrain/errors.h"
 #include "dtrain/launch.h"
-#include "launch_test_util.h"
+#include "launch/launch_test_util.h"
 
 namespace dtrain {
 namespace {
@@ -78,8 +75,9 @@ TEST(PsLaunch, ACrashingWorkerIsTheRootCauseAndStopsTheSchedulerAndServers) {
   ASSERT_EQ(result.workers.size(), 5u);
   for (size_t i : {0u, 2u, 3u, 4u}) EXPECT_TRUE(result.workers[i].stopped) << i;
   const std::string pid1 = std::to_string(result.workers[1].pid);
-  EXPECT_EQ(result.summary().back(), "root cause: worker rank 1 (pid " + pid1 +
-                                         ") failed first: exit code 3; 4 other process(es) stopped");
+  EXPECT_EQ(result.summary().back(),
+            "root cause: worker rank 1 (pid " + pid1 +
+                ") failed first: exit code 3; 4 other process(es) stopped");
   EXPECT_THAT(::testing::PrintToString(result.summary()), HasSubstr("server 1 (pid "));
   expect_nothing_left(result);
 }
@@ -169,8 +167,8 @@ TEST(PsLaunch, SigtermToTheLauncherStopsTheSchedulerServersAndWorkersAndExits143
   ASSERT_TRUE(running) << run.err();
   ::kill(launcher, SIGTERM);
   int status = 0;
-  bool ended = testing::eventually([&] { return ::waitpid(launcher, &status, WNOHANG) == launcher; },
-                                   std::chrono::seconds(15));
+  bool ended = testing::eventually(
+      [&] { return ::waitpid(launcher, &status, WNOHANG) == launcher; }, std::chrono::seconds(15));
   if (!ended) {
     ::kill(launcher, SIGKILL);
     ::waitpid(launcher, &status, 0);
@@ -182,40 +180,6 @@ TEST(PsLaunch, SigtermToTheLauncherStopsTheSchedulerServersAndWorkersAndExits143
     EXPECT_TRUE(testing::eventually([&] { return !process_alive(pid); }, std::chrono::seconds(5)))
         << "pid " << pid << " outlived the launcher";
   }
-}
-
-/// Parses `args` as `dtrain run ...` and returns the exit code the callback stored.
-int run_command(std::vector<std::string> args) {
-  CLI::App app("dtrain", "dtrain");
-  app.require_subcommand(1);
-  int exit_code = -1;
-  cli::add_run_command(app, &exit_code);
-  args.insert(args.begin(), "run");
-  std::reverse(args.begin(), args.end());  // CLI11 takes them last-first
-  app.parse(args);
-  return exit_code;
-}
-
-TEST(PsLaunch, DtrainRunWithPsServersExitsZeroWithWorkerOutputTaggedByRank) {
-  std::vector<std::string> args = {"--ps-servers", "2", "--nproc-per-node", "2", "--"};
-  for (auto& a : ps_node_command({"PS_NODE_STEPS=10"})) args.push_back(a);
-  ::testing::internal::CaptureStderr();
-  int rc = run_command(args);
-  std::string err = ::testing::internal::GetCapturedStderr();
-  EXPECT_EQ(rc, 0) << err;
-  EXPECT_THAT(err, HasSubstr("[rank0]: ps_node: worker 0 running"));
-}
-
-TEST(PsLaunch, DtrainRunWithACrashingWorkerExitsOneNamingTheRootCause) {
-  std::vector<std::string> args = {"--ps-servers", "2", "--nproc-per-node", "2", "--"};
-  for (auto& a : ps_node_command({"PS_NODE_FAIL_RANK=0"})) args.push_back(a);
-  ::testing::internal::CaptureStderr();
-  int rc = run_command(args);
-  std::string err = ::testing::internal::GetCapturedStderr();
-  EXPECT_EQ(rc, 1) << err;
-  EXPECT_THAT(err, HasSubstr("[rank0]: ps_node: worker 0 failing on purpose"));
-  EXPECT_THAT(err, HasSubstr("dtrain run: root cause: worker rank 0 (pid "));
-  EXPECT_THAT(err, HasSubstr("dtrain run: scheduler (pid "));
 }
 
 }  // namespace

@@ -1,0 +1,422 @@
+// The elastic agent: the loop behind dtrain::launch() (contract in
+// include/dtrain/launch.h).
+//
+// Note [Agent loop]
+// One agent per node runs rounds. Agent::run() is the loop, one named step
+// per line:
+//
+//   join_round()    the rendezvous fixes this node's rank and the global ranks
+//   run_workers()   start the local workers against the round's fresh store,
+//                   watch them until they end or the group changes
+//   observe()       what happened: the facts decide_round() needs
+//   decide_round()  restart (spending a restart or not), give up, finish or
+//                   stop: a pure function (round_decision.h), tested alone
+//   carry_out()     do it; true when the run is over
+//
+// A round ends in one of four ways:
+//  * every local worker exited 0 → the node is done; it waits (bounded by
+//    LaunchOptions::exit_barrier_timeout) at the exit barrier so the stores it
+//    hosts outlive the other nodes' last steps;
+//  * a worker failed → stop the others; with restarts left, join the next
+//    round (the other agents see a node waiting and restart too), else close
+//    the rendezvous so every node stops, and report the root cause (the
+//    earliest failure by its error record's timestamp). When the failure is
+//    the kind a lost peer causes (PeerLostError, a collective timeout) in a
+//    multi-node round, observe() first waits, at most until a dead node would
+//    be declared, for the rendezvous to report a lost participant: the
+//    workers failed because a node died, and the restart is free;
+//  * another node is waiting to join, or a participant stopped heartbeating →
+//    stop the workers and join the next round; no restart is spent;
+//  * SIGINT/SIGTERM → stop the workers, leave the rendezvous, report it.
+// Workers are always stopped and reaped before the next round starts, so two
+// rounds never overlap on a node. A node that hosts the rendezvous store
+// lingers (LaunchOptions::linger_timeout) before it leaves, so the others
+// can read the final state.
+
+#include "launch/agent/agent.h"
+
+#include <chrono>
+#include <csignal>
+#include <memory>
+#include <optional>
+#include <thread>
+
+#include "common/error_file.h"
+#include "common/fd.h"
+#include "common/strings.h"
+#include "dtrain/errors.h"
+#include "dtrain/store.h"
+#include "launch/agent/round_decision.h"
+#include "launch/agent/round_plan.h"
+#include "launch/agent/worker_env.h"
+#include "launch/agent/worker_group.h"
+#include "launch/launch_options.h"
+#include "launch/process/signal_watch.h"
+#include "launch/rendezvous/rendezvous.h"
+
+namespace dtrain::detail {
+namespace {
+
+/// Runs `f`, ignoring errors: for bookkeeping on a store that may be gone
+/// (its host finished or died), where the caller has a better error to report.
+template <typename F>
+void best_effort(F&& f) {
+  try {
+    f();
+  } catch (const std::exception&) {
+  }
+}
+
+void note(int fd, const std::string& line) { write_all(fd, cat("dtrain run: ", line, "\n")); }
+
+/// "worker rank 3" / "scheduler 0" / "server 1".
+std::string process_name(const WorkerExit& w) {
+  return cat(w.role == "worker" ? "worker rank " : w.role + " ", w.rank);
+}
+
+/// SIGINT/SIGTERM seen while no worker group is watching the signals.
+class PendingSignal {
+ public:
+  explicit PendingSignal(SignalWatch* watch) : watch_(watch) {}
+  /// Drains the watch; returns the first SIGINT/SIGTERM seen so far, else 0.
+  int poll() {
+    if (!watch_) return 0;
+    for (int sig : watch_->take()) {
+      if ((sig == SIGINT || sig == SIGTERM) && signal_ == 0) signal_ = sig;
+    }
+    return signal_;
+  }
+
+ private:
+  SignalWatch* watch_;
+  int signal_ = 0;
+};
+
+/// The agent's question to the rendezvous while workers run: did the group
+/// change (a node waits, a participant died, the run was closed)? A backend
+/// error is not a change by itself: an etcd leader election or a short
+/// network blip must not kill training. Only errors that persist for the
+/// backend timeout stop the workers (the next rendezvous then reports them).
+class MembershipWatch {
+ public:
+  MembershipWatch(Rendezvous& rdzv, std::chrono::milliseconds patience)
+      : rdzv_(rdzv), patience_(patience) {}
+  bool changed() {
+    try {
+      bool changed =
+          rdzv_.num_nodes_waiting() > 0 || rdzv_.lost_participants() || rdzv_.is_closed();
+      failing_since_.reset();
+      return changed;
+    } catch (const std::exception&) {
+      auto now = std::chrono::steady_clock::now();
+      if (!failing_since_) failing_since_ = now;
+      return now - *failing_since_ >= patience_;
+    }
+  }
+
+ private:
+  Rendezvous& rdzv_;
+  std::chrono::milliseconds patience_;
+  std::optional<std::chrono::steady_clock::time_point> failing_since_;
+};
+
+/// After this node's workers failed the way a lost peer makes them fail:
+/// was a node of the round lost? Waits, at most as long as the rendezvous
+/// needs to declare a node dead (missed heartbeats, plus two intervals for
+/// the last beat's age and the watcher's check), for the node watching it to
+/// say so. Ends early with false when another node is already waiting for
+/// the next round (the failure started elsewhere), the run was closed, or a
+/// signal came.
+bool node_was_lost(Rendezvous& rdzv, const RendezvousConfig& c, PendingSignal& pending) {
+  const auto deadline =
+      std::chrono::steady_clock::now() + c.heartbeat_interval * (c.missed_heartbeats + 2);
+  for (;;) {
+    bool lost = false, elsewhere = false;
+    best_effort([&] { lost = rdzv.participant_lost(); });
+    if (lost) return true;
+    best_effort([&] { elsewhere = rdzv.num_nodes_waiting() > 0 || rdzv.is_closed(); });
+    if (elsewhere || pending.poll() != 0 || std::chrono::steady_clock::now() >= deadline) {
+      return false;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+}
+
+/// The rendezvous for `o`. A single-node static run on port 0 hosts its own
+/// store on a free port (`server` keeps it); everything else goes through
+/// make_rendezvous.
+std::unique_ptr<Rendezvous> open_rendezvous(const LaunchOptions& o, RendezvousConfig config,
+                                            std::unique_ptr<TcpStoreServer>* server) {
+  if (o.rdzv_backend == "static" && o.max_nodes == 1 && o.master_port == 0) {
+    *server = TcpStoreServer::start({o.master_addr, 0});
+    config.endpoint = cat(o.master_addr, ":", (*server)->port());
+    return make_dynamic_rendezvous(
+        make_store_backend((*server)->store(), cat("store at ", config.endpoint)), config);
+  }
+  return make_rendezvous(config);
+}
+
+/// How this node's workers ended in one round.
+struct RoundOutcome {
+  /// The error records of the workers that did not succeed, by local rank.
+  std::vector<std::optional<ErrorRecord>> records;
+  /// Index of the root cause in LaunchResult::workers, when one failed.
+  std::optional<size_t> root;
+  /// SIGINT/SIGTERM stopped the group.
+  bool signalled = false;
+  /// A membership change stopped the group.
+  bool interrupted = false;
+};
+
+/// One agent's run (Note [Agent loop]). Not copyable or movable: the pending
+/// signal and the rendezvous's cancel callback point into it.
+class Agent {
+ public:
+  Agent(const LaunchOptions& raw_options, ProcessControl& control);
+  Agent(const Agent&) = delete;
+  Agent& operator=(const Agent&) = delete;
+
+  LaunchResult run();
+
+ private:
+  std::optional<RendezvousInfo> join_round();
+  RoundOutcome run_workers(const RendezvousInfo& info);
+  RoundFacts observe(const RendezvousInfo& info, const RoundOutcome& outcome);
+  bool carry_out(const RoundDecision& decision, const RoundFacts& facts,
+                 const RendezvousInfo& info);
+
+  [[noreturn]] void ended_by_another_node();
+  void record_root_cause(const RendezvousInfo& info);
+  void note_restart(const RoundFacts& facts);
+  void wait_at_exit_barrier();
+  void leave(const RoundDecision& decision);
+
+  const LaunchOptions o_;
+  ProcessControl& control_;
+  const std::vector<std::string> base_;
+  const std::string program_;
+  std::optional<SignalWatch> signals_;
+  PendingSignal pending_;
+  RendezvousConfig config_;
+  std::unique_ptr<TcpStoreServer> own_server_;
+  std::unique_ptr<Rendezvous> rdzv_;
+  std::optional<TempDir> error_root_;
+  WorkerGroupOptions group_options_;
+  LaunchResult result_;
+  int last_round_ = -1;
+};
+
+Agent::Agent(const LaunchOptions& raw_options, ProcessControl& control)
+    : o_(resolve_launch_options(raw_options)),
+      control_(control),
+      base_(o_.environment ? *o_.environment : current_environment()),
+      program_(find_program(o_.command[0], env_value(base_, "PATH").value_or(kDefaultPath))),
+      signals_(o_.handle_signals ? std::make_optional<SignalWatch>() : std::nullopt),
+      pending_(signals_ ? &*signals_ : nullptr),
+      config_(rendezvous_config(o_)) {
+  config_.cancelled = [this] { return pending_.poll() != 0; };
+  rdzv_ = open_rendezvous(o_, config_, &own_server_);
+  if (!o_.log_dir) error_root_.emplace();
+  if (sets_omp_num_threads(base_, o_.nproc_per_node)) {
+    note(o_.stderr_fd, cat("setting OMP_NUM_THREADS=1 for each of the ", o_.nproc_per_node,
+                           " workers to avoid overloading the machine; set it yourself to tune"));
+  }
+  group_options_.stop_grace_period = o_.stop_grace_period;
+  group_options_.monitor_interval = o_.monitor_interval;
+  group_options_.tag_output = o_.tag_output;
+  group_options_.stdout_fd = o_.stdout_fd;
+  group_options_.stderr_fd = o_.stderr_fd;
+  result_.run_id = o_.run_id;
+}
+
+LaunchResult Agent::run() {
+  for (;;) {
+    std::optional<RendezvousInfo> info = join_round();
+    if (!info) return result_;  // a signal came while waiting for the round
+    const RoundOutcome outcome = run_workers(*info);
+    const RoundFacts facts = observe(*info, outcome);
+    if (carry_out(decide_round(facts), facts, *info)) return result_;
+  }
+}
+
+/// The next round, or nullopt when SIGINT/SIGTERM came while waiting for it.
+/// Throws Error naming the first failure when another node closed the run.
+std::optional<RendezvousInfo> Agent::join_round() {
+  RendezvousInfo info;
+  try {
+    info = rdzv_->next_rendezvous();
+  } catch (const CancelledRendezvous&) {
+    result_.launcher_signal = pending_.poll();
+    rdzv_->shutdown();
+    return std::nullopt;
+  } catch (const Error&) {
+    bool closed = false;
+    best_effort([&] { closed = rdzv_->is_closed(); });
+    if (!closed) throw;
+    ended_by_another_node();
+  }
+  const int attempt = result_.rounds++;
+  last_round_ = info.round;
+  if (o_.max_nodes > 1 || attempt > 0) {
+    note(o_.stderr_fd,
+         cat("round ", info.round, ": node ", info.node_rank, " of ", info.num_nodes, ", ranks ",
+             info.base_rank(), "-", info.base_rank() + o_.nproc_per_node - 1, " of ",
+             info.world_size(), ", restarts ", result_.restarts, "/", o_.max_restarts));
+  }
+  result_.master_addr = info.master_addr;
+  result_.master_port = info.master_port;
+  return info;
+}
+
+void Agent::ended_by_another_node() {
+  std::optional<std::string> first;
+  best_effort([&] {
+    if (last_round_ >= 0) first = rdzv_->first_failure(last_round_);
+  });
+  // The others may still be stopping their workers: keep the store up for
+  // them if it is ours.
+  best_effort([&] { rdzv_->linger(o_.linger_timeout); });
+  throw Error(
+      cat("the run ", o_.run_id, " was ended by another node (its restarts ran out",
+          " or it stopped); ",
+          first ? "first failure: " + *first : "see that node's output for the root cause"));
+}
+
+/// Starts this round's workers and watches them until they all ended, a
+/// signal came, or the group's membership changed; fills in result_.workers
+/// and the root cause.
+RoundOutcome Agent::run_workers(const RendezvousInfo& info) {
+  RoundPlan plan = plan_round(o_, program_, base_, info, result_.rounds - 1, result_.restarts,
+                              error_root_ ? error_root_->path() : "");
+  WorkerGroupOutcome group_outcome;
+  {
+    WorkerGroup group(control_, group_options_);
+    group.start(std::move(plan.specs));
+    MembershipWatch watch(*rdzv_, config_.backend_timeout);
+    group_outcome =
+        group.wait(signals_ ? &*signals_ : nullptr, [&watch] { return watch.changed(); });
+  }
+  RoundOutcome outcome;
+  outcome.records = read_round_records(group_outcome.exits, plan, info);
+  outcome.signalled = group_outcome.signal != 0;
+  outcome.interrupted = group_outcome.interrupted;
+  result_.workers = std::move(group_outcome.exits);
+  result_.launcher_signal = group_outcome.signal;
+  result_.root_cause.reset();
+  if (group_outcome.root_cause) {
+    const size_t root =
+        choose_root_cause(result_.workers, outcome.records).value_or(*group_outcome.root_cause);
+    outcome.root = root;
+    result_.root_cause = result_.workers[root];
+    result_.root_cause->error_message = outcome.records[root] ? outcome.records[root]->message : "";
+  }
+  return outcome;
+}
+
+RoundFacts Agent::observe(const RendezvousInfo& info, const RoundOutcome& outcome) {
+  RoundFacts facts;
+  facts.signalled = outcome.signalled;
+  facts.worker_failed = outcome.root.has_value();
+  facts.membership_changed = outcome.interrupted;
+  facts.all_succeeded = result_.succeeded();
+  facts.restarts = result_.restarts;
+  facts.max_restarts = o_.max_restarts;
+  facts.num_nodes = info.num_nodes;
+  if (outcome.root && !facts.signalled && info.num_nodes > 1 && outcome.records[*outcome.root] &&
+      is_peer_failure(*outcome.records[*outcome.root])) {
+    facts.node_lost = node_was_lost(*rdzv_, config_, pending_);
+  }
+  return facts;
+}
+
+bool Agent::carry_out(const RoundDecision& d, const RoundFacts& facts, const RendezvousInfo& info) {
+  if (d.record_failure) record_root_cause(info);
+  switch (d.action) {
+    case RoundAction::kRestart:
+      if (!facts.worker_failed) {
+        note(o_.stderr_fd, "the group's membership changed; stopping the workers for a new round");
+        return false;
+      }
+      for (const auto& line : result_.summary()) result_.recovered_failures.push_back(line);
+      if (d.counts_restart) ++result_.restarts;
+      note_restart(facts);
+      return false;
+    case RoundAction::kGiveUp:
+      if (info.num_nodes > 1) {
+        best_effort([&] { result_.first_failure = rdzv_->first_failure(info.round).value_or(""); });
+      }
+      break;
+    case RoundAction::kFinish:
+      if (d.exit_barrier) wait_at_exit_barrier();
+      break;
+    case RoundAction::kStop:  // signalled: leave at once
+    case RoundAction::kAbort:
+      // kAbort: workers ended badly only because they were stopped, without
+      // a signal, failure or membership change: cannot happen, but never loop.
+      break;
+  }
+  leave(d);
+  return true;
+}
+
+/// Records this node's root cause as the round's first failure (the first
+/// writer wins), so every node can name it when the run ends.
+void Agent::record_root_cause(const RendezvousInfo& info) {
+  const WorkerExit& rc = *result_.root_cause;
+  best_effort([&] {
+    rdzv_->record_failure(cat(process_name(rc), " on node ", info.node_rank, " (",
+                              rc.node_addr.empty() ? "local" : rc.node_addr, ", pid ", rc.pid,
+                              ") failed: ", rc.describe(),
+                              rc.error_message.empty() ? "" : ": " + first_line(rc.error_message)));
+  });
+}
+
+void Agent::note_restart(const RoundFacts& facts) {
+  const WorkerExit& rc = *result_.root_cause;
+  note(o_.stderr_fd,
+       cat(process_name(rc), " failed (", rc.describe(),
+           facts.node_lost ? ") after a node of the round was lost; restarting the group "
+                             "without spending a restart ("
+                           : "); restarting the group (restart ",
+           result_.restarts, " of ", o_.max_restarts, ")"));
+}
+
+/// Waits, at most exit_barrier_timeout, for every node of the round to
+/// finish; then closes the run, so nodes that come later are told so instead
+/// of waiting for a round.
+void Agent::wait_at_exit_barrier() {
+  bool all_done = false;
+  best_effort([&] { all_done = rdzv_->exit_barrier(o_.exit_barrier_timeout); });
+  if (all_done) {
+    best_effort([&] { rdzv_->set_closed(); });
+  } else {
+    note(o_.stderr_fd,
+         cat("not every node finished within ", o_.exit_barrier_timeout.count() / 1000.0,
+             " s of this one; leaving anyway"));
+  }
+}
+
+/// Leaves the rendezvous as `d` says: closing the run for every node,
+/// lingering while the others read the final state.
+void Agent::leave(const RoundDecision& d) {
+  if (d.close) best_effort([&] { rdzv_->set_closed(); });
+  if (d.linger) best_effort([&] { rdzv_->linger(o_.linger_timeout); });
+  rdzv_->shutdown();
+}
+
+}  // namespace
+
+LaunchResult launch(const LaunchOptions& options, ProcessControl& control) {
+  return Agent(options, control).run();
+}
+
+}  // namespace dtrain::detail
+
+namespace dtrain {
+
+LaunchResult launch(const LaunchOptions& options) {
+  detail::PosixProcessControl control;
+  return detail::launch(options, control);
+}
+
+}  // namespace dtrain

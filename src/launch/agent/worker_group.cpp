@@ -1,0 +1,304 @@
+#include "launch/agent/worker_group.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <csignal>
+
+#include "common/fd.h"
+#include "common/strings.h"
+#include "launch/process/signal_watch.h"
+
+namespace dtrain::detail {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+/// After the last worker ended, how long to wait for output still buffered in
+/// pipes held open by stray descendants.
+constexpr milliseconds kDrainTimeout{2000};
+/// After SIGKILL, how long to wait for workers to become reapable.
+constexpr milliseconds kKillTimeout{10000};
+constexpr size_t kReadChunk = 64 * 1024;
+
+/// One of a worker's output pipes, relayed line by line.
+struct Stream {
+  Fd fd;
+  std::unique_ptr<LineRelay> relay;
+
+  bool open() const { return fd.valid(); }
+  void close() {
+    relay->finish();
+    fd.reset();
+  }
+};
+
+/// A pipe for the child's side of a stream, or -1 when the stream goes
+/// straight to `dest` (no prefix and no log file).
+int attach(Stream& stream, Fd& child_end, const std::string& prefix, int dest,
+           const std::string& log_path, bool tag) {
+  if (!tag && log_path.empty()) return dest;
+  Pipe pipe = make_pipe();
+  ::fcntl(pipe.read.get(), F_SETFL, ::fcntl(pipe.read.get(), F_GETFL) | O_NONBLOCK);
+  Fd log = log_path.empty() ? Fd() : open_log_file(log_path);
+  stream.relay = std::make_unique<LineRelay>(tag ? prefix : "", dest, std::move(log));
+  stream.fd = std::move(pipe.read);
+  child_end = std::move(pipe.write);
+  return child_end.get();
+}
+
+/// A restart of the process behind `stream`: a new pipe, the same relay.
+/// Returns the child's descriptor.
+int reattach(Stream& stream, Fd& child_end) {
+  Pipe pipe = make_pipe();
+  ::fcntl(pipe.read.get(), F_SETFL, ::fcntl(pipe.read.get(), F_GETFL) | O_NONBLOCK);
+  stream.fd = std::move(pipe.read);
+  child_end = std::move(pipe.write);
+  return child_end.get();
+}
+
+/// Relays what a dead process left in `stream`'s pipe (never blocks: the
+/// pipe is non-blocking) and closes the pipe, keeping the relay.
+void drain(Stream& stream) {
+  if (!stream.open()) return;
+  char buf[kReadChunk];
+  for (;;) {
+    const ssize_t n = ::read(stream.fd.get(), buf, sizeof(buf));
+    if (n > 0) {
+      stream.relay->feed(std::string_view(buf, static_cast<size_t>(n)));
+    } else if (n < 0 && errno == EINTR) {
+      continue;
+    } else {
+      break;
+    }
+  }
+  stream.fd.reset();
+}
+
+}  // namespace
+
+struct WorkerGroup::Worker {
+  WorkerSpec spec;
+  int restarts_left = 0;
+  WorkerExit exit;
+  std::unique_ptr<Process> process;
+  Stream out;
+  Stream err;
+  bool ended = false;
+  bool stop_sent = false;
+};
+
+WorkerGroup::WorkerGroup(ProcessControl& control, WorkerGroupOptions options)
+    : control_(control), options_(options) {}
+
+WorkerGroup::~WorkerGroup() = default;
+
+void WorkerGroup::start(std::vector<WorkerSpec> specs) {
+  for (auto& spec : specs) {
+    auto worker = std::make_unique<Worker>();
+    worker->exit.role = spec.role;
+    worker->exit.rank = spec.rank;
+    worker->exit.local_rank = spec.local_rank;
+    worker->restarts_left = spec.restarts_alone;
+    worker->spec = std::move(spec);
+    try {
+      start_process(*worker);
+    } catch (...) {
+      workers_.clear();  // kills and reaps the ones already started
+      throw;
+    }
+    workers_.push_back(std::move(worker));
+  }
+}
+
+void WorkerGroup::start_process(Worker& w) {
+  WorkerSpec spec = w.spec;
+  std::string prefix = spec.role == "worker"      ? cat("[rank", spec.rank, "]: ")
+                       : spec.role == "scheduler" ? std::string("[scheduler]: ")
+                                                  : cat("[", spec.role, spec.rank, "]: ");
+  // On a restart a stream with a relay keeps it (tag, log file) on a new pipe.
+  auto wire = [&](Stream& stream, Fd& child_end, int dest, const std::string& log) {
+    return stream.relay ? reattach(stream, child_end)
+                        : attach(stream, child_end, prefix, dest, log, options_.tag_output);
+  };
+  Fd child_out, child_err;  // the child's ends, closed here once it has started
+  spec.process.stdout_fd = wire(w.out, child_out, options_.stdout_fd, spec.stdout_log);
+  spec.process.stderr_fd = wire(w.err, child_err, options_.stderr_fd, spec.stderr_log);
+  w.process = control_.start(spec.process);
+  w.exit.pid = w.process->pid();
+}
+
+// Note [Restarting a server]
+// In a parameter-server job whose servers snapshot their shards
+// (DMLC_PS_SNAPSHOT_DIR, docs/ps.md), a server that dies is restarted alone
+// with the same command and environment: it registers with the scheduler as
+// the dead server's replacement, reloads its snapshot, and the job goes on.
+// Everyone else keeps running. Its output keeps its tag and log files. Once
+// its restarts are used up, or while the group is stopping, a failure stops
+// the group as any other does.
+bool WorkerGroup::restart_alone(Worker& w, const ExitStatus& status) {
+  if (w.restarts_left <= 0 || w.stop_sent || stop_deadline_) return false;
+  --w.restarts_left;
+  const std::string who = cat(w.spec.role, " ", w.spec.rank, " (pid ", w.exit.pid, ")");
+  // What the dead process wrote is relayed before its pipes are replaced.
+  drain(w.out);
+  drain(w.err);
+  try {
+    start_process(w);
+  } catch (const std::exception& e) {
+    write_all(options_.stderr_fd,
+              cat("dtrain run: ", who, " ", describe_exit(status.exit_code, status.signal),
+                  "; restarting it failed: ", e.what(), "\n"));
+    return false;
+  }
+  write_all(options_.stderr_fd,
+            cat("dtrain run: ", who, " ", describe_exit(status.exit_code, status.signal),
+                "; restarted it alone as pid ", w.exit.pid, " (DMLC_PS_SNAPSHOT_DIR is set: it ",
+                "reloads its snapshot), ", w.restarts_left, " restart(s) of it left\n"));
+  return true;
+}
+
+WorkerGroupOutcome WorkerGroup::wait(SignalWatch* signals,
+                                     const std::function<bool()>& should_stop) {
+  auto next_check = Clock::now() + options_.monitor_interval;
+  std::vector<pollfd> fds;
+  std::vector<int> owners;  // per entry of fds: 2*worker (+1 for stderr), -1 for signals
+  while (true) {
+    fds.clear();
+    owners.clear();
+    if (signals) {
+      fds.push_back({signals->fd(), POLLIN, 0});
+      owners.push_back(-1);
+    }
+    for (size_t i = 0; i < workers_.size(); ++i) {
+      for (int which = 0; which < 2; ++which) {
+        Stream& s = which ? workers_[i]->err : workers_[i]->out;
+        if (!s.open()) continue;
+        fds.push_back({s.fd.get(), POLLIN, 0});
+        owners.push_back(static_cast<int>(2 * i) + which);
+      }
+    }
+    int rc = ::poll(fds.data(), fds.size(), static_cast<int>(poll_timeout().count()));
+    if (rc < 0 && errno != EINTR) break;
+    if (rc > 0) {
+      if (signals && (fds[0].revents & POLLIN)) on_signals(*signals);
+      read_ready(fds, owners);
+    }
+    reap();
+    auto now = Clock::now();
+    if (should_stop && !stop_deadline_ && !all_ended() && now >= next_check) {
+      next_check = now + options_.monitor_interval;
+      if (should_stop()) {
+        outcome_.interrupted = true;
+        stop(SIGTERM);
+      }
+    }
+    if (stop_deadline_ && !kill_deadline_ && now >= *stop_deadline_) stop(SIGKILL);
+    if (all_ended()) {
+      if (all_streams_closed()) break;
+      if (!drain_deadline_) drain_deadline_ = now + kDrainTimeout;
+      if (now >= *drain_deadline_) break;
+    } else if (kill_deadline_ && now >= *kill_deadline_) {
+      break;  // unreapable after SIGKILL; the destructors try once more
+    }
+  }
+  for (auto& w : workers_) {
+    if (w->out.open()) w->out.close();
+    if (w->err.open()) w->err.close();
+    outcome_.exits.push_back(w->exit);
+  }
+  return outcome_;
+}
+
+void WorkerGroup::stop(int signal) {
+  auto now = Clock::now();
+  if (signal == SIGKILL) {
+    kill_deadline_ = now + kKillTimeout;
+  } else if (!stop_deadline_) {
+    stop_deadline_ = now + options_.stop_grace_period;
+  } else {
+    return;  // already stopping
+  }
+  for (auto& w : workers_) {
+    if (w->ended) continue;
+    w->stop_sent = true;
+    w->process->signal_group(signal);
+  }
+}
+
+void WorkerGroup::on_signals(SignalWatch& signals) {
+  for (int sig : signals.take()) {
+    if (sig != SIGINT && sig != SIGTERM) continue;  // SIGCHLD: reap() looks
+    if (outcome_.signal == 0) outcome_.signal = sig;
+    if (!stop_deadline_) {
+      stop(SIGTERM);
+    } else if (!kill_deadline_) {
+      stop(SIGKILL);  // a second signal while stopping: no more grace
+    }
+  }
+}
+
+void WorkerGroup::reap() {
+  // Every worker that ended by now is reaped before stopping the others, so
+  // that workers failing in the same tick are all failures, not "stopped"
+  // (the agent picks the root cause among them by their error records).
+  std::optional<size_t> first_failed;
+  for (size_t i = 0; i < workers_.size(); ++i) {
+    Worker& w = *workers_[i];
+    if (w.ended) continue;
+    std::optional<ExitStatus> status = w.process->poll();
+    if (!status) continue;
+    if (!status->ok() && restart_alone(w, *status)) continue;
+    w.ended = true;
+    w.exit.exit_code = status->exit_code;
+    w.exit.signal = status->signal;
+    w.exit.stopped = w.stop_sent;
+    if (!status->ok() && !w.stop_sent && !first_failed) first_failed = i;
+  }
+  if (first_failed && !outcome_.root_cause) {
+    outcome_.root_cause = first_failed;
+    stop(SIGTERM);
+  }
+}
+
+void WorkerGroup::read_ready(const std::vector<pollfd>& fds, const std::vector<int>& owners) {
+  char buf[kReadChunk];
+  for (size_t k = 0; k < fds.size(); ++k) {
+    if (owners[k] < 0 || !(fds[k].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+    Worker& w = *workers_[static_cast<size_t>(owners[k] / 2)];
+    Stream& s = owners[k] % 2 ? w.err : w.out;
+    ssize_t n = ::read(s.fd.get(), buf, sizeof(buf));
+    if (n > 0) {
+      s.relay->feed(std::string_view(buf, static_cast<size_t>(n)));
+    } else if (n == 0 || (errno != EINTR && errno != EAGAIN)) {
+      s.close();
+    }
+  }
+}
+
+bool WorkerGroup::all_ended() const {
+  return std::all_of(workers_.begin(), workers_.end(), [](const auto& w) { return w->ended; });
+}
+
+bool WorkerGroup::all_streams_closed() const {
+  return std::none_of(workers_.begin(), workers_.end(),
+                      [](const auto& w) { return w->out.open() || w->err.open(); });
+}
+
+milliseconds WorkerGroup::poll_timeout() const {
+  milliseconds timeout = options_.monitor_interval;
+  auto now = Clock::now();
+  auto stop_deadline = kill_deadline_ ? std::nullopt : stop_deadline_;
+  for (const auto& deadline : {stop_deadline, kill_deadline_, drain_deadline_}) {
+    if (!deadline) continue;
+    auto left = std::chrono::duration_cast<milliseconds>(*deadline - now) + milliseconds(1);
+    timeout = std::clamp(left, milliseconds(0), timeout);
+  }
+  return std::max(timeout, milliseconds(1));
+}
+
+}  // namespace dtrain::detail

@@ -1,0 +1,107 @@
+#pragma once
+// A group of local worker processes watched as one: started together, their
+// output relayed, and stopped together as soon as one fails. The agent
+// (agent.cpp) runs one group per rendezvous round.
+
+#include <poll.h>
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "dtrain/launch.h"
+#include "launch/process/line_relay.h"
+#include "launch/process/process.h"
+
+namespace dtrain::detail {
+
+class SignalWatch;
+
+struct WorkerSpec {
+  /// "worker", or "scheduler" / "server" (WorkerExit::role): names the
+  /// output tag "[rank<N>]: ", "[scheduler]: " or "[server<N>]: ".
+  std::string role = "worker";
+  int rank = 0;
+  int local_rank = 0;
+  /// stdout_fd / stderr_fd are filled in by the group.
+  ProcessSpec process;
+  /// Files that also get the worker's output; empty: none.
+  std::string stdout_log;
+  std::string stderr_log;
+  /// How many times the group restarts this process alone when it fails by
+  /// itself, instead of stopping everyone (a parameter-server server with a
+  /// snapshot directory: Note [Restarting a server] in worker_group.cpp).
+  int restarts_alone = 0;
+};
+
+struct WorkerGroupOptions {
+  std::chrono::milliseconds stop_grace_period = std::chrono::seconds(5);
+  std::chrono::milliseconds monitor_interval = std::chrono::milliseconds(100);
+  /// Prefix relayed lines with "[rank<N>]: " (see WorkerSpec::role).
+  bool tag_output = true;
+  /// Destinations of the relayed output (borrowed).
+  int stdout_fd = 1;
+  int stderr_fd = 2;
+};
+
+struct WorkerGroupOutcome {
+  /// In the order the workers were given to start().
+  std::vector<WorkerExit> exits;
+  /// Index into exits of the first worker that failed by itself.
+  std::optional<size_t> root_cause;
+  /// SIGINT/SIGTERM that made the group stop, else 0.
+  int signal = 0;
+  /// The group was stopped because `should_stop` returned true (a membership
+  /// change), not because of a failure or a signal.
+  bool interrupted = false;
+};
+
+/// Not thread-safe. Destroying the group kills (SIGKILL) and reaps workers
+/// that are still running.
+class WorkerGroup {
+ public:
+  /// `control` must outlive the group.
+  WorkerGroup(ProcessControl& control, WorkerGroupOptions options);
+  ~WorkerGroup();
+  WorkerGroup(const WorkerGroup&) = delete;
+  WorkerGroup& operator=(const WorkerGroup&) = delete;
+
+  /// Starts every worker. Throws when one cannot be started; those already
+  /// started are then killed and reaped.
+  void start(std::vector<WorkerSpec> specs);
+
+  /// Relays output and watches the workers until all have ended. The first
+  /// failure, or SIGINT/SIGTERM seen on `signals` (may be null), stops the
+  /// rest: SIGTERM to each worker's process group, SIGKILL after the grace
+  /// period (at once on a second signal). Bounded: returns at most a few
+  /// seconds after the SIGKILL even if a worker cannot be reaped.
+  /// `should_stop` (may be empty) is asked at most once per monitor interval
+  /// while every worker is still running; true stops the group the same way
+  /// and marks the outcome `interrupted`. It must not block for long.
+  WorkerGroupOutcome wait(SignalWatch* signals, const std::function<bool()>& should_stop = {});
+
+ private:
+  struct Worker;
+  void start_process(Worker& w);
+  bool restart_alone(Worker& w, const ExitStatus& status);
+  void stop(int signal);
+  void on_signals(SignalWatch& signals);
+  void reap();
+  void read_ready(const std::vector<pollfd>& fds, const std::vector<int>& owners);
+  bool all_ended() const;
+  bool all_streams_closed() const;
+  std::chrono::milliseconds poll_timeout() const;
+
+  ProcessControl& control_;
+  WorkerGroupOptions options_;
+  std::vector<std::unique_ptr<Worker>> workers_;
+  WorkerGroupOutcome outcome_;
+  std::optional<std::chrono::steady_clock::time_point> stop_deadline_;
+  std::optional<std::chrono::steady_clock::time_point> kill_deadline_;
+  std::optional<std::chrono::steady_clock::time_point> drain_deadline_;
+};
+
+}  // namespace dtrain::detail

@@ -1,0 +1,118 @@
+// LaunchOptions as the agent uses them: validated, with the dependent
+// defaults resolved in one place, and the rendezvous settings they imply.
+
+#include "launch/launch_options.h"
+
+#include <cctype>
+#include <random>
+
+#include "common/strings.h"
+#include "dtrain/errors.h"
+#include "launch/rendezvous/rendezvous.h"
+
+namespace dtrain::detail {
+namespace {
+
+/// A random id shaped like torchrun's uuid4 run ids.
+std::string generate_run_id() {
+  std::random_device rd;
+  std::string hex = "0123456789abcdef", id;
+  for (int i = 0; i < 32; ++i) {
+    if (i == 8 || i == 12 || i == 16 || i == 20) id += '-';
+    id += hex[rd() % 16];
+  }
+  return id;
+}
+
+}  // namespace
+
+LaunchOptions resolve_launch_options(const LaunchOptions& options) {
+  LaunchOptions o = options;
+  if (o.nproc_per_node < 1) {
+    throw InvalidArgument(cat("nproc_per_node must be at least 1, got ", o.nproc_per_node));
+  }
+  if (o.command.empty() || o.command[0].empty()) {
+    throw InvalidArgument("no program to run: give the worker command after '--'");
+  }
+  if (o.stop_grace_period.count() < 0 || o.monitor_interval.count() < 0 ||
+      o.exit_barrier_timeout.count() < 0 || o.linger_timeout.count() < 0) {
+    throw InvalidArgument(
+        "stop_grace_period, monitor_interval, exit_barrier_timeout and linger_timeout must not be "
+        "negative");
+  }
+  if (o.standalone) {
+    o.master_addr = "127.0.0.1";
+    o.master_port = 0;
+    o.rdzv_backend = "static";
+    o.rdzv_endpoint.clear();
+    o.min_nodes = o.max_nodes = 1;
+    o.node_rank = 0;
+    if (o.run_id.empty()) o.run_id = generate_run_id();
+  }
+  if (o.run_id.empty()) o.run_id = "none";
+  if (o.master_addr.empty()) throw InvalidArgument("master_addr must not be empty");
+  if (o.master_port < 0 || o.master_port > 65535) {
+    throw InvalidArgument(cat("master_port ", o.master_port, " is out of range 0-65535"));
+  }
+  if (o.max_restarts < 0) {
+    throw InvalidArgument(cat("--max-restarts must not be negative, got ", o.max_restarts));
+  }
+  if (o.ps_servers < 0) {
+    throw InvalidArgument(cat("--ps-servers must not be negative, got ", o.ps_servers));
+  }
+  if (o.ps_servers > 0 && o.max_nodes > 1) {
+    throw InvalidArgument(
+        cat("--ps-servers starts a parameter-server job on one node only, not on ", o.max_nodes,
+            " nodes: run `dtrain ps scheduler|server` and the workers with the DMLC_* variables "
+            "on each node (or an MXJob)"));
+  }
+  if (o.min_nodes < 1 || o.max_nodes < o.min_nodes) {
+    throw InvalidArgument(
+        cat("--nnodes ", o.min_nodes, ":", o.max_nodes, " is invalid: need 1 <= MIN <= MAX"));
+  }
+  for (auto& c : o.rdzv_backend) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (o.rdzv_backend == "etcd-v2") o.rdzv_backend = "etcd";
+  if (o.rdzv_backend != "static" && o.rdzv_backend != "c10d" && o.rdzv_backend != "etcd") {
+    throw InvalidArgument(
+        cat("--rdzv-backend '", o.rdzv_backend, "' is not one of static, c10d, etcd"));
+  }
+  if (o.rdzv_backend == "static") {
+    if (o.min_nodes != o.max_nodes) {
+      throw InvalidArgument(cat("--nnodes ", o.min_nodes, ":", o.max_nodes,
+                                " needs an elastic rendezvous: add --rdzv-backend c10d (or etcd) "
+                                "and --rdzv-endpoint HOST:PORT"));
+    }
+    if (o.node_rank < 0 || o.node_rank >= o.max_nodes) {
+      throw InvalidArgument(cat("--node-rank ", o.node_rank, " is outside [0, ", o.max_nodes,
+                                ") for --nnodes ", o.max_nodes));
+    }
+    if (o.max_nodes > 1 && o.rdzv_endpoint.empty() && o.master_port == 0) {
+      throw InvalidArgument(cat("a static run on ", o.max_nodes,
+                                " nodes needs --master-addr and --master-port of node 0 "
+                                "(the same on every node)"));
+    }
+  } else if (o.rdzv_endpoint.empty()) {
+    throw InvalidArgument(cat("--rdzv-backend ", o.rdzv_backend,
+                              " needs --rdzv-endpoint HOST:PORT (the same on every node)"));
+  }
+  return o;
+}
+
+RendezvousConfig rendezvous_config(const LaunchOptions& o) {
+  RendezvousConfig c;
+  c.backend = o.rdzv_backend;
+  c.endpoint = o.rdzv_endpoint.empty() ? cat(o.master_addr, ":", o.master_port) : o.rdzv_endpoint;
+  c.run_id = o.run_id;
+  c.min_nodes = o.min_nodes;
+  c.max_nodes = o.max_nodes;
+  c.node_rank = o.node_rank;
+  c.local_world_size = o.nproc_per_node;
+  if (o.rdzv_backend == "static") {
+    // Every node of a static job is expected: no last call to wait out.
+    c.last_call_timeout = std::chrono::milliseconds(0);
+  }
+  c.apply_conf(o.rdzv_conf);
+  return c;
+}
+
+}  // namespace dtrain::detail

@@ -1,0 +1,94 @@
+#pragma once
+// A minimal etcd v3 client over etcd's JSON gateway (grpc-gateway): each call
+// is one HTTP/1.1 POST of a JSON body to /v3/<service>/<method> on a fresh
+// connection. Only what the rendezvous needs: single-key range / put / delete,
+// a compare-and-put transaction, and leases. Verified against etcd 3.4 (the
+// first release serving /v3/ rather than /v3beta/ or /v3alpha/).
+//
+//   EtcdClient etcd("127.0.0.1", 2379, std::chrono::seconds(10));
+//   etcd.put("/dtrain/a", "1");
+//   std::optional<std::string> v = etcd.get("/dtrain/a");   // "1"
+//
+// Keys and values are arbitrary bytes (base64 on the wire). The HTTP/1.1
+// transport is etcd_http.h.
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "launch/rendezvous/etcd_http.h"
+
+namespace dtrain::detail {
+
+/// Standard base64 with padding.
+std::string base64_encode(std::string_view bytes);
+/// Inverse of base64_encode; nullopt on characters outside the alphabet or a
+/// bad length.
+std::optional<std::string> base64_decode(std::string_view text);
+
+/// A lease as etcd granted it: etcd may raise the TTL to its minimum
+/// (1.5 x election timeout, i.e. 2 s with default settings).
+struct EtcdLease {
+  int64_t id = 0;
+  int64_t ttl_seconds = 0;
+};
+
+/// Talks to one etcd endpoint. Thread-safe: it holds no connection state, every
+/// call opens its own connection. Every call is bounded by `timeout` and throws
+/// StoreError (unreachable, etcd error response, malformed reply) or
+/// TimeoutError; messages name "etcd at host:port", the operation and the key.
+class EtcdClient {
+ public:
+  EtcdClient(std::string host, int port, std::chrono::milliseconds timeout);
+
+  /// "etcd at 127.0.0.1:2379".
+  std::string describe() const;
+  const std::string& host() const { return host_; }
+  int port() const { return port_; }
+
+  /// The value at `key`, nullopt when absent.
+  std::optional<std::string> get(const std::string& key);
+
+  /// Writes `value` at `key`.
+  void put(const std::string& key, const std::string& value);
+  /// Writes `value` at `key` attached to `lease` (the key is deleted when the
+  /// lease ends). Returns false, writing nothing, when the lease no longer
+  /// exists.
+  bool put_leased(const std::string& key, const std::string& value, int64_t lease);
+
+  /// One transaction: if `key` holds `expected` (nullopt: `key` is absent)
+  /// then put `value` and return true; else return false and store the value
+  /// now at `key` in `*current` (when not null; nullopt: absent).
+  bool compare_and_put(const std::string& key, const std::optional<std::string>& expected,
+                       const std::string& value, std::optional<std::string>* current);
+
+  /// Deletes `key`; returns whether it existed.
+  bool erase(const std::string& key);
+
+  /// Grants a lease of `ttl_seconds` (>= 1).
+  EtcdLease grant_lease(int64_t ttl_seconds);
+  /// Renews `lease` once; returns its TTL from now in seconds, or 0 when the
+  /// lease no longer exists (expired or revoked).
+  int64_t keep_alive(int64_t lease);
+  /// Revokes `lease`, deleting the keys attached to it; false when it no
+  /// longer existed.
+  bool revoke_lease(int64_t lease);
+
+ private:
+  /// POSTs `request` to /v3/`method` and returns the parsed reply. Turns
+  /// transport failures, HTTP errors and etcd's {"error": ...} replies into
+  /// StoreError naming `what`. `*not_found` (when not null) is set instead of
+  /// throwing for gRPC code 5 (NotFound: e.g. an unknown lease).
+  nlohmann::json call(const std::string& method, const nlohmann::json& request,
+                      const std::string& what, bool* not_found = nullptr);
+
+  std::string host_;
+  int port_;
+  std::chrono::milliseconds timeout_;
+};
+
+}  // namespace dtrain::detail

@@ -1,0 +1,192 @@
+// The `dtrain run` subcommand (src/cli/cmd_run.cpp): flag spellings,
+// pass-through of the worker command, usage errors and exit codes, and a
+// --ps-servers job through it.
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "cli/commands.h"
+
+namespace dtrain::cli {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+/// Parses `args` as `dtrain run ...` and returns the exit code the callback stored.
+int parse(std::vector<std::string> args) {
+  CLI::App app("dtrain", "dtrain");
+  app.require_subcommand(1);
+  int exit_code = -1;
+  add_run_command(app, &exit_code);
+  args.insert(args.begin(), "run");
+  std::reverse(args.begin(), args.end());  // CLI11 takes them last-first
+  app.parse(args);
+  return exit_code;
+}
+
+TEST(RunCommand, AcceptsTorchrunSpellingsAndTheProgramAfterDoubleDash) {
+  ::testing::internal::CaptureStdout();
+  int rc = parse({"--nproc_per_node", "2", "--master_addr", "127.0.0.1", "--master_port", "0",
+                  "--standalone", "--", LAUNCH_TEST_WORKER, "env", "WORLD_SIZE"});
+  std::string out = ::testing::internal::GetCapturedStdout();
+  EXPECT_EQ(rc, 0);
+  EXPECT_THAT(out, HasSubstr("[rank1]: WORLD_SIZE=2\n"));
+}
+
+TEST(RunCommand, PassesEverythingFromTheProgramOnThroughUntouched) {
+  ::testing::internal::CaptureStdout();
+  int rc = parse({"--nproc-per-node", "1", LAUNCH_TEST_WORKER, "print", "--nproc-per-node", "print",
+                  "--", "env", "WORLD_SIZE"});
+  std::string out = ::testing::internal::GetCapturedStdout();
+  EXPECT_EQ(rc, 0);
+  EXPECT_THAT(out, HasSubstr("[rank0]: --nproc-per-node\n[rank0]: --\n[rank0]: WORLD_SIZE=1\n"));
+}
+
+TEST(RunCommand, ZeroWorkersIsAUsageError) {
+  EXPECT_THAT(
+      [] {
+        parse({"--nproc-per-node", "0", "--", "true"});
+      },
+      ::testing::ThrowsMessage<CLI::ValidationError>(
+          HasSubstr("must be a whole number >= 1, or auto, gpu, cpu; got '0'")));
+}
+
+TEST(RunCommand, UnknownFlagOrMissingProgramIsAUsageError) {
+  EXPECT_THROW(parse({"--no-such-flag", "--", "true"}), CLI::ParseError);
+  EXPECT_THROW(parse({"--nproc-per-node", "2"}), CLI::RequiredError);
+  EXPECT_THROW(parse({"--nproc-per-node", "2", "--"}), CLI::RequiredError);
+  EXPECT_THROW(parse({"--nnodes", "0", "--", "true"}), CLI::ValidationError);
+  EXPECT_THROW(parse({"--nnodes", "3:2", "--", "true"}), CLI::ValidationError);
+  EXPECT_THROW(parse({"--nnodes", "two", "--", "true"}), CLI::ValidationError);
+  EXPECT_THROW(parse({"--max-restarts", "-1", "--", "true"}), CLI::ValidationError);
+}
+
+TEST(RunCommand, InconsistentElasticFlagsExitTwoNamingTheFix) {
+  ::testing::internal::CaptureStderr();
+  int rc = parse({"--nnodes", "1:4", "--", "true"});
+  std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(rc, 2);
+  EXPECT_THAT(err, HasSubstr("dtrain run: error: --nnodes 1:4 needs an elastic rendezvous: add "
+                             "--rdzv-backend c10d (or etcd) and --rdzv-endpoint HOST:PORT\n"));
+  ::testing::internal::CaptureStderr();
+  rc = parse({"--nnodes", "2", "--node-rank", "1", "--", "true"});
+  err = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(rc, 2);
+  EXPECT_THAT(err, HasSubstr("needs --master-addr and --master-port of node 0"));
+}
+
+TEST(RunCommand, NprocPerNodeAutoAndCpuFollowTheMachine) {
+  ::testing::internal::CaptureStdout();
+  int rc = parse({"--nproc-per-node", "cpu", "--", LAUNCH_TEST_WORKER, "rank", "0", "env",
+                  "LOCAL_WORLD_SIZE"});
+  std::string out = ::testing::internal::GetCapturedStdout();
+  EXPECT_EQ(rc, 0);
+  EXPECT_THAT(out, HasSubstr("LOCAL_WORLD_SIZE=" +
+                             std::to_string(std::max(1u, std::thread::hardware_concurrency()))));
+  EXPECT_THROW(parse({"--nproc-per-node", "many", "--", "true"}), CLI::ValidationError);
+}
+
+// Kubeflow exports PET_NPROC_PER_NODE=auto in every pod, also to pods that run
+// `dtrain train` directly: other subcommands must not trip over it.
+TEST(RunCommand, PetNprocPerNodeAutoDoesNotBreakOtherSubcommands) {
+  ::setenv("PET_NPROC_PER_NODE", "auto", 1);
+  CLI::App app("dtrain", "dtrain");
+  app.require_subcommand(1);
+  int exit_code = -1;
+  add_run_command(app, &exit_code);
+  CLI::App* other = app.add_subcommand("other", "");
+  bool ran = false;
+  other->callback([&] { ran = true; });
+  std::vector<std::string> args = {"other"};
+  EXPECT_NO_THROW(app.parse(args));
+  ::unsetenv("PET_NPROC_PER_NODE");
+  EXPECT_TRUE(ran);
+}
+
+TEST(RunCommand, PetVariablesConfigureTheRunLikeKubeflowPassesThem) {
+  ::setenv("PET_NNODES", "1:3", 1);
+  ::setenv("PET_RDZV_BACKEND", "c10d", 1);
+  ::testing::internal::CaptureStderr();
+  int rc = parse({"--", "true"});
+  std::string err = ::testing::internal::GetCapturedStderr();
+  ::unsetenv("PET_NNODES");
+  ::unsetenv("PET_RDZV_BACKEND");
+  EXPECT_EQ(rc, 2);  // the endpoint is missing: proves both variables were read
+  EXPECT_THAT(err, HasSubstr("--rdzv-backend c10d needs --rdzv-endpoint HOST:PORT"));
+}
+
+TEST(RunCommand, FailedWorkerExitsOneWithASummaryOnStderr) {
+  ::testing::internal::CaptureStderr();
+  int rc = parse({"--nproc-per-node", "2", "--", LAUNCH_TEST_WORKER, "rank", "1", "exit", "3",
+                  "sleep", "30000"});
+  std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(rc, 1);
+  EXPECT_THAT(err, HasSubstr("dtrain run: worker rank 1 (pid "));
+  EXPECT_THAT(err, HasSubstr(") failed: exit code 3\n"));
+  EXPECT_THAT(err, HasSubstr("dtrain run: root cause: worker rank 1 (pid "));
+}
+
+TEST(RunCommand, BusyPortIsOneErrorLineAndExitCodeOne) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  ASSERT_EQ(::listen(fd, 1), 0);
+  socklen_t len = sizeof(a);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  std::string port = std::to_string(ntohs(a.sin_port));
+
+  ::testing::internal::CaptureStderr();
+  int rc = parse({"--master-port", port, "--", "true"});
+  std::string err = ::testing::internal::GetCapturedStderr();
+  ::close(fd);
+  EXPECT_EQ(rc, 1);
+  EXPECT_THAT(
+      err, HasSubstr("dtrain run: error: rendezvous 'none': cannot host the store on 127.0.0.1:" +
+                     port));
+  EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
+}
+
+/// `env VAR=... ps_node` (tests/ps): a --ps-servers job runs this same
+/// command in every role.
+std::vector<std::string> ps_node_command(std::vector<std::string> vars) {
+  std::vector<std::string> command = {"env"};
+  command.insert(command.end(), vars.begin(), vars.end());
+  command.push_back(PS_NODE);
+  return command;
+}
+
+TEST(RunCommand, PsServersJobExitsZeroWithWorkerOutputTaggedByRank) {
+  std::vector<std::string> args = {"--ps-servers", "2", "--nproc-per-node", "2", "--"};
+  for (auto& a : ps_node_command({"PS_NODE_STEPS=10"})) args.push_back(a);
+  ::testing::internal::CaptureStderr();
+  int rc = parse(args);
+  std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(rc, 0) << err;
+  EXPECT_THAT(err, HasSubstr("[rank0]: ps_node: worker 0 running"));
+}
+
+TEST(RunCommand, PsServersJobWithACrashingWorkerExitsOneNamingTheRootCause) {
+  std::vector<std::string> args = {"--ps-servers", "2", "--nproc-per-node", "2", "--"};
+  for (auto& a : ps_node_command({"PS_NODE_FAIL_RANK=0"})) args.push_back(a);
+  ::testing::internal::CaptureStderr();
+  int rc = parse(args);
+  std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(rc, 1) << err;
+  EXPECT_THAT(err, HasSubstr("[rank0]: ps_node: worker 0 failing on purpose"));
+  EXPECT_THAT(err, HasSubstr("dtrain run: root cause: worker rank 0 (pid "));
+  EXPECT_THAT(err, HasSubstr("dtrain run: scheduler (pid "));
+}
+
+}  // namespace
+}  // namespace dtrain::cli
