@@ -66,6 +66,8 @@ function(dtrain_test name)
   # the labels travel as one: "unit;data" -> "unit_data". ctest -L takes a
   # regular expression, so both `-L unit` and `-L data` still select it.
   string(REPLACE ";" "_" labels "${A_LABELS}")
-  gtest_discover_tests(${name} DISCOVERY_MODE PRE_TEST
+  # Listing a suite starts the program, which under load (or with a large
+  # LibTorch) takes longer than CMake's default of 5 s.
+  gtest_discover_tests(${name} DISCOVERY_MODE PRE_TEST DISCOVERY_TIMEOUT 120
     PROPERTIES LABELS "${labels}" TIMEOUT ${A_TIMEOUT})
 endfunction()

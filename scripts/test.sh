@@ -10,7 +10,7 @@
 # lines are a summary with ctest's result lines.
 #
 # Environment:
-#   DTRAIN_CTEST_TIMEOUT  limit for the whole host ctest run, s (default 1500)
+#   DTRAIN_CTEST_TIMEOUT  limit for the whole host ctest run, s (default 2700)
 #   DTRAIN_TEST_TIMEOUT   per-test default for tests without one, s (default 300)
 #   DTRAIN_JOBS           ctest/build parallelism (default 2 for ctest, nproc to build)
 #   DTRAIN_BUILD_DIR      host build directory (default <repo>/build)
@@ -22,7 +22,7 @@ set -euo pipefail
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 readonly REPO_ROOT
-readonly CTEST_TIMEOUT="${DTRAIN_CTEST_TIMEOUT:-1500}"
+readonly CTEST_TIMEOUT="${DTRAIN_CTEST_TIMEOUT:-2700}"
 readonly TEST_TIMEOUT="${DTRAIN_TEST_TIMEOUT:-300}"
 readonly CTEST_JOBS="${DTRAIN_JOBS:-2}"
 readonly BUILD_DIR="${DTRAIN_BUILD_DIR:-${REPO_ROOT}/build}"

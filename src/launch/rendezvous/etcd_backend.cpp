@@ -1,4 +1,4 @@
-// RendezvousBackend over etcd v3 (see launch/etcd_client.h for the wire
+// RendezvousBackend over etcd v3 (see launch/rendezvous/etcd_client.h for the wire
 // protocol). Keys live under "<key_prefix>/"; liveness records under
 // "<key_prefix>/alive/<node_key>", attached to one lease per backend that
 // heartbeat() keeps alive: when the agent dies, the lease expires and etcd
