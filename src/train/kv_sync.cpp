@@ -191,6 +191,11 @@ void validate_kvstore(const TrainOptions& o) {
   if (t != "local" && t != "dist_sync" && t != "dist_async" && t != "dist_device_sync") {
     throw InvalidArgument(cat("unknown --kvstore '", t, "'; valid types: ", kKVStoreTypes));
   }
+  if (o.ddp.comm_hook && o.ddp.comm_hook->name() != allreduce_hook()->name()) {
+    throw InvalidArgument(cat("--comm-hook ", o.ddp.comm_hook->name(),
+                              " cannot be combined with --kvstore: the kvstore's push and pull "
+                              "are the comm hook; drop one of them"));
+  }
   const std::string& where = o.kvstore_optimizer;
   if (where != "auto" && where != "worker" && where != "server") {
     throw InvalidArgument(

@@ -232,6 +232,18 @@ TEST_F(KVStoreTraining, AnUnknownKvstoreIsAnInvalidArgumentListingTheTypes) {
             std::string::npos);
 }
 
+TEST_F(KVStoreTraining, ACompressingCommHookWithAKvstoreIsAnInvalidArgumentNotIgnored) {
+  TrainOptions o = options("", 1);
+  o.checkpoint_dir.clear();
+  o.kvstore = "dist_sync";
+  o.ddp.comm_hook = comm_hook_by_name("fp16");
+  EXPECT_EQ(testing::error_of([&] { validate(o); }),
+            "--comm-hook fp16 cannot be combined with --kvstore: the kvstore's push and pull are "
+            "the comm hook; drop one of them");
+  o.ddp.comm_hook = comm_hook_by_name("none");  // allreduce: what the CLI passes by default
+  EXPECT_EQ(testing::error_of([&] { validate(o); }), "");
+}
+
 TEST_F(KVStoreTraining, CliUnknownKvStoreIsAOneLineUsageErrorListingTheTypes) {
   for (const char* flag : {"--kvstore", "--kv-store"}) {
     const testing::ShellRun r = testing::run_shell(
