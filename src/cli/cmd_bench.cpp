@@ -137,6 +137,11 @@ void add_train(CLI::App& bench, int* exit_code) {
       ->check(positive());
   cmd->add_option("--timeline", f->o.timeline,
                   "Chrome trace per rank (FILE.rank<r>.json, or {rank} in FILE)");
+  cmd->add_option("--metrics-port", f->o.metrics_port,
+                  "Serve Prometheus /metrics on P + local rank (0: a free port, printed; -1: off)")
+      ->capture_default_str();
+  cmd->add_option("--metrics-host", f->o.metrics_host, "Address the metrics endpoint binds")
+      ->capture_default_str();
   cmd->add_flag("--json", f->json, "Print one JSON object at the end (rank 0), after the lines");
   cmd->callback([f, exit_code] {
     *exit_code = with_group("train", [&](const ProcessGroup& pg) {
