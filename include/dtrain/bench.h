@@ -89,6 +89,11 @@ struct TrainBenchOptions {
   /// TrainOptions::kvstore_optimizer: "auto", "worker" or "server" (SGD with
   /// lr 0.01 and momentum 0.9 on the servers).
   std::string kvstore_optimizer = "auto";
+  /// Prometheus endpoint per rank on metrics_port + local rank, as
+  /// TrainOptions::metrics_port (0: a free port, printed; -1: none): every
+  /// step is recorded, the loss as last read at a display step.
+  int metrics_port = -1;
+  std::string metrics_host = "0.0.0.0";
 };
 
 struct TrainBenchResult {
@@ -112,8 +117,8 @@ using TrainBenchPrinter = std::function<void(const std::string& line)>;
 /// display_every steps whose images/sec is the total over ranks, and the
 /// final "total images/sec: X" between dashed rules. Throws InvalidArgument
 /// for bad sizes, an unknown model (with the list), an amp/device combination
-/// autocast cannot do, or a TensorBoard directory that cannot be created,
-/// before any step runs.
+/// autocast cannot do, a TensorBoard directory that cannot be created, or a
+/// metrics port in use, before any step runs.
 TrainBenchResult run_train_bench(const TrainBenchOptions& options, const ProcessGroup& pg,
                                  const TrainBenchPrinter& print = {});
 /// {"impl": "dtrain", "bench": "train", "model", "world_size", "batch_size",

@@ -159,11 +159,47 @@ struct TrainOptions {
   Progress progress = Progress::kLines;
   int64_t progress_every_steps = 100;
   double progress_every_seconds = 30;
+
+  // Observability (docs/observability.md). Every sink is opened before any
+  // data is read; each one off costs nothing in the loop.
+  /// TensorBoard log directory (created with its parents), written by rank 0:
+  /// the configuration as text at the start; every tensorboard_every
+  /// optimizer steps train/loss (rank 0's mean over the steps), train/lr,
+  /// train/images_per_sec (all ranks), train/data_wait_fraction,
+  /// train/exposed_comm_fraction and, under fp16, train/loss_scale; after
+  /// each epoch's evaluation epoch/train_loss, epoch/test_top1,
+  /// epoch/test_top5, epoch/test_loss, epoch/images_per_sec, at the global
+  /// step. A directory that cannot be created is an InvalidArgument naming
+  /// it. Empty: none.
+  std::string tensorboard;
+  int64_t tensorboard_every = 10;
+  /// Also histograms of every parameter (weights/<name>, after the epoch)
+  /// and its gradient (gradients/<name>, the epoch's last synchronised
+  /// gradients, unscaled) at each epoch's end.
+  bool tensorboard_histograms = false;
+  /// Chrome-trace timeline per rank (dtrain/timeline.h): the file of rank r
+  /// is timeline_path_for_rank(timeline, r, world size). Spans: epoch N,
+  /// data wait, forward, backward, optimizer step, evaluate, checkpoint, and
+  /// each DDP bucket's allreduce on its own track. Empty: none.
+  std::string timeline;
+  /// Prometheus endpoint (dtrain/metrics.h) on metrics_port + local rank of
+  /// every rank, labelled with rank, node (DTRAIN_NODE_NAME, else the host
+  /// name) and run id (TORCHELASTIC_RUN_ID, else "none"); dtrain_restarts is
+  /// TORCHELASTIC_RESTART_COUNT; GPU series for the rank's GPU on CUDA runs.
+  /// 0: a free port per rank; -1: none. The address is printed to the log
+  /// passed to train(). A port in use is an InvalidArgument naming host:port.
+  int metrics_port = -1;
+  /// Address the endpoint binds ("127.0.0.1": this host only).
+  std::string metrics_host = "0.0.0.0";
+  /// When set, called on every rank on the training thread after each
+  /// optimizer step with the step count so far and the reducer's statistics
+  /// (for custom monitoring and tests; it must not call into train()).
+  std::function<void(int64_t step, const DdpStats& ddp)> on_step;
 };
 
 /// What one epoch measured (identical on every rank).
 struct EpochMetrics {
-  int64_t epoch = 0;  ///< 1-based
+  int64_t epoch = 0;      ///< 1-based
   double train_loss = 0;  ///< with label smoothing when it is on
   double test_acc = 0;    ///< top-1, fraction in [0, 1]
   double test_top5 = 0;   ///< top-5 (top-k with k = classes when fewer than 5)

@@ -16,6 +16,7 @@
 #include "dtrain/bench.h"
 #include "dtrain/ddp.h"
 #include "dtrain/errors.h"
+#include "dtrain/metrics.h"
 #include "dtrain/models.h"
 #include "dtrain/summary.h"
 #include "dtrain/timeline.h"
@@ -98,6 +99,18 @@ TrainBenchResult run_train_bench(const TrainBenchOptions& o, const ProcessGroup&
     tl = std::make_unique<Timeline>(timeline_path_for_rank(o.timeline, pg.rank(), pg.size()),
                                     TimelineOptions{pg.rank(), ""});
   }
+  std::unique_ptr<MetricsExporter> metrics;
+  if (o.metrics_port >= 0) {
+    MetricsOptions mo;
+    mo.port = o.metrics_port == 0 ? 0 : o.metrics_port + pg.local_rank();
+    mo.host = o.metrics_host;
+    mo.rank = pg.rank();
+    mo.gpu_metrics = device.is_cuda();
+    metrics = std::make_unique<MetricsExporter>(mo);
+    std::printf("rank %d: metrics on http://%s:%d/metrics\n", pg.rank(), mo.host.c_str(),
+                metrics->port());
+    std::fflush(stdout);
+  }
 
   torch::manual_seed(0);
   auto model = make_model(o.model, mo);
@@ -173,17 +186,27 @@ TrainBenchResult run_train_bench(const TrainBenchOptions& o, const ProcessGroup&
   const auto start = Clock::now();
   auto display_start = start, tb_start = start;
   int display_from = 0, tb_from = 0;
+  auto step_start = start;
+  double last_loss = 0;
   for (int i = 1; i <= o.steps; ++i) {
     loss = step();
+    if (metrics) {  // no device synchronisation: the loss is the last one read
+      const auto now = Clock::now();
+      metrics->record_step(
+          {std::chrono::duration<double>(now - step_start).count(), o.batch_size, last_loss, 0, 0});
+      step_start = now;
+    }
     const bool display = i % o.display_every == 0 || i == o.steps;
     const bool write_tb = tb && (i % o.tensorboard_every == 0 || i == o.steps);
     if (!display && !write_tb) continue;
     const double loss_value = loss.item<float>();
+    last_loss = loss_value;
     const auto now = Clock::now();
     if (display) {
       const double secs = std::chrono::duration<double>(now - display_start).count();
       say(cat(i, "\ttotal images/sec: ", fixed(images_per_step * (i - display_from) / secs, 1),
               "\t", fixed(loss_value, 3)));
+      if (metrics) metrics->set_images_per_second(o.batch_size * (i - display_from) / secs);
       display_start = now;
       display_from = i;
     }

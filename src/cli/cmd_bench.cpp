@@ -144,6 +144,11 @@ void add_train(CLI::App& bench, int* exit_code) {
                   "With --kvstore: worker (servers sum), server (servers run SGD), auto")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "worker", "server"}));
+  cmd->add_option("--metrics-port", f->o.metrics_port,
+                  "Serve Prometheus /metrics on P + local rank (0: a free port, printed; -1: off)")
+      ->capture_default_str();
+  cmd->add_option("--metrics-host", f->o.metrics_host, "Address the metrics endpoint binds")
+      ->capture_default_str();
   cmd->add_flag("--json", f->json, "Print one JSON object at the end (rank 0), after the lines");
   cmd->callback([f, exit_code] {
     try {

@@ -270,6 +270,25 @@ void add_train_command(CLI::App& root, int* exit_code) {
                   "Without a terminal: a progress line every T seconds (0: never)")
       ->capture_default_str()
       ->check(non_negative());
+  // Observability (docs/observability.md).
+  cmd->add_option("--tensorboard", o.tensorboard,
+                  "TensorBoard log directory (rank 0 writes scalars, the configuration, and "
+                  "with --tensorboard-histograms weights and gradients)");
+  cmd->add_option("--tensorboard-every", o.tensorboard_every,
+                  "TensorBoard step scalars every N optimizer steps")
+      ->capture_default_str()
+      ->check(positive());
+  cmd->add_flag("--tensorboard-histograms", o.tensorboard_histograms,
+                "Histograms of weights and gradients at each epoch's end");
+  cmd->add_option("--timeline", o.timeline,
+                  "Chrome trace per rank (FILE.rank<r>.json, or {rank} in FILE); join with "
+                  "'dtrain timeline merge'");
+  cmd->add_option("--metrics-port", o.metrics_port,
+                  "Serve Prometheus /metrics on P + local rank (0: a free port, printed; "
+                  "-1: off)")
+      ->capture_default_str();
+  cmd->add_option("--metrics-host", o.metrics_host, "Address the metrics endpoint binds")
+      ->capture_default_str();
   // Checkpoints.
   cmd->add_option("--checkpoint-dir", o.checkpoint_dir,
                   "Resume from the newest valid checkpoint here and write new ones (rank 0)");

@@ -70,6 +70,13 @@ void validate(const TrainOptions& o) {
   if (o.progress_every_steps < 0 || o.progress_every_seconds < 0) {
     throw InvalidArgument("--progress-every must be >= 0");
   }
+  if (o.tensorboard_every < 1) {
+    throw InvalidArgument(cat("--tensorboard-every must be positive, got ", o.tensorboard_every));
+  }
+  if (o.metrics_port < -1 || o.metrics_port > 65535) {
+    throw InvalidArgument(cat(
+        "--metrics-port must be -1 (off), 0 (a free port) or up to 65535, got ", o.metrics_port));
+  }
   if (o.threads < 0) throw InvalidArgument(cat("--threads must be >= 0, got ", o.threads));
   detail::check_device(o.device);
   if (o.amp != "none") {

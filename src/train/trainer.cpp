@@ -111,6 +111,7 @@ Trainer::Trainer(const TrainOptions& options, const ProcessGroup& pg, std::ostre
     : o_(options),
       pg_(pg),
       log_(pg.rank() == 0 ? log : nullptr),
+      rank_log_(log),
       leader_(pg.rank() == 0),
       progress_(pg.rank() == 0 ? log : nullptr, options.progress, options.progress_every_steps,
                 options.progress_every_seconds) {}
@@ -132,6 +133,7 @@ void Trainer::setup() {
     }
   }
   origin_ = found_ ? found_->path : std::string("the checkpoint");
+  obs_ = std::make_unique<TrainObservers>(o_, pg_, rank_log_);  // before any data or collective
 
   device_ = pick_device(o_.device, pg_);
   DatasetOptions data = o_.dataset;
@@ -185,10 +187,13 @@ void Trainer::resume() {
 }
 
 void Trainer::wrap() {
-  DdpOptions d = o_.ddp;
+  DdpOptions d = obs_->ddp_options(o_.ddp);
   kv_ = KvSync::open(o_, pg_, *model_, schedule_.base_lr);
   if (kv_) d.comm_hook = kv_->hook();
   ddp_ = std::make_unique<DistributedDataParallel<ImageClassifier>>(model_, pg_, d);
+  obs_->attach(*ddp_, *scaler_, *model_,
+               resume_ ? cat("\nresumed from ", origin_, " at step ", global_step_) : "",
+               global_step_);
 }
 
 void Trainer::log_start() const {
@@ -232,6 +237,7 @@ at::Tensor Trainer::forward_backward(const Batch& batch, bool sync_step) {
                            : std::optional<DataParallel::NoSync>(ddp_->no_sync());
   at::Tensor loss;
   {
+    TimelineSpan span(obs_->timeline(), "forward");
     std::optional<AutocastGuard> autocast;
     if (amp_dtype_) autocast.emplace(device_.type(), *amp_dtype_);
     at::Tensor logits =
@@ -239,11 +245,13 @@ at::Tensor Trainer::forward_backward(const Batch& batch, bool sync_step) {
     loss = classification_loss(logits, batch.targets.to(device_, /*non_blocking=*/true),
                                o_.label_smoothing);
   }
+  TimelineSpan span(obs_->timeline(), "backward");
   scaler_->scale(o_.accumulation_steps > 1 ? loss / o_.accumulation_steps : loss).backward();
   return loss.detach();
 }
 
 void Trainer::optimizer_step() {  // Note [Mixed precision step]
+  TimelineSpan span(obs_->timeline(), "optimizer step");
   lr_ = lr_at(schedule_, global_step_);
   if (kv_ && kv_->updates_on_servers()) {  // Note [Where the optimizer runs]
     kv_->step();
@@ -273,12 +281,16 @@ Trainer::EpochTotals Trainer::run_epoch(int64_t epoch) {
   bool save_after_epoch = false;
   Batch batch;
   optimizer_->zero_grad();
+  obs_->epoch_start(epoch);
+  obs_->wait_for_batch();
   while (splits_.train->next(batch)) {
+    obs_->batch_ready();
     // position() counts this batch: it is the last when it reaches batches.
     const bool last = splits_.train->position() == batches;
     const bool sync_step = ++pending == o_.accumulation_steps || last;
     const at::Tensor loss = forward_backward(batch, sync_step);
     if (sync_step) {
+      if (last) obs_->gradients(global_step_ + 1);
       optimizer_step();
       pending = 0;
       if (!o_.checkpoint_dir.empty() && every_steps_ > 0 && global_step_ % every_steps_ == 0) {
@@ -291,10 +303,14 @@ Trainer::EpochTotals Trainer::run_epoch(int64_t epoch) {
       }
     }
     const double n = static_cast<double>(batch.targets.size(0));
-    t.loss_sum += loss.item<double>() * n;
+    const double loss_value = loss.item<double>();
+    t.loss_sum += loss_value * n;
     t.samples += n;
     progress_.update(splits_.train->position(), static_cast<int64_t>(t.samples), pg_.size(),
                      t.loss_sum / t.samples);
+    obs_->batch_done(batch.targets.size(0), loss_value, sync_step, global_step_, lr_);
+    if (sync_step && o_.on_step) o_.on_step(global_step_, ddp_->stats());
+    obs_->wait_for_batch();
   }
   progress_.finish();
   t.seconds = since(start);
@@ -303,6 +319,7 @@ Trainer::EpochTotals Trainer::run_epoch(int64_t epoch) {
 }
 
 EpochMetrics Trainer::evaluate(int64_t epoch, const EpochTotals& t) {
+  TimelineSpan span(obs_->timeline(), "evaluate");
   const double train_seconds = t.seconds;
   const ClassificationCounts c =
       evaluate_split(*model_, *splits_.test, device_, o_.channels_last, nullptr, splits_.normalize);
@@ -332,7 +349,7 @@ void Trainer::report(const EpochMetrics& m) {
           << m.test_acc * 100 << "%  top5 " << m.test_top5 * 100 << "%  lr " << std::defaultfloat
           << std::setprecision(4) << m.lr << std::fixed << "  images/sec " << std::setprecision(1)
           << m.images_per_sec << "  time " << std::setprecision(1) << m.epoch_seconds << " s"
-          << std::endl;
+          << obs_->epoch_line_suffix() << std::endl;
     if (o_.verbose) print_stats(*log_, ddp_->stats());
   }
   if (metrics_.is_open()) metrics_ << to_json(m) << std::endl;
@@ -341,6 +358,7 @@ void Trainer::report(const EpochMetrics& m) {
 // Rank 0 writes; the others only train on (they hold the same state).
 void Trainer::checkpoint(int64_t epoch, int64_t samples_in_epoch) {
   if (!leader_) return;
+  TimelineSpan span(obs_->timeline(), "checkpoint");
   Checkpoint c;
   c.model = model_state(*model_);
   c.optimizer = optimizer_state(*optimizer_);
@@ -382,6 +400,7 @@ std::vector<EpochMetrics> Trainer::run() {
     EpochMetrics m = evaluate(epoch, totals);
     m.epoch_seconds = since(start);
     history.push_back(m);
+    obs_->epoch_end(m, global_step_);
     report(m);
     const bool epoch_due = every_epochs_ > 0 && (epoch + 1) % every_epochs_ == 0;
     if (!o_.checkpoint_dir.empty() &&
@@ -390,6 +409,7 @@ std::vector<EpochMetrics> Trainer::run() {
     }
   }
   if (kv_) kv_->close();
+  obs_->finish();
   return history;
 }
 

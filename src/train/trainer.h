@@ -10,6 +10,8 @@
 //   evaluate()   the test split, reduced across ranks, into the epoch's metrics
 //   report()     epoch line, metrics file
 //   checkpoint() rank 0 writes one
+// TensorBoard, timeline and metrics are TrainObservers' (observers.h): the
+// steps only mark its points.
 // One Trainer per train() call; not thread-safe.
 
 #include <fstream>
@@ -26,12 +28,15 @@
 #include "dtrain/models.h"
 #include "dtrain/train.h"
 #include "train/kv_sync.h"
+#include "train/observers.h"
 #include "train/progress.h"
 
 namespace dtrain::detail {
 
 class Trainer {
  public:
+  /// `log`: rank 0's lines go there; every rank's observers print their
+  /// endpoint there (when not null).
   Trainer(const TrainOptions& options, const ProcessGroup& pg, std::ostream* log);
   std::vector<EpochMetrics> run();
 
@@ -55,7 +60,8 @@ class Trainer {
 
   const TrainOptions& o_;
   const ProcessGroup& pg_;
-  std::ostream* log_;  // rank 0's, else null
+  std::ostream* log_;       // rank 0's, else null
+  std::ostream* rank_log_;  // this rank's, may be null
   bool leader_;
   // Resolved in setup().
   int64_t every_steps_ = 0, every_epochs_ = 0, steps_per_epoch_ = 0;
@@ -74,6 +80,7 @@ class Trainer {
   std::optional<at::ScalarType> amp_dtype_;  // autocast dtype, when on
   std::unique_ptr<GradScaler> scaler_;       // enabled under fp16 only
   ProgressLine progress_;
+  std::unique_ptr<TrainObservers> obs_;  // from setup()
   // Position.
   int64_t first_epoch_ = 0, global_step_ = 0, skip_batches_ = 0;
   double lr_ = 0;  // of the last step taken
