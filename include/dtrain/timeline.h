@@ -70,8 +70,11 @@ class Timeline {
   /// Begin and end of a span on `track`; pairs must nest per track.
   void begin(std::string_view name, std::string_view category, int track = kTrainTrack);
   void end(std::string_view name, std::string_view category, int track = kTrainTrack);
-  /// A bucket's allreduce from launch to completion, on its own track.
-  void bucket(int index, int64_t bytes, Clock::time_point launched, Clock::time_point completed);
+  /// A bucket's reduction from launch to completion, on its own track, named
+  /// "<operation> bucket <index>" ("allreduce", or "pushpull" when the
+  /// bucket goes through a parameter server).
+  void bucket(int index, int64_t bytes, Clock::time_point launched, Clock::time_point completed,
+              const std::string& operation = "allreduce");
 
   /// Writes buffered events. Throws Error naming the file on failure.
   void flush();
@@ -125,10 +128,11 @@ class TimelineSpan {
   Timeline::Clock::time_point start_;
 };
 
-/// A DdpOptions::bucket_observer that records each bucket's allreduce in
+/// A DdpOptions::bucket_observer that records each bucket's `operation` in
 /// `timeline` (Timeline::bucket). Null timeline: returns an empty function,
 /// so the reducer calls nothing. `timeline` must outlive the DDP module.
-std::function<void(const BucketTiming&)> timeline_bucket_observer(Timeline* timeline);
+std::function<void(const BucketTiming&)> timeline_bucket_observer(
+    Timeline* timeline, const std::string& operation = "allreduce");
 
 /// The file of `rank` for a --timeline argument: "{rank}" in `pattern` is
 /// replaced by the rank; without it, a world of several ranks gets

@@ -4,10 +4,11 @@
 
 namespace dtrain {
 
-std::function<void(const BucketTiming&)> timeline_bucket_observer(Timeline* timeline) {
+std::function<void(const BucketTiming&)> timeline_bucket_observer(Timeline* timeline,
+                                                                 const std::string& operation) {
   if (timeline == nullptr) return {};
-  return [timeline](const BucketTiming& b) {
-    timeline->bucket(b.index, b.bytes, b.launched, b.completed);
+  return [timeline, operation](const BucketTiming& b) {
+    timeline->bucket(b.index, b.bytes, b.launched, b.completed, operation);
   };
 }
 

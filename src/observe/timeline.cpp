@@ -129,12 +129,12 @@ void Timeline::end(std::string_view name, std::string_view category, int track) 
 }
 
 void Timeline::bucket(int index, int64_t bytes, Clock::time_point launched,
-                      Clock::time_point completed) {
+                      Clock::time_point completed, const std::string& operation) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     name_track_locked(kBucketTrack + index, cat("bucket ", index));
   }
-  complete(cat("allreduce bucket ", index), "comm", launched, completed, kBucketTrack + index,
+  complete(cat(operation, " bucket ", index), "comm", launched, completed, kBucketTrack + index,
            cat("{\"bucket\":", index, ",\"bytes\":", bytes, "}"));
 }
 

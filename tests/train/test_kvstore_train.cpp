@@ -5,6 +5,7 @@
 #include <ATen/ATen.h>
 
 #include <cstdio>
+#include <fstream>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -15,6 +16,7 @@
 #include "dtrain/errors.h"
 #include "dtrain/kvstore.h"
 #include "dtrain/models.h"
+#include "dtrain/timeline.h"
 #include "dtrain/train.h"
 #include "dtrain/weights.h"
 #include "ps/cluster.h"
@@ -169,6 +171,22 @@ TEST_F(KVStoreTraining, DistSyncOnTwoWorkersAndTwoServersEndsWithTheWeightsOfDdp
   const double d = max_difference(a.model, b.model);
   std::printf("dist_sync vs DDP allreduce after 12 steps: max |w difference| %.3g\n", d);
   EXPECT_LE(d, 1e-5);
+}
+
+TEST_F(KVStoreTraining, TheTimelineShowsEachBucketsPushPullThroughTheServers) {
+  TrainOptions kv = options("kv", 1);
+  kv.ddp.bucket_cap_mb = 0.02;
+  kv.ddp.first_bucket_cap_mb = 0.01;
+  kv.kvstore = "dist_sync";
+  kv.timeline = (dir_ / "trace.json").string();
+  run(kv, 2, 1);
+  for (int rank = 0; rank < 2; ++rank) {
+    std::ifstream in(timeline_path_for_rank(kv.timeline, rank, 2));
+    ASSERT_TRUE(in) << rank;
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_NE(text.find("\"pushpull bucket 0\""), std::string::npos) << rank;
+    EXPECT_EQ(text.find("allreduce bucket"), std::string::npos) << rank;
+  }
 }
 
 TEST_F(KVStoreTraining, ServerSideSgdWithMomentumAndWeightDecayEndsWithTheWeightsOfDdpSgd) {
