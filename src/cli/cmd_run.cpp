@@ -5,17 +5,18 @@
 //              [--rdzv-id ID] [--rdzv-conf K=V,...] [--max-restarts K]
 //              [--node-rank R] [--master-addr A] [--master-port P]
 //              [--log-dir DIR] [--monitor-interval S] [--ps-servers S]
+//              [--exit-barrier-timeout S] [--linger-timeout S]
 //              -- PROGRAM [ARGS...]
 //
 // torchrun's spellings are accepted (--nproc_per_node, --master_port, ...), as
 // are the PET_* environment variables Kubeflow sets. The program may also
 // follow the flags without '--'; everything from it on is passed through.
 
-#include <CLI/CLI.hpp>
 #include <torch/cuda.h>
+#include <CLI/CLI.hpp>
 
-#include <iostream>
 #include <algorithm>
+#include <iostream>
 #include <memory>
 #include <thread>
 
@@ -36,6 +37,8 @@ struct RunFlags {
   std::string nproc_per_node = "1";
   std::string nnodes = "1";
   double monitor_interval_s = 0.1;
+  double exit_barrier_timeout_s = 300;  // LaunchOptions' defaults
+  double linger_timeout_s = 60;
   std::string log_dir;
   /// Never filled: declared so that CLI11 keeps "--" and what follows for
   /// remaining() instead of handing it back to the root app (see below).
@@ -80,7 +83,8 @@ int parse_nproc(const std::string& text) {
   }
   if (!parse_int(text, &n) || n < 1 || n > 4096) {
     throw CLI::ValidationError(
-        "--nproc-per-node", cat("must be a whole number >= 1, or auto, gpu, cpu; got '", text, "'"));
+        "--nproc-per-node",
+        cat("must be a whole number >= 1, or auto, gpu, cpu; got '", text, "'"));
   }
   return static_cast<int>(n);
 }
@@ -170,6 +174,16 @@ void add_run_command(CLI::App& root, int* exit_code) {
       ->check(non_negative())
       ->envname("PET_MONITOR_INTERVAL")
       ->capture_default_str();
+  cmd->add_option("--exit-barrier-timeout", flags->exit_barrier_timeout_s,
+                  "Seconds a node whose workers succeeded waits for the other nodes to finish "
+                  "(torchrun's agent: 300, not a flag there)")
+      ->check(non_negative())
+      ->capture_default_str();
+  cmd->add_option("--linger-timeout", flags->linger_timeout_s,
+                  "Seconds the node hosting the rendezvous store keeps it up after the run "
+                  "for the other agents to read its end")
+      ->check(non_negative())
+      ->capture_default_str();
   cmd->add_option("--log-dir,--log_dir", flags->log_dir,
                   "Also write each worker's output and error record to "
                   "DIR/<run id>/attempt_<n>/<local rank>/")
@@ -196,6 +210,10 @@ void add_run_command(CLI::App& root, int* exit_code) {
     options.command = worker_command(cmd->remaining());
     options.monitor_interval =
         std::chrono::milliseconds(static_cast<long long>(flags->monitor_interval_s * 1000));
+    options.exit_barrier_timeout =
+        std::chrono::milliseconds(static_cast<long long>(flags->exit_barrier_timeout_s * 1000));
+    options.linger_timeout =
+        std::chrono::milliseconds(static_cast<long long>(flags->linger_timeout_s * 1000));
     if (!flags->log_dir.empty()) options.log_dir = flags->log_dir;
     *exit_code = run_launcher(options);
   });

@@ -71,6 +71,17 @@ TEST(RunCommand, UnknownFlagOrMissingProgramIsAUsageError) {
   EXPECT_THROW(parse({"--max-restarts", "-1", "--", "true"}), CLI::ValidationError);
 }
 
+TEST(RunCommand, ExitBarrierAndLingerTimeoutsAreSecondsAndNegativeOnesAreUsageErrors) {
+  // What the times do is tested on dtrain::launch() (LaunchOptions, test_restarts.cpp).
+  ::testing::internal::CaptureStdout();
+  const int rc = parse({"--exit-barrier-timeout", "0.5", "--linger-timeout", "0", "--",
+                        LAUNCH_TEST_WORKER, "env", "WORLD_SIZE"});
+  ::testing::internal::GetCapturedStdout();
+  EXPECT_EQ(rc, 0);
+  EXPECT_THROW(parse({"--exit-barrier-timeout", "-1", "--", "true"}), CLI::ValidationError);
+  EXPECT_THROW(parse({"--linger-timeout", "-2", "--", "true"}), CLI::ValidationError);
+}
+
 TEST(RunCommand, InconsistentElasticFlagsExitTwoNamingTheFix) {
   ::testing::internal::CaptureStderr();
   int rc = parse({"--nnodes", "1:4", "--", "true"});
