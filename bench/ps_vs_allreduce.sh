@@ -269,6 +269,11 @@ ps_job() {
         tail -n 5 "$OUT/$tag".*.log >&2 || true
     fi
 }
+# Rendezvous heartbeats ride the same saturated 1 Gbit/s links as Gloo's
+# bulk traffic; with the default 3 missed 5-s beats, a 553 MB allreduce on this
+# loaded machine made the agents see the membership change and restart the
+# round again and again. 24 missed beats (2 min) keep one round.
+RDZV_CONF="heartbeat_interval=5,missed_heartbeats=24"
 # ar_job TAG CMD...: CMD on workers 0 and 1 under `dtrain run` (c10d rendezvous on worker 0)
 ar_job() {
     local tag=$1; shift
@@ -278,7 +283,7 @@ ar_job() {
     for i in 1 0; do
         run_in "$i" "$OUT/$tag.node$i.log" env OMP_NUM_THREADS=1 GLOO_SOCKET_IFNAME=eth0 \
             "$DTRAIN" run --nnodes 2 --nproc-per-node 1 --rdzv-backend c10d \
-            --rdzv-endpoint "$(addr 0):$port" --rdzv-id "$tag" -- "$@"
+            --rdzv-endpoint "$(addr 0):$port" --rdzv-id "$tag" --rdzv-conf "$RDZV_CONF" -- "$@"
         pids+=("$LAST_PID")
     done
     wait_all "${pids[@]}"
