@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Tables for bench/ps_vs_allreduce.sh from its results.jsonl.
 
-Usage: ps_vs_allreduce_report.py OUT/results.jsonl
+Usage: ps_vs_allreduce_report.py OUT/results.jsonl [MORE/results.jsonl ...]
 
 PS rows come from `dtrain bench kvstore --json` (worker 0; times and wire bytes
 per iteration averaged over the workers). Allreduce rows come from `dtrain bench
@@ -16,7 +16,7 @@ import statistics
 import sys
 
 ROW = re.compile(r"^\s*(?:\[[^\]]*\]:\s*)?(\d+)\s+(\d+)\s+\w+\s+\w+\s+-?\d+\s+"
-                 r"([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+(-?\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+(-?\d+)\s*$")
+                 r"([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+(-?\d+|N/A)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+(-?\d+|N/A)\s*$")
 PUSH = re.compile(r"Push average time cost: ([\d.]+)ms")
 PULL = re.compile(r"Pull average time cost: ([\d.]+)ms")
 
@@ -32,8 +32,10 @@ def collective_rows(rec):
         for line in text.splitlines():
             m = ROW.match(line)
             if m:
-                rows[int(m.group(1))] = (float(m.group(7)), float(m.group(8)),
-                                         int(m.group(6)) + int(m.group(10)))
+                # algbw from size / time: the table rounds it to 0.01 GB/s
+                size, t = int(m.group(1)), float(m.group(7))
+                wrong = "-" if "N/A" in (m.group(6), m.group(10)) else int(m.group(6)) + int(m.group(10))
+                rows[size] = (t, size / t / 1e3, wrong)
     return rows
 
 
@@ -46,7 +48,15 @@ def ms(us):
 
 
 def main():
-    recs = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+    # Several files: a later record of the same job replaces an earlier one
+    # (e.g. the training rows of a later `--train` run).
+    merged = {}
+    for path in sys.argv[1:]:
+        for line in open(path):
+            if line.strip():
+                r = json.loads(line)
+                merged[tuple(str(r.get(k)) for k in ("phase", "model", "impl", "servers", "run"))] = r
+    recs = list(merged.values())
     link = next((r for r in recs if r.get("phase") == "link"), None)
     if link:
         print(f"link: {link['rate']} tbf each way per node; measured {link['gbps']} Gbit/s worker 0 -> server 0")
