@@ -193,7 +193,9 @@ wait_all() {  # PIDS... -> WAIT_RC (first non-zero); a failing process stops the
     PGIDS=()
 }
 PORT=29600
-next_port() { PORT=$((PORT + 1)); echo "$PORT"; }  # fresh namespaces: nothing else listens
+# A new port per job (fresh namespaces: nothing else listens); not in a
+# subshell, so that the count goes on.
+next_port() { PORT=$((PORT + 1)); }
 
 # Bytes every node's eth0 has sent and received: "tx0 rx0 tx1 rx1 ...".
 counters() {
@@ -242,11 +244,12 @@ d=[x-y for x,y in zip(a,b)]; print(json.dumps([[d[2*i],d[2*i+1]] for i in range(
 }
 
 PS_ENV=(OMP_NUM_THREADS=1 PS_HEARTBEAT_TIMEOUT=30)
+PS_TORCHRUN_ENV=0  # 1: workers also get torchrun's variables (training phase)
 # ps_job TAG S WORKERS SCHED_CMD SERVER_CMD -- WORKER_CMD...: one PS job; WAIT_RC, WIRE
 ps_job() {
     local tag=$1 s=$2 w=$3 sched=$4 server=$5; shift 6
     local port pids=() i before
-    port=$(next_port)
+    next_port; port=$PORT
     local env=(env "${PS_ENV[@]}" DMLC_PS_ROOT_URI="$(addr $SCHED_NODE)" DMLC_PS_ROOT_PORT="$port"
         DMLC_NUM_SERVER="$s" DMLC_NUM_WORKER="$w")
     before=$(counters)
@@ -260,9 +263,19 @@ ps_job() {
             DMLC_NODE_HOST="$(addr $((2 + i)))" $server
         pids+=("$LAST_PID")
     done
+    local torchrun=() mport
+    if [[ $PS_TORCHRUN_ENV == 1 ]]; then
+        # what `dtrain run --ps-servers` also gives its workers (a c10d group
+        # beside the kvstore: bench train reports the total over workers)
+        next_port; mport=$PORT
+        torchrun=(WORLD_SIZE="$w" MASTER_ADDR="$(addr 0)" MASTER_PORT="$mport" LOCAL_RANK=0
+            LOCAL_WORLD_SIZE=1 GLOO_SOCKET_IFNAME=eth0)
+    fi
     for i in $(seq 0 $((w - 1))); do
-        run_in "$i" "$OUT/$tag.worker$i.log" "${env[@]}" DMLC_ROLE=worker DMLC_WORKER_ID="$i" \
-            DMLC_NODE_HOST="$(addr "$i")" "$@"
+        local rank=()
+        [[ $PS_TORCHRUN_ENV == 1 ]] && rank=(RANK="$i")
+        run_in "$i" "$OUT/$tag.worker$i.log" "${env[@]}" "${torchrun[@]}" "${rank[@]}" DMLC_ROLE=worker \
+            DMLC_WORKER_ID="$i" DMLC_NODE_HOST="$(addr "$i")" "$@"
         pids+=("$LAST_PID")
     done
     wait_all "${pids[@]}"
@@ -281,7 +294,7 @@ RDZV_CONF="heartbeat_interval=5,missed_heartbeats=24"
 ar_job() {
     local tag=$1; shift
     local port pids=() i before
-    port=$(next_port)
+    next_port; port=$PORT
     before=$(counters)
     for i in 1 0; do
         run_in "$i" "$OUT/$tag.node$i.log" env OMP_NUM_THREADS=1 GLOO_SOCKET_IFNAME=eth0 \
@@ -308,7 +321,7 @@ echo "load before: $(uptime)" >&2
 ns_up
 
 # bandwidth check: worker 0 -> server 0, 2 s
-port=$(next_port)
+next_port; port=$PORT
 run_in 2 "$OUT/verify.recv.log" "$PY" -c '
 import socket, sys, time
 s = socket.socket(); s.bind((sys.argv[1], int(sys.argv[2]))); s.listen(1)
@@ -379,6 +392,7 @@ if [[ $TRAIN == 1 ]]; then
     HAVE_KV_TRAIN=0
     "$DTRAIN" bench train --help 2>&1 | grep -q -- '--kvstore' && HAVE_KV_TRAIN=1
     [[ $HAVE_KV_TRAIN == 1 ]] || echo "NOTE: '$DTRAIN bench train' has no --kvstore: PS training rows skipped" >&2
+    PS_TORCHRUN_ENV=1
     for model in $MODELS; do
         if [[ $HAVE_KV_TRAIN == 1 ]]; then
             for s in $SERVERS; do
@@ -396,6 +410,7 @@ if [[ $TRAIN == 1 ]]; then
         record phase=train model="$model" impl=allreduce rc="$WAIT_RC" wire="$WIRE" \
             json="$OUT/$tag.node0.log" json="$OUT/$tag.node1.log"
     done
+    PS_TORCHRUN_ENV=0
 fi
 
 # 4. ps-lite's benchmark program against its own and dtrain's scheduler and server
