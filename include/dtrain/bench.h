@@ -214,11 +214,15 @@ InterfaceBytes read_interface_bytes(const std::string& interface);
 /// The same from /proc/net/dev's text (for tests).
 InterfaceBytes parse_interface_bytes(const std::string& proc_net_dev, const std::string& interface);
 
+/// Throws InvalidArgument for a bad size range, iteration counts or model
+/// (the CLI checks them before connecting to the scheduler).
+void check_kvstore_bench_options(const KVStoreBenchOptions& options);
 /// Runs the benchmark as one worker of `kv` (a dist store every worker
 /// passes to this call with the same options). Keys 0.. carry the rows,
 /// key 100000 the per-worker figures, summed by the servers (no optimizer
 /// may be set). Rows whose size is below 4 bytes are skipped. Throws
-/// InvalidArgument for a bad size range, iteration counts or model.
+/// InvalidArgument as check_kvstore_bench_options, or for an interface
+/// absent from this network namespace.
 KVStoreBenchResult run_kvstore_bench(const KVStoreBenchOptions& options, KVStore& kv);
 /// nccl-tests-style table: size, keys, time, algbw, wire tx/rx per worker
 /// per iteration and their ratio to the size, #wrong.

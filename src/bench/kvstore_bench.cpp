@@ -81,16 +81,6 @@ std::vector<std::vector<int64_t>> row_sizes(const KVStoreBenchOptions& o) {
   return rows;
 }
 
-void validate(const KVStoreBenchOptions& o) {
-  if (o.model.empty() && (o.min_bytes < 1 || o.max_bytes < o.min_bytes || o.step_factor < 2)) {
-    throw InvalidArgument(cat("bench kvstore: bad size range -b ", o.min_bytes, " -e ", o.max_bytes,
-                              " -f ", o.step_factor, "; need 1 <= -b <= -e and -f >= 2"));
-  }
-  if (o.iterations < 1 || o.warmup < 0)
-    throw InvalidArgument("bench kvstore: need -n >= 1 and -w >= 0");
-  if (!o.model.empty()) model_info(o.model);  // names the valid models
-}
-
 void iterate(KVStore& kv, Row& row) {
   std::vector<KVHandle> handles;
   handles.reserve(row.keys.size());
@@ -114,6 +104,16 @@ int64_t count_wrong(const Row& row, int workers) {
 }
 
 }  // namespace
+
+void check_kvstore_bench_options(const KVStoreBenchOptions& o) {
+  if (o.model.empty() && (o.min_bytes < 1 || o.max_bytes < o.min_bytes || o.step_factor < 2)) {
+    throw InvalidArgument(cat("bench kvstore: bad size range -b ", o.min_bytes, " -e ", o.max_bytes,
+                              " -f ", o.step_factor, "; need 1 <= -b <= -e and -f >= 2"));
+  }
+  if (o.iterations < 1 || o.warmup < 0)
+    throw InvalidArgument("bench kvstore: need -n >= 1 and -w >= 0");
+  if (!o.model.empty()) model_info(o.model);  // names the valid models
+}
 
 InterfaceBytes parse_interface_bytes(const std::string& text, const std::string& interface) {
   // "  eth0: rx_bytes rx_packets errs drop fifo frame compressed multicast tx_bytes ..."
@@ -152,7 +152,7 @@ InterfaceBytes read_interface_bytes(const std::string& interface) {
 }
 
 KVStoreBenchResult run_kvstore_bench(const KVStoreBenchOptions& o, KVStore& kv) {
-  validate(o);
+  check_kvstore_bench_options(o);
   read_interface_bytes(o.interface);  // a bad interface fails before any traffic
   KVStoreBenchResult result;
   result.options = o;

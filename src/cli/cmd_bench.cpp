@@ -208,13 +208,18 @@ void add_kvstore(CLI::App& bench, int* exit_code) {
       "kvstore",
       "Parameter-server push-pull bandwidth and bytes on the wire (a worker of a DMLC_* job; "
       "with DMLC_ROLE=scheduler|server it serves that role)");
-  cmd->add_option("-b,--minbytes", f->min_bytes, "Smallest size (bytes; K, M, G suffixes)")->capture_default_str();
+  cmd->add_option("-b,--minbytes", f->min_bytes, "Smallest size (bytes; K, M, G suffixes)")
+      ->capture_default_str();
   cmd->add_option("-e,--maxbytes", f->max_bytes, "Largest size")->capture_default_str();
   cmd->add_option("-f,--stepfactor", f->o.step_factor, "Size multiplier")->capture_default_str();
-  cmd->add_option("--model", f->o.model,
-                  "Instead of the sweep: one row pushing and pulling every parameter tensor of this model "
-                  "(one key each): " + join(model_names(), ", "));
-  cmd->add_option("--num-classes", f->o.num_classes, "Classes of --model")->capture_default_str()->check(positive());
+  cmd->add_option(
+      "--model", f->o.model,
+      "Instead of the sweep: one row pushing and pulling every parameter tensor of this model "
+      "(one key each): " +
+          join(model_names(), ", "));
+  cmd->add_option("--num-classes", f->o.num_classes, "Classes of --model")
+      ->capture_default_str()
+      ->check(positive());
   cmd->add_option("-n,--iters", f->o.iterations, "Timed iterations per row")->capture_default_str();
   cmd->add_option("-w,--warmup_iters", f->o.warmup, "Warm-up iterations")->capture_default_str();
   cmd->add_option("-c,--check", f->check, "Check the pulled sums (0/1)")->capture_default_str();
@@ -229,6 +234,7 @@ void add_kvstore(CLI::App& bench, int* exit_code) {
       f->o.min_bytes = parse_byte_size(f->min_bytes);
       f->o.max_bytes = parse_byte_size(f->max_bytes);
       f->o.check = f->check != 0;
+      check_kvstore_bench_options(f->o);  // before waiting for the scheduler
       KVStoreOptions ko;
       ko.timeout = std::chrono::milliseconds(static_cast<long long>(f->timeout_s * 1000));
       // DMLC_ROLE=scheduler or server: create() serves that role and exits.
@@ -245,7 +251,8 @@ void add_kvstore(CLI::App& bench, int* exit_code) {
       kv->close();
       int64_t wrong = 0;
       for (const auto& row : r.rows) wrong += std::max<int64_t>(row.wrong, 0);
-      if (wrong > 0) throw Error(cat("pushpull: ", wrong, " pulled element(s) differ from the workers' sum"));
+      if (wrong > 0)
+        throw Error(cat("pushpull: ", wrong, " pulled element(s) differ from the workers' sum"));
       *exit_code = 0;
     } catch (const InvalidArgument& e) {
       *exit_code = report_error("dtrain bench kvstore", e, 2);

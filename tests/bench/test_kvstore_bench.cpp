@@ -115,5 +115,20 @@ TEST(KVStoreBench, ModelRowPushesEveryParameterTensorOfTheModelAsItsOwnKey) {
   }
 }
 
+TEST(KVStoreBench, BadSizeRangeIsAnErrorNamingTheFlagsBeforeAnyConnection) {
+  KVStoreBenchOptions o;
+  o.min_bytes = 100;
+  o.max_bytes = 10;
+  try {
+    check_kvstore_bench_options(o);
+    FAIL() << "no error";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("-b 100 -e 10 -f 2"), std::string::npos) << e.what();
+  }
+  o = KVStoreBenchOptions();
+  o.model = "resnet7";
+  EXPECT_THROW(check_kvstore_bench_options(o), InvalidArgument);
+}
+
 }  // namespace
 }  // namespace dtrain
