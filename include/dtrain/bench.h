@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "dtrain/comm.h"
+#include "dtrain/kvstore.h"
 
 namespace dtrain {
 
@@ -171,6 +172,78 @@ struct CollectiveBenchRow {
   int root = -1;      ///< broadcast/reduce's root, else -1
   CollectiveBenchTiming out_of_place, in_place;
 };
+
+/// `dtrain bench kvstore`: push-pull bandwidth of a dist_sync kvstore (a
+/// worker of a DMLC_* job, servers only summing), nccl-tests' sweep or one
+/// model's parameter sizes, with the bytes each worker's network interface
+/// sent and received.
+struct KVStoreBenchOptions {
+  /// Message sizes in bytes, as bench collective's -b/-e/-f: one key per size.
+  int64_t min_bytes = 8;
+  int64_t max_bytes = int64_t{64} << 20;
+  int64_t step_factor = 2;
+  /// A make_model() name: one row whose iteration pushes and pulls every
+  /// parameter tensor of that model as its own key, all at once (as a
+  /// training step would); empty: the sweep.
+  std::string model;
+  int64_t num_classes = 1000;  ///< classes of `model` (torchvision's 1000)
+  /// Timed and warm-up iterations per row (-n, -w).
+  int iterations = 20;
+  int warmup = 5;
+  /// Check every pulled element after timing (-c): the sum of the workers'
+  /// pushes.
+  bool check = true;
+  /// Interface whose /proc/net/dev counters are read (e.g. the namespace's
+  /// veth); empty: every interface but lo.
+  std::string interface;
+};
+
+/// One row: times and bytes are per iteration, averaged over the workers.
+struct KVStoreBenchRow {
+  int64_t bytes = 0;  ///< fp32 bytes pushed (and pulled) by each worker
+  int64_t keys = 0;
+  double time_us = 0;
+  double algbw_gbps = 0;   ///< bytes / time, GB/s (1e9 bytes)
+  double tx_bytes = 0;     ///< sent by a worker's interface(s)
+  double rx_bytes = 0;     ///< received by a worker's interface(s)
+  int64_t wrong = -1;      ///< differing elements, summed over workers
+};
+
+struct KVStoreBenchResult {
+  KVStoreBenchOptions options;
+  int workers = 0;
+  std::vector<KVStoreBenchRow> rows;
+};
+
+/// Bytes a network interface has received and sent so far.
+struct InterfaceBytes {
+  uint64_t rx = 0, tx = 0;
+};
+/// Sums /proc/net/dev's byte counters of `interface` (empty: all but lo)
+/// in this process's network namespace. Throws InvalidArgument when the
+/// named interface is absent (listing those present), Error when the file
+/// cannot be read.
+InterfaceBytes read_interface_bytes(const std::string& interface);
+/// The same from /proc/net/dev's text (for tests).
+InterfaceBytes parse_interface_bytes(const std::string& proc_net_dev, const std::string& interface);
+
+/// Throws InvalidArgument for a bad size range, iteration counts or model
+/// (the CLI checks them before connecting to the scheduler).
+void check_kvstore_bench_options(const KVStoreBenchOptions& options);
+/// Runs the benchmark as one worker of `kv` (a dist store every worker
+/// passes to this call with the same options). Keys 0.. carry the rows,
+/// key 100000 the per-worker figures, summed by the servers (no optimizer
+/// may be set). Rows whose size is below 4 bytes are skipped. Throws
+/// InvalidArgument as check_kvstore_bench_options, or for an interface
+/// absent from this network namespace.
+KVStoreBenchResult run_kvstore_bench(const KVStoreBenchOptions& options, KVStore& kv);
+/// nccl-tests-style table: size, keys, time, algbw, wire tx/rx per worker
+/// per iteration and their ratio to the size, #wrong.
+std::string format_kvstore_table(const KVStoreBenchResult& result, int servers);
+/// {"impl": "dtrain", "bench": "kvstore", "model", "workers", "servers",
+/// "rows": [{"bytes", "keys", "time_us", "algbw_gbps", "tx_bytes",
+/// "rx_bytes", "wrong"}]}.
+std::string to_json(const KVStoreBenchResult& result, int servers);
 
 /// One world size of a scaling run: `dtrain bench ddp`'s figures.
 struct ScalingPoint {

@@ -1,7 +1,9 @@
-// `dtrain bench train|ddp|collective|scaling`: benchmarks reported like their peers.
+// `dtrain bench train|ddp|collective|kvstore|scaling`: benchmarks reported like their peers.
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cstdlib>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -15,6 +17,7 @@
 #include "common/strings.h"
 #include "dtrain/bench.h"
 #include "dtrain/errors.h"
+#include "dtrain/kvstore.h"
 #include "dtrain/models.h"
 
 namespace dtrain::cli {
@@ -216,6 +219,73 @@ void add_collective(CLI::App& bench, int* exit_code) {
   });
 }
 
+void add_kvstore(CLI::App& bench, int* exit_code) {
+  struct Flags {
+    KVStoreBenchOptions o;
+    std::string min_bytes = "8", max_bytes = "64M";
+    int check = 1;
+    double timeout_s = 300;
+    bool json = false;
+  };
+  auto f = std::make_shared<Flags>();
+  CLI::App* cmd = bench.add_subcommand(
+      "kvstore",
+      "Parameter-server push-pull bandwidth and bytes on the wire (a worker of a DMLC_* job; "
+      "with DMLC_ROLE=scheduler|server it serves that role)");
+  cmd->add_option("-b,--minbytes", f->min_bytes, "Smallest size (bytes; K, M, G suffixes)")
+      ->capture_default_str();
+  cmd->add_option("-e,--maxbytes", f->max_bytes, "Largest size")->capture_default_str();
+  cmd->add_option("-f,--stepfactor", f->o.step_factor, "Size multiplier")->capture_default_str();
+  cmd->add_option(
+      "--model", f->o.model,
+      "Instead of the sweep: one row pushing and pulling every parameter tensor of this model "
+      "(one key each): " +
+          join(model_names(), ", "));
+  cmd->add_option("--num-classes", f->o.num_classes, "Classes of --model")
+      ->capture_default_str()
+      ->check(positive());
+  cmd->add_option("-n,--iters", f->o.iterations, "Timed iterations per row")->capture_default_str();
+  cmd->add_option("-w,--warmup_iters", f->o.warmup, "Warm-up iterations")->capture_default_str();
+  cmd->add_option("-c,--check", f->check, "Check the pulled sums (0/1)")->capture_default_str();
+  cmd->add_option("--interface", f->o.interface,
+                  "Interface whose /proc/net/dev bytes are counted (empty: all but lo)");
+  cmd->add_option("--timeout", f->timeout_s, "Seconds allowed per push-pull, barrier and init")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd->add_flag("--json", f->json, "Print one JSON object (rank 0) after the table");
+  cmd->callback([f, exit_code] {
+    try {
+      f->o.min_bytes = parse_byte_size(f->min_bytes);
+      f->o.max_bytes = parse_byte_size(f->max_bytes);
+      f->o.check = f->check != 0;
+      check_kvstore_bench_options(f->o);  // before waiting for the scheduler
+      KVStoreOptions ko;
+      ko.timeout = std::chrono::milliseconds(static_cast<long long>(f->timeout_s * 1000));
+      // DMLC_ROLE=scheduler or server: create() serves that role and exits.
+      std::unique_ptr<KVStore> kv = KVStore::create("dist_sync", ko);
+      KVStoreBenchResult r = run_kvstore_bench(f->o, *kv);
+      const char* servers_env = std::getenv("DMLC_NUM_SERVER");
+      long long servers = 0;
+      if (servers_env == nullptr || !parse_int(servers_env, &servers)) servers = 0;
+      if (kv->rank() == 0) {
+        std::fputs(format_kvstore_table(r, static_cast<int>(servers)).c_str(), stdout);
+        if (f->json) std::printf("%s\n", to_json(r, static_cast<int>(servers)).c_str());
+        std::fflush(stdout);
+      }
+      kv->close();
+      int64_t wrong = 0;
+      for (const auto& row : r.rows) wrong += std::max<int64_t>(row.wrong, 0);
+      if (wrong > 0)
+        throw Error(cat("pushpull: ", wrong, " pulled element(s) differ from the workers' sum"));
+      *exit_code = 0;
+    } catch (const InvalidArgument& e) {
+      *exit_code = report_error("dtrain bench kvstore", e, 2);
+    } catch (const std::exception& e) {
+      *exit_code = report_error("dtrain bench kvstore", e);
+    }
+  });
+}
+
 // The last line of `text` holding a JSON object (launcher tags such as
 // "[rank0]: " before it are dropped); "" when there is none.
 std::string last_json_object(const std::string& text) {
@@ -339,6 +409,7 @@ void add_bench_command(CLI::App& root, int* exit_code) {
   add_train(*bench, exit_code);
   add_ddp(*bench, exit_code);
   add_collective(*bench, exit_code);
+  add_kvstore(*bench, exit_code);
   add_scaling(*bench, exit_code);
 }
 
