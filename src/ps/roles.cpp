@@ -27,6 +27,9 @@ void run_server(const NodeOptions& options) {
     }
     server->handle(msg);
   });
+  node.set_tick_handler([&] {
+    if (server) server->tick(std::chrono::steady_clock::now());
+  });
   node.start();
   node.barrier(kAllGroups, options.connect_timeout);
   node.barrier(kAllGroups, Millis::max());

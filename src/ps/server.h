@@ -15,11 +15,12 @@
 // simple_app requests are commands (head): kController 0 (here: the body is
 // a dtrain OptimizerSpec), kSetMultiPrecision 1 (acknowledged: the master
 // copy is always fp32), kStopServer 2, kSyncMode 3, kSetGradientCompression
-// 4 ("2,<threshold>": Note [2-bit compression]). Data requests carry one
-// key, the worker's key plus this server's key-range start (kMaxKey/S·rank),
-// and the command
-// Cantor-pairs the request type (0 default push/pull, 2 compressed; 1,
-// row-sparse, is refused) and the mshadow dtype (0 float32, 2 float16):
+// 4 ("2,<threshold>": Note [2-bit compression]), and dtrain's own
+// kWorkerLeaving 100 (Note [Leaving early]) and kStaleness 101 (Note [Stale
+// synchronous parallel]: async pulls may be held until slower workers
+// push). Data requests carry one key, the worker's key plus this server's
+// key-range start (kMaxKey/S·rank), and the command Cantor-pairs the request type (0 default
+// push/pull, 2 compressed; 1, row-sparse, is refused) and the mshadow dtype (0 float32, 2 float16):
 // head 0 is fp32, 5 fp16, 3 a compressed fp32 push.
 // The first push of a key initialises it. Later pushes: in sync mode the
 // server sums the pushes of a key until W have arrived, then updates (the
@@ -41,6 +42,7 @@
 
 #include "dtrain/kvstore.h"
 #include "ps/protocol.h"
+#include "ps/ssp.h"
 
 namespace dtrain::ps {
 
@@ -59,6 +61,9 @@ enum class ServerCommand : int {
   kSetGradientCompression = 4,
   /// dtrain's extension: the sending worker has finished (Note [Leaving early]).
   kWorkerLeaving = 100,
+  /// dtrain's extension: SSP for async mode, body "<s>,<limit ms>"
+  /// (Note [Stale synchronous parallel] in ssp.h).
+  kStaleness = 101,
 };
 constexpr int kMshadowFloat32 = 0;
 constexpr int kMshadowFloat16 = 2;
@@ -86,6 +91,9 @@ class KVServer {
 
   /// Handles one request (data or simple_app). Never throws on bad input.
   void handle(const Message& msg);
+  /// Refuses pulls SSP has held past their limit (Note [SSP deadline]).
+  /// Called on the receive thread, between messages.
+  void tick(SteadyTime now);
 
   bool sync_mode() const { return sync_; }
   bool stop_requested() const { return stop_requested_; }
@@ -112,6 +120,8 @@ class KVServer {
   void complete_round(int key);
   void respond(const Meta& req, uint64_t ps_key, int dtype, bool with_data);
   void refuse(const Meta& req, const std::string& why);
+  void release_held();
+  bool admit_pull(const Meta& m, int key, uint64_t ps_key, int dtype);  // false: held
 
   ServerOptions options_;
   Reply reply_;
@@ -126,6 +136,7 @@ class KVServer {
   std::unordered_map<int, UpdateBuf> updates_;
   std::unordered_map<uint64_t, float> default_store_;  // ps-lite's default handle
   std::set<int> departed_;  // workers that have finished (Note [Leaving early])
+  StalenessGate ssp_;       // async mode's staleness bound
 };
 
 }  // namespace dtrain::ps
