@@ -82,6 +82,25 @@ struct GradientCompression {
   float threshold = 0.5f;     ///< > 0
 };
 
+/// The processes of one node, as dist_device_sync reduces through them
+/// (Note [Device sync] in src/ps/device_sync.cpp). dtrain/kvstore_torch.h
+/// makes one over a c10d process group (Gloo on CPU, NCCL on GPU):
+/// kv_local_group(pg). Every call is collective: all members call it in the
+/// same order with arrays of the same size and dtype; it blocks, bounded by
+/// the group's own timeout, and throws (TimeoutError, PeerLostError,
+/// DistError) when a member fails. Used from one thread at a time.
+class KVLocalGroup {
+ public:
+  virtual ~KVLocalGroup() = default;
+  /// This process's rank in the node (LOCAL_RANK) and the node's size.
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  /// In place: every member ends with the element-wise sum of all members'.
+  virtual void all_reduce_sum(Values values) = 0;
+  /// In place: every member ends with `root`'s values.
+  virtual void broadcast(Values values, int root) = 0;
+};
+
 struct KVStoreOptions {
   /// Deadline of every push, pull, pushpull, init, barrier and close.
   std::chrono::milliseconds timeout{120000};
@@ -104,6 +123,20 @@ struct KVStoreOptions {
   std::chrono::milliseconds recovery_timeout{60000};
   /// Where log lines go; empty: stderr.
   std::function<void(const std::string&)> log;
+  /// SSP for dist_async (Note [Stale synchronous parallel] in src/ps/ssp.h):
+  /// a worker's pull of a key, after it has pushed that key c times, waits
+  /// until every worker still in the job has pushed it at least c − staleness
+  /// times; 0 keeps the workers in step (a pull sees every worker's pushes
+  /// of the same step, as dist_sync), −1 (the default) is plain dist_async. The environment
+  /// variable DTRAIN_PS_STALENESS, when set, wins (the flag is --staleness). A pull held back
+  /// longer than `timeout` minus a margin (Note [SSP deadline]) is refused by the server naming the
+  /// key and the slowest worker. Ignored by dist_sync (already in step) and local.
+  int staleness = -1;
+  /// dist_device_sync: this node's processes (see KVLocalGroup). Required
+  /// there for workers; dtrain::create_kvstore (dtrain/kvstore_torch.h) makes
+  /// one from LOCAL_RANK / LOCAL_WORLD_SIZE when it is null. Other types
+  /// ignore it.
+  std::shared_ptr<KVLocalGroup> local_group;
 };
 
 /// A pending push, pull or pushpull.
@@ -127,9 +160,13 @@ class KVStore {
   virtual ~KVStore() = default;
 
   /// "local" (this process only), "dist_sync" (servers sum the W pushes of a
-  /// key, then update), "dist_async" (servers apply each push at once).
-  /// "dist_device_sync" is recognised but not implemented yet. Anything else:
-  /// InvalidArgument listing the types. Dist types read DMLC_* from `env`
+  /// key, then update), "dist_async" (servers apply each push at once),
+  /// "dist_device_sync" (the processes of a node first sum through
+  /// options.local_group, then local rank 0 pushes and pulls for the node as
+  /// one dist_sync worker and broadcasts what it pulled: DMLC_NUM_WORKER
+  /// counts nodes; see Note [Device sync] in src/ps/device_sync.cpp for
+  /// rank() and num_workers()). Anything else: InvalidArgument listing the
+  /// types. Dist types read DMLC_* from `env`
   /// (docs/ps.md); with DMLC_ROLE=scheduler or server, create() serves that
   /// role and then exits the process with status 0 when the job ends
   /// (MXNet's contract; Note [Serving from create] in src/ps/kvstore.cpp).
@@ -137,6 +174,9 @@ class KVStore {
                                          const EnvLookup& env = {});
 
   virtual std::string type() const = 0;
+  /// This worker's rank in [0, num_workers()). dist_device_sync: the
+  /// process's rank, node_rank · local_size + local_rank, of nodes ·
+  /// local_size processes (every node must run the same number).
   virtual int rank() const = 0;
   virtual int num_workers() const = 0;
 

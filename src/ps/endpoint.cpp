@@ -246,6 +246,7 @@ void Endpoint::receive_loop() {
       }
     }
     periodic(Clock::now());
+    if (tick_) tick_();
   }
 }
 

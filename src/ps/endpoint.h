@@ -107,6 +107,9 @@ class Endpoint {
 
   /// Must be set before start().
   void set_data_handler(DataHandler handler) { handler_ = std::move(handler); }
+  /// Called on the receive thread after each message and at least every
+  /// 50 ms (servers' SSP deadlines). Must not block. Set before start().
+  void set_tick_handler(std::function<void()> tick) { tick_ = std::move(tick); }
 
   /// Registers with the scheduler and waits (connect_timeout) for the node
   /// table. Throws StoreError (port in use), TimeoutError naming the
@@ -184,6 +187,7 @@ class Endpoint {
   NodeOptions options_;
   Van van_;
   DataHandler handler_;
+  std::function<void()> tick_;
   std::function<void(const std::string&)> on_failure_;
   std::function<void(int)> on_recovery_;
   std::atomic<bool> recovered_{false};

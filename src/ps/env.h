@@ -11,6 +11,8 @@ namespace dtrain::ps {
 struct JobConfig {
   NodeOptions node;
   size_t bigarray_bound = 1000000;
+  /// SSP bound for dist_async (KVStoreOptions::staleness); −1: none.
+  int staleness = -1;
 };
 
 /// Reads DMLC_ROLE, DMLC_PS_ROOT_URI, DMLC_PS_ROOT_PORT, DMLC_NUM_SERVER,

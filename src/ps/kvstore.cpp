@@ -14,8 +14,10 @@
 
 #include "common/strings.h"
 #include "dtrain/errors.h"
+#include "ps/device_sync.h"
 #include "ps/roles.h"
 #include "ps/server.h"
+#include "ps/ssp.h"
 
 namespace dtrain::ps {
 namespace {
@@ -135,17 +137,13 @@ namespace dtrain {
 std::unique_ptr<KVStore> KVStore::create(const std::string& type, KVStoreOptions options,
                                          const EnvLookup& env) {
   if (type == "local") return ps::make_local_store(options.timeout);
-  if (type == "dist_device_sync") {
-    throw InvalidArgument(
-        "kvstore type 'dist_device_sync' is not implemented yet; use dist_sync with one process "
-        "per node");
-  }
-  if (type != "dist_sync" && type != "dist_async") {
+  if (type != "dist_sync" && type != "dist_async" && type != "dist_device_sync") {
     throw InvalidArgument(cat("unknown kvstore type '", type,
                               "'; use one of local, dist_sync, dist_async, dist_device_sync"));
   }
   const EnvLookup lookup = env ? env : ps::process_environment();
-  const ps::JobConfig config = ps::job_config_from_env(options, lookup);
+  ps::JobConfig config = ps::job_config_from_env(options, lookup);
+  config.staleness = ps::resolve_staleness(options, lookup);
   switch (config.node.role) {
     case ps::Role::kScheduler:
       ps::run_scheduler(config.node);
@@ -155,6 +153,9 @@ std::unique_ptr<KVStore> KVStore::create(const std::string& type, KVStoreOptions
       std::exit(0);
     case ps::Role::kWorker:
       break;
+  }
+  if (type == "dist_device_sync") {
+    return ps::make_device_sync_store(config, options.local_group, options.timeout);
   }
   return ps::connect_worker(config, type == "dist_sync", options.timeout);
 }

@@ -45,6 +45,9 @@ void run_server(const NodeOptions& options) {
       node.abort(cat(node.describe(), ": ", e.what()));
     }
   });
+  node.set_tick_handler([&] {
+    if (server) server->tick(std::chrono::steady_clock::now());
+  });
   node.start();
   {
     std::lock_guard<std::mutex> lock(mu);

@@ -76,7 +76,15 @@ bool depair_command(int cmd, int* request_type, int* dtype) {
 }
 
 KVServer::KVServer(ServerOptions options, Reply reply)
-    : options_(options), reply_(std::move(reply)) {}
+    : options_(options), reply_(std::move(reply)), ssp_(options.num_workers) {}
+
+void KVServer::tick(SteadyTime now) {
+  for (auto& [pull, why] : ssp_.expire(now)) refuse(pull.meta, why);
+}
+
+void KVServer::release_held() {
+  for (const HeldPull& p : ssp_.release()) respond(p.meta, p.ps_key, p.dtype, true);
+}
 
 const std::vector<float>* KVServer::stored(int key) const {
   auto it = store_.find(key);
@@ -129,13 +137,27 @@ void KVServer::handle_command(const Message& msg) {
       sync_ = true;
       break;
     case ServerCommand::kWorkerLeaving:
-      if (is_worker_id(m.sender)) departed_.insert(m.sender);
+      if (is_worker_id(m.sender)) {
+        departed_.insert(m.sender);
+        ssp_.left(id_to_rank(m.sender));
+      }
+      release_held();
       for (auto& [key, buf] : updates_) {
         if (!buf.requests.empty() && static_cast<int>(buf.requests.size()) >= active_workers()) {
           complete_round(key);
         }
       }
       break;
+    case ServerCommand::kStaleness: {
+      int staleness = -1;
+      std::chrono::milliseconds limit{0};
+      if (!decode_staleness(m.body, &staleness, &limit)) {
+        return refuse(m, cat("kStaleness: '", m.body, "' is not '<staleness >= -1>,<limit ms>'"));
+      }
+      ssp_.configure(staleness, limit);
+      release_held();
+      break;
+    }
     case ServerCommand::kSetGradientCompression: {
       int type = 0;
       float threshold = threshold_;
@@ -211,6 +233,7 @@ void KVServer::handle_mxnet(const Message& msg) {
     if (keys.size() != 1) return refuse(m, "a pull carries one key");
     if (!store_.count(key))
       return refuse(m, cat("key ", key, " is not initialised: call init first"));
+    if (!sync_ && m.pull && !admit_pull(m, key, ps_key, dtype)) return;  // held by SSP
     return respond(m, ps_key, dtype, m.pull);
   }
   std::vector<int32_t> lens;
@@ -247,6 +270,18 @@ void KVServer::handle_mxnet(const Message& msg) {
   accept_push(m, key, ps_key, dtype, std::move(recved));
 }
 
+bool KVServer::admit_pull(const Meta& m, int key, uint64_t ps_key, int dtype) {
+  if (!is_worker_id(m.sender)) return true;
+  HeldPull p;
+  p.meta = m;
+  p.ps_key = ps_key;
+  p.dtype = dtype;
+  p.key = key;
+  p.worker = id_to_rank(m.sender);
+  p.since = std::chrono::steady_clock::now();
+  return ssp_.admit(std::move(p));
+}
+
 bool KVServer::request_type_ok(int head, int* request_type, int* dtype) const {
   if (!depair_command(head, request_type, dtype)) return false;
   if (*request_type == 0) return *dtype == kMshadowFloat32 || *dtype == kMshadowFloat16;
@@ -270,6 +305,9 @@ void KVServer::accept_push(const Meta& m, int key, uint64_t ps_key, int dtype,
   if (!sync_) {
     apply(key, recved, false);
     save_key(key);
+    if (is_worker_id(m.sender)) ssp_.pushed(key, id_to_rank(m.sender));
+    release_held();
+    if (m.pull && !admit_pull(m, key, ps_key, dtype)) return;  // held by SSP
     return respond(m, ps_key, dtype, m.pull);
   }
   UpdateBuf& buf = updates_[key];

@@ -15,11 +15,12 @@
 // simple_app requests are commands (head): kController 0 (here: the body is
 // a dtrain OptimizerSpec), kSetMultiPrecision 1 (acknowledged: the master
 // copy is always fp32), kStopServer 2, kSyncMode 3, kSetGradientCompression
-// 4 ("2,<threshold>": Note [2-bit compression]). Data requests carry one
-// key, the worker's key plus this server's key-range start (kMaxKey/S·rank),
-// and the command
-// Cantor-pairs the request type (0 default push/pull, 2 compressed; 1,
-// row-sparse, is refused) and the mshadow dtype (0 float32, 2 float16):
+// 4 ("2,<threshold>": Note [2-bit compression]), and dtrain's own
+// kWorkerLeaving 100 (Note [Leaving early]) and kStaleness 101 (Note [Stale
+// synchronous parallel]: async pulls may be held until slower workers
+// push). Data requests carry one key, the worker's key plus this server's
+// key-range start (kMaxKey/S·rank), and the command Cantor-pairs the request type (0 default
+// push/pull, 2 compressed; 1, row-sparse, is refused) and the mshadow dtype (0 float32, 2 float16):
 // head 0 is fp32, 5 fp16, 3 a compressed fp32 push.
 // The first push of a key initialises it. Later pushes: in sync mode the
 // server sums the pushes of a key until W have arrived, then updates (the
@@ -42,6 +43,7 @@
 
 #include "dtrain/kvstore.h"
 #include "ps/protocol.h"
+#include "ps/ssp.h"
 
 namespace dtrain::ps {
 
@@ -60,6 +62,9 @@ enum class ServerCommand : int {
   kSetGradientCompression = 4,
   /// dtrain's extension: the sending worker has finished (Note [Leaving early]).
   kWorkerLeaving = 100,
+  /// dtrain's extension: SSP for async mode, body "<s>,<limit ms>"
+  /// (Note [Stale synchronous parallel] in ssp.h).
+  kStaleness = 101,
 };
 constexpr int kMshadowFloat32 = 0;
 constexpr int kMshadowFloat16 = 2;
@@ -89,6 +94,9 @@ class KVServer {
 
   /// Handles one request (data or simple_app). Never throws on bad input.
   void handle(const Message& msg);
+  /// Refuses pulls SSP has held past their limit (Note [SSP deadline]).
+  /// Called on the receive thread, between messages.
+  void tick(SteadyTime now);
 
   bool sync_mode() const { return sync_; }
   bool stop_requested() const { return stop_requested_; }
@@ -129,6 +137,8 @@ class KVServer {
   bool duplicate_push(const Meta& m, int key, uint64_t ps_key, int dtype);
   void save_key(int key);  // no-ops without a snapshot directory
   void save_settings();
+  void release_held();
+  bool admit_pull(const Meta& m, int key, uint64_t ps_key, int dtype);  // false: held
 
   ServerOptions options_;
   Reply reply_;
@@ -148,6 +158,7 @@ class KVServer {
   std::unordered_map<int, std::map<int, int>> last_push_;
   std::unordered_map<int, uint64_t> updates_applied_;
   std::unique_ptr<SnapshotDir> snapshot_;
+  StalenessGate ssp_;       // async mode's staleness bound
 };
 
 }  // namespace dtrain::ps

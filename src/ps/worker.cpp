@@ -20,6 +20,7 @@
 #include "ps/handle.h"
 #include "ps/roles.h"
 #include "ps/server.h"
+#include "ps/ssp.h"
 
 namespace dtrain::ps {
 namespace {
@@ -47,6 +48,10 @@ class DistKVStore : public KVStore {
     node_.start();
     node_.barrier(kAllGroups, config_.node.connect_timeout);
     if (sync_ && rank() == 0) command(ServerCommand::kSyncMode, "");
+    if (!sync_ && config_.staleness >= 0 && rank() == 0) {  // Note [Stale synchronous parallel]
+      command(ServerCommand::kStaleness,
+              encode_staleness(config_.staleness, staleness_limit(timeout_)));
+    }
     node_.barrier(kWorkerGroup, timeout_);
   }
 

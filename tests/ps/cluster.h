@@ -44,10 +44,13 @@ inline ps::NodeOptions node_options(ps::Role role, int port, int servers, int wo
   return o;
 }
 
+/// Adjusts worker thread `w`'s configuration and kvstore timeout.
+using WorkerSetup = std::function<void(int w, ps::JobConfig&, std::chrono::milliseconds& timeout)>;
+
 /// Runs the job; worker(kv) runs on each worker thread (then close()). Rethrows
 /// the first failure of any node after all have ended.
 inline void run_job(int servers, int workers, bool sync, size_t bigarray_bound,
-                    const std::function<void(KVStore&)>& worker) {
+                    const std::function<void(KVStore&)>& worker, const WorkerSetup& setup = {}) {
   const int port = free_port();
   std::vector<std::exception_ptr> errors(1 + servers + workers);
   std::vector<std::thread> threads;
@@ -73,7 +76,9 @@ inline void run_job(int servers, int workers, bool sync, size_t bigarray_bound,
         ps::JobConfig c;
         c.node = node_options(ps::Role::kWorker, port, servers, workers);
         c.bigarray_bound = bigarray_bound;
-        auto kv = ps::connect_worker(c, sync, std::chrono::seconds(20));
+        std::chrono::milliseconds timeout = std::chrono::seconds(20);
+        if (setup) setup(w, c, timeout);
+        auto kv = ps::connect_worker(c, sync, timeout);
         worker(*kv);
         kv->close();
       } catch (...) {

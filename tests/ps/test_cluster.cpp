@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <functional>
+#include <mutex>
 #include <numeric>
 
 #include "cluster.h"
@@ -292,18 +293,31 @@ TEST(PsCluster, WorkerStartedBeforeTheSchedulerWaitsForIt) {
   if (err) std::rethrow_exception(err);
 }
 
-TEST(PsCluster, WorkerWithoutASchedulerFailsNamingTheAddressItTried) {
+// The wait is logged every 5 s (kWaitLogPeriod), so it lasts a little longer.
+TEST(PsCluster, WorkerWithoutASchedulerLogsItsWaitThenFailsNamingTheAddressItTried) {
   const int port = testing::free_port();
   ps::JobConfig c;
   c.node = testing::node_options(ps::Role::kWorker, port, 1, 1);
-  c.node.connect_timeout = std::chrono::milliseconds(1200);
+  c.node.connect_timeout = std::chrono::milliseconds(5600);
   std::vector<std::string> logged;
+  std::mutex mu;
+  c.node.log = [&](const std::string& line) {
+    std::lock_guard<std::mutex> lock(mu);
+    logged.push_back(line);
+  };
   try {
     ps::connect_worker(c, true, std::chrono::seconds(5));
     FAIL() << "expected TimeoutError";
   } catch (const TimeoutError& e) {
     EXPECT_NE(std::string(e.what()).find(cat_port(port)), std::string::npos) << e.what();
   }
+  std::lock_guard<std::mutex> lock(mu);
+  bool waited = false;
+  for (const auto& line : logged) {
+    waited =
+        waited || line.find("waiting for the scheduler at " + cat_port(port)) != std::string::npos;
+  }
+  EXPECT_TRUE(waited) << "no 'waiting for the scheduler' line in " << logged.size() << " lines";
 }
 
 TEST(PsCluster, AHostNameSchedulerAddressIsResolvedForBinding) {
