@@ -319,6 +319,11 @@ void add_train_command(CLI::App& root, int* exit_code) {
   cmd->add_option("--kvstore,--kv-store", o.kvstore,
                   "Gradients through a parameter server instead of allreduce: local, dist_sync, "
                   "dist_async, dist_device_sync (start with dtrain run --ps-servers S)");
+  cmd->add_option("--staleness", o.kvstore_options.staleness,
+                  "With --kvstore dist_async: how many pushes a worker may run ahead of the "
+                  "slowest (SSP; 0: in step; -1: unbounded)")
+      ->capture_default_str()
+      ->check(CLI::Range(-1, 1 << 30));
   cmd->add_option("--kvstore-optimizer", o.kvstore_optimizer,
                   "Where the optimizer runs with --kvstore: worker (servers sum), server "
                   "(servers run SGD), auto (server for dist_async)")

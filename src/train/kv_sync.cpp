@@ -236,7 +236,9 @@ KVUpdate kvstore_update(const TrainOptions& o) {
 std::unique_ptr<KvSync> KvSync::open(const TrainOptions& o, const ProcessGroup& pg,
                                      torch::nn::Module& model, double lr) {
   if (o.kvstore.empty()) return nullptr;
-  std::shared_ptr<KVStore> kv = KVStore::create(o.kvstore, o.kvstore_options, o.kvstore_env);
+  // create_kvstore forms dist_device_sync's node group from the launcher's
+  // variables unless kvstore_options.local_group brings one.
+  std::shared_ptr<KVStore> kv = create_kvstore(o.kvstore, o.kvstore_options, o.kvstore_env);
   // dist_device_sync's workers are per node (docs/ps.md); the others are pg's ranks.
   if (o.kvstore != "dist_device_sync" &&
       (kv->num_workers() != pg.size() || kv->rank() != pg.rank())) {

@@ -15,6 +15,7 @@
 #include "dtrain/checkpoint.h"
 #include "dtrain/errors.h"
 #include "dtrain/kvstore.h"
+#include "dtrain/kvstore_torch.h"
 #include "dtrain/models.h"
 #include "dtrain/timeline.h"
 #include "dtrain/train.h"
@@ -67,16 +68,18 @@ class KVStoreTraining : public testing::ScratchDir {
   std::string run(TrainOptions o, int world, int servers = 0) {
     std::ostringstream log;
     const int port = testing::free_port();
+    // dist_device_sync: the ranks are one node's processes, one PS worker.
+    const bool device_sync = o.kvstore == "dist_device_sync";
     auto env_for = [&](const std::string& role, int rank) -> EnvLookup {
       std::map<std::string, std::string> vars = {
           {"DMLC_ROLE", role},
           {"DMLC_PS_ROOT_URI", "127.0.0.1"},
           {"DMLC_PS_ROOT_PORT", std::to_string(port)},
           {"DMLC_NUM_SERVER", std::to_string(servers)},
-          {"DMLC_NUM_WORKER", std::to_string(world)},
+          {"DMLC_NUM_WORKER", std::to_string(device_sync ? 1 : world)},
           {"DMLC_NODE_HOST", "127.0.0.1"},
       };
-      if (role == "worker") vars["DMLC_WORKER_ID"] = std::to_string(rank);
+      if (role == "worker") vars["DMLC_WORKER_ID"] = std::to_string(device_sync ? 0 : rank);
       return [vars](const std::string& name) -> std::optional<std::string> {
         auto it = vars.find(name);
         if (it == vars.end()) return std::nullopt;
@@ -109,6 +112,7 @@ class KVStoreTraining : public testing::ScratchDir {
           [&](const ProcessGroup& pg) {
             TrainOptions mine = o;
             if (ps) mine.kvstore_env = env_for("worker", pg.rank());
+            if (device_sync) mine.kvstore_options.local_group = kv_local_group(pg);
             train(mine, pg, pg.rank() == 0 ? &log : nullptr);
           },
           std::chrono::seconds(120));
@@ -170,6 +174,22 @@ TEST_F(KVStoreTraining, DistSyncOnTwoWorkersAndTwoServersEndsWithTheWeightsOfDdp
   EXPECT_EQ(b.step, 12);
   const double d = max_difference(a.model, b.model);
   std::printf("dist_sync vs DDP allreduce after 12 steps: max |w difference| %.3g\n", d);
+  EXPECT_LE(d, 1e-5);
+}
+
+TEST_F(KVStoreTraining, DistDeviceSyncOfOneNodesTwoProcessesEndsWithTheWeightsOfDdpAllreduce) {
+  TrainOptions ddp = options("ddp", 1);
+  ddp.ddp.bucket_cap_mb = 0.02;
+  ddp.ddp.first_bucket_cap_mb = 0.01;
+  run(ddp, 2);
+  TrainOptions kv = ddp;
+  kv.checkpoint_dir = (dir_ / "kv").string();
+  kv.kvstore = "dist_device_sync";  // the node sums through c10d, one process pushes
+  run(kv, 2, 2);
+  const Checkpoint a = latest("ddp"), b = latest("kv");
+  EXPECT_EQ(b.step, a.step);
+  const double d = max_difference(a.model, b.model);
+  std::printf("dist_device_sync vs DDP allreduce: max |w difference| %.3g\n", d);
   EXPECT_LE(d, 1e-5);
 }
 
