@@ -28,6 +28,8 @@
 #include <string_view>
 #include <vector>
 
+#include "dtrain/options.h"
+
 namespace dtrain {
 
 /// Looks up an environment variable; nullopt when unset (as in comm.h).
@@ -96,9 +98,18 @@ struct KVStoreOptions {
   size_t bigarray_bound = 1000000;
   /// Where log lines go; empty: stderr.
   std::function<void(const std::string&)> log;
+
+  DTRAIN_SETTER(KVStoreOptions, timeout)
+  DTRAIN_SETTER(KVStoreOptions, heartbeat_interval)
+  DTRAIN_SETTER(KVStoreOptions, heartbeat_timeout)
+  DTRAIN_SETTER(KVStoreOptions, connect_timeout)
+  DTRAIN_SETTER(KVStoreOptions, bigarray_bound)
+  DTRAIN_SETTER(KVStoreOptions, log)
 };
 
-/// A pending push, pull or pushpull.
+/// A pending push, pull or pushpull. Preconditions: the tensors of the
+/// operation are neither read (pull) nor modified (push) until wait()
+/// returned.
 class KVHandle {
  public:
   struct State;

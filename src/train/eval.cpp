@@ -109,11 +109,9 @@ EvalResult evaluate(const EvalOptions& o, const ProcessGroup& pg, std::ostream* 
   data.test.batch_size = o.batch_size;
   data.test.shuffle = false;
   data.test.pad = false;  // Note [Evaluation order]
-  data.test.rank = pg.rank();
-  data.test.world_size = pg.size();
   data.test.threads = o.loader_threads;
   data.train = data.test;  // not iterated
-  DatasetSplits splits = open_dataset(data);
+  DatasetSplits splits = open_dataset(data, pg);
   const at::Device device = pick_device(o.device, pg);
   auto model = detail::build_model(o.model, splits, device, o.channels_last);
   load_weights_collective(*model, o, pg, log);
