@@ -348,7 +348,10 @@ void collect_tensors(const std::map<K, V>& m, std::vector<at::Tensor>& out) {
 }  // namespace detail
 
 /// The typed wrapper: `ddp.forward(args...)` runs the module's own forward
-/// between prepare_forward() and finish_forward(outputs).
+/// between prepare_forward() and finish_forward(outputs). Preconditions and
+/// threads as DataParallel's; the forward's tensors must be reachable
+/// through its result (a tensor, or vectors, tuples, pairs and string-keyed
+/// maps of them) for find_unused_parameters to see them.
 template <typename ModuleType>
 class DistributedDataParallel : public DataParallel {
  public:

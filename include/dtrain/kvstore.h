@@ -125,6 +125,12 @@ class KVHandle {
   std::shared_ptr<State> state_;
 };
 
+/// MXNet's key-value store for parameter-server training (docs/ps.md).
+///
+/// Preconditions: every worker init()s the same keys with the same sizes
+/// before pushing or pulling them; a push or pull's buffers stay untouched
+/// until its KVHandle completed; with dist_sync every worker pushes each key
+/// once per step.
 class KVStore {
  public:
   virtual ~KVStore() = default;
