@@ -16,8 +16,9 @@
 //
 // The setters are declared after the fields with DTRAIN_SETTER, whose type
 // is the field's own (decltype), so a setter cannot disagree with its field.
-// A field added without a setter still compiles; test_options lists every
-// setter it expects.
+// A field added without a setter still compiles: add its DTRAIN_SETTER line
+// with it (tests/api/test_options.cpp checks the setters of the most used
+// structs).
 
 #include <utility>
 
