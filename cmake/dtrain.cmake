@@ -17,8 +17,14 @@ set(_dtrain_pch_owner "" CACHE INTERNAL "")
 function(dtrain_library name)
   cmake_parse_arguments(A "TORCH" "" "SOURCES;DEPS" ${ARGN})
   add_library(${name} STATIC ${A_SOURCES})
-  target_include_directories(${name} PUBLIC ${DTRAIN_ROOT}/include ${DTRAIN_ROOT}/src
-                                            ${CMAKE_BINARY_DIR}/generated)
+  # Note [Private src]
+  # Only include/dtrain is a public include directory: a program linking
+  # dtrain::dtrain (examples/, users' applications) sees the public API and
+  # nothing else. src/ is private to each component (components may use each
+  # other's internal headers, e.g. common/strings.h), to the dtrain
+  # executable, and to the tests (white-box), which add it themselves.
+  target_include_directories(${name} PUBLIC ${DTRAIN_ROOT}/include ${CMAKE_BINARY_DIR}/generated
+                                     PRIVATE ${DTRAIN_ROOT}/src)
   target_compile_options(${name} PRIVATE ${DTRAIN_WARNINGS})
   target_link_libraries(${name} PUBLIC ${A_DEPS} Threads::Threads)
   if(A_TORCH)
@@ -59,6 +65,8 @@ function(dtrain_test name)
     set_property(GLOBAL APPEND PROPERTY DTRAIN_UNIT_TESTS ${name})
   endif()
   target_link_libraries(${name} PRIVATE ${A_DEPS} GTest::gtest GTest::gtest_main)
+  # Tests may use internal headers (Note [Private src]).
+  target_include_directories(${name} PRIVATE ${DTRAIN_ROOT}/src)
   target_compile_options(${name} PRIVATE ${DTRAIN_WARNINGS})
   target_compile_definitions(${name} PRIVATE
     DTRAIN_BINARY_DIR="${CMAKE_BINARY_DIR}" DTRAIN_SOURCE_DIR="${DTRAIN_ROOT}")

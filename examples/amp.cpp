@@ -34,10 +34,7 @@ int main() {
   so.process_group = pg;                                     // ranks skip steps together
   dtrain::GradScaler scaler(so);
 
-  dtrain::DatasetOptions data;
-  data.train.rank = data.test.rank = pg.rank();
-  data.train.world_size = data.test.world_size = pg.size();
-  dtrain::DatasetSplits splits = dtrain::open_dataset(data);
+  dtrain::DatasetSplits splits = dtrain::open_dataset(dtrain::DatasetOptions(), pg);  // this rank's share
 
   splits.train->start_epoch(0);
   dtrain::Batch b;

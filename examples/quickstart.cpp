@@ -23,16 +23,13 @@ int main() {
   dtrain::DistributedDataParallel ddp(model.ptr(), pg);    // checks shapes, broadcasts rank 0's weights
   torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.01).momentum(0.9));
 
-  dtrain::DatasetOptions data;                             // Fashion-MNIST, this rank's share
-  data.train.rank = data.test.rank = pg.rank();
-  data.train.world_size = data.test.world_size = pg.size();
-  dtrain::DatasetSplits splits = dtrain::open_dataset(data);
+  dtrain::DatasetSplits splits =                           // Fashion-MNIST, this rank's share
+      dtrain::open_dataset(dtrain::DatasetOptions(), pg);
 
   for (int64_t epoch = 0; epoch < 3; ++epoch) {
-    splits.train->start_epoch(epoch);                      // DistributedSampler: seed + epoch
-    dtrain::Batch b;
+    splits.train->set_epoch(epoch);                        // DistributedSampler: seed + epoch
     double loss_sum = 0, n = 0;
-    while (splits.train->next(b)) {
+    for (dtrain::Batch& b : *splits.train) {
       opt.zero_grad();
       auto loss = torch::nn::functional::cross_entropy(ddp.forward(b.inputs), b.targets);
       loss.backward();                                     // gradients averaged across ranks,

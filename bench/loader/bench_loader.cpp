@@ -25,6 +25,8 @@ int main(int argc, char** argv) {
   bool packed = false;
   int epochs = 2;
   dtrain::LoaderOptions lo;
+  lo.rank = 0;  // one process reads the whole dataset
+  lo.world_size = 1;
   lo.threads = 1;
   dtrain::TransformOptions t = dtrain::TransformOptions::imagenet_train(224);
   for (int i = 2; i < argc; ++i) {

@@ -10,21 +10,27 @@
 // bf16 needs no scaler (its range is fp32's); fp16 does. Parameters stay
 // fp32: autocast casts inside the ops.
 //
-// Usage (fp16 on a GPU; with bf16, drop the scaler or construct it disabled):
-//   dtrain::GradScaler scaler;                 // 2^16, x2 after 2000 clean steps
-//   for (auto& batch : data) {
-//     opt.zero_grad();
-//     at::Tensor loss;
-//     {
-//       dtrain::AutocastGuard autocast(c10::DeviceType::CUDA, at::kHalf);
-//       loss = loss_fn(ddp.forward(batch.inputs), batch.targets);
-//     }                                        // autocast off, cache cleared
-//     scaler.scale(loss).backward();           // DDP averages scaled gradients
-//     scaler.unscale_(opt);                    // optional: to clip true gradients
-//     torch::nn::utils::clip_grad_norm_(model->parameters(), 1.0);
-//     scaler.step(opt);                        // skipped on inf/NaN
-//     scaler.update();                         // x0.5 after a skip, x2 after 2000 clean
-//   }
+// fp16 on a GPU (with bf16, drop the scaler or construct it disabled):
+/// Example:
+/// ```
+/// void train_fp16(dtrain::DistributedDataParallel<torch::nn::SequentialImpl>& ddp,
+///                 torch::optim::Optimizer& opt, dtrain::Loader& loader) {
+///   dtrain::GradScaler scaler;  // 2^16, x2 after 2000 clean steps
+///   for (dtrain::Batch& batch : loader) {
+///     opt.zero_grad();
+///     at::Tensor loss;
+///     {
+///       dtrain::AutocastGuard autocast(c10::DeviceType::CUDA, at::kHalf);
+///       loss = torch::nn::functional::cross_entropy(ddp.forward(batch.inputs), batch.targets);
+///     }                               // autocast off, cache cleared
+///     scaler.scale(loss).backward();  // DDP averages scaled gradients
+///     scaler.unscale_(opt);           // optional: to clip true gradients
+///     torch::nn::utils::clip_grad_norm_(ddp.module().parameters(), 1.0);
+///     scaler.step(opt);  // skipped on inf/NaN
+///     scaler.update();   // x0.5 after a skip, x2 after 2000 clean
+///   }
+/// }
+/// ```
 //
 // With several ranks, give the scaler the ProcessGroup: unscale_ then sums
 // found-inf across ranks, so all ranks skip or step together even when only
@@ -42,6 +48,7 @@
 #include <c10/core/ScalarType.h>
 
 #include "dtrain/comm.h"
+#include "dtrain/options.h"
 
 namespace torch {
 namespace optim {
@@ -82,6 +89,9 @@ bool needs_grad_scaler(at::ScalarType dtype);
 /// state is unchanged then. Autocast state is per thread: a guard affects
 /// only ops run on the thread that created it, and must be destroyed there.
 /// Not copyable or movable.
+///
+/// Preconditions: (device_type, dtype) is a pair check_autocast() accepts;
+/// nested guards on one thread end in the reverse order of their creation.
 class AutocastGuard {
  public:
   AutocastGuard(c10::DeviceType device_type, at::ScalarType dtype, bool enabled = true);
@@ -121,6 +131,13 @@ struct GradScalerOptions {
   /// one small allreduce per optimizer and step, a collective that every
   /// rank must reach. The default single-process group adds nothing.
   ProcessGroup process_group;
+
+  DTRAIN_SETTER(GradScalerOptions, init_scale)
+  DTRAIN_SETTER(GradScalerOptions, growth_factor)
+  DTRAIN_SETTER(GradScalerOptions, backoff_factor)
+  DTRAIN_SETTER(GradScalerOptions, growth_interval)
+  DTRAIN_SETTER(GradScalerOptions, enabled)
+  DTRAIN_SETTER(GradScalerOptions, process_group)
 };
 
 /// PyTorch's GradScaler (torch/cuda/amp/grad_scaler.py in 1.13,
@@ -143,6 +160,9 @@ struct GradScalerOptions {
 /// Not thread-safe. Optimizers are identified by address; they are not
 /// owned and must stay alive between unscale_/step and update(). Movable,
 /// not copyable (a copy would share the scale tensor).
+///
+/// Preconditions: with a process group, every rank calls scale, unscale_,
+/// step and update in the same sequence (unscale_ is collective there).
 class GradScaler {
  public:
   /// Throws InvalidArgument for factors or an interval out of range.

@@ -40,17 +40,21 @@
 // The learning-rate schedule has no state of its own: the lr is a function of
 // "step" (dtrain/lr_schedule.h), so "step" restores it.
 //
-// Usage:
-//   dtrain::Checkpoint c;
-//   c.model = dtrain::model_state(*model);
-//   c.optimizer = dtrain::optimizer_state(optimizer);
-//   c.step = step;
-//   dtrain::save_checkpoint("/ckpt", c);
-//   ...
-//   std::vector<std::string> skipped;
-//   if (auto found = dtrain::load_latest_checkpoint("/ckpt", &skipped)) {
-//     dtrain::load_model_state(*model, found->checkpoint.model, found->path);
-//   }
+/// Example:
+/// ```
+/// void save_then_resume(torch::nn::Module& model, torch::optim::Optimizer& optimizer,
+///                       int64_t step) {
+///   dtrain::Checkpoint c;
+///   c.model = dtrain::model_state(model);
+///   c.optimizer = dtrain::optimizer_state(optimizer);
+///   c.step = step;
+///   dtrain::save_checkpoint("/ckpt", c);
+///   std::vector<std::string> skipped;
+///   if (auto found = dtrain::load_latest_checkpoint("/ckpt", &skipped)) {
+///     dtrain::load_model_state(model, found->checkpoint.model, found->path);
+///   }
+/// }
+/// ```
 
 #include <cstdint>
 #include <map>

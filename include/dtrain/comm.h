@@ -14,9 +14,8 @@
 // group (rank 0 of 1) and every collective is a no-op, so the same program runs
 // with and without a launcher.
 //
-// Usage:
-//   dtrain::ProcessGroup pg = dtrain::init_process_group();
-//   double loss = dtrain::all_reduce_mean(pg, local_loss);
+// Collectives are blocking (bounded by the group's timeout) or, with the
+// *_async calls, return a Work handle whose wait(timeout) bounds the wait.
 
 #include <chrono>
 #include <functional>
@@ -29,6 +28,7 @@
 
 #include "dtrain/compat.h"
 #include "dtrain/elastic.h"
+#include "dtrain/options.h"
 #include "dtrain/store.h"
 
 namespace dtrain {
@@ -70,6 +70,18 @@ struct InitOptions {
   /// local_world_size), else the first interface address with a one-line
   /// warning naming GLOO_SOCKET_IFNAME.
   std::string gloo_host;
+
+  DTRAIN_SETTER(InitOptions, init_method)
+  DTRAIN_SETTER(InitOptions, backend)
+  DTRAIN_SETTER(InitOptions, rank)
+  DTRAIN_SETTER(InitOptions, world_size)
+  DTRAIN_SETTER(InitOptions, local_rank)
+  DTRAIN_SETTER(InitOptions, local_world_size)
+  DTRAIN_SETTER(InitOptions, timeout)
+  DTRAIN_SETTER(InitOptions, store_timeout)
+  DTRAIN_SETTER(InitOptions, launcher_hosts_store)
+  DTRAIN_SETTER(InitOptions, gloo_interface)
+  DTRAIN_SETTER(InitOptions, gloo_host)
 };
 
 /// Resolves the env:// contract into options: fills rank, world_size,
@@ -109,10 +121,69 @@ InitOptions resolve_init_options(InitOptions base, const EnvLookup& env);
 /// while the process is already failing.
 ErrorFileOptions resolve_error_file(const EnvLookup& env);
 
+/// A collective in flight, as returned by ProcessGroup's *_async calls
+/// (PyTorch's Work handle). Cheap to copy (shared state). The tensors given
+/// to the collective must not be read or written until wait() returned; the
+/// handle keeps them alive. Thread-safe: wait() may be called from any
+/// thread, also concurrently with is_completed().
+///
+/// Example:
+/// ```
+/// void overlap(const dtrain::ProcessGroup& pg, at::Tensor grads) {
+///   dtrain::Work work = pg.all_reduce_sum_async(grads);
+///   // ... compute something else while the sum travels ...
+///   work.wait(std::chrono::seconds(30));  // throws TimeoutError after 30 s
+/// }
+/// ```
+class Work {
+ public:
+  /// A handle that is already complete (what the single-process group
+  /// returns): wait() returns at once.
+  Work();
+  ~Work();
+  Work(const Work&);
+  Work& operator=(const Work&);
+
+  /// Blocks until the collective completed, at most `timeout`. Throws
+  /// TimeoutError when `timeout` passes first (the collective stays in
+  /// flight: waiting again may still succeed, but a rank that gives up must
+  /// not issue further collectives on the group), and TimeoutError,
+  /// PeerLostError or DistError naming the operation and the rank when the
+  /// collective itself failed. Returns at once when already complete.
+  void wait(std::chrono::milliseconds timeout) const;
+  /// wait(the group's timeout).
+  void wait() const;
+  /// True once the collective finished (successfully or not); never blocks.
+  bool is_completed() const;
+  /// When the collective finished, as seen from the backend's thread; nullopt
+  /// while in flight or when the backend does not report it.
+  std::optional<std::chrono::steady_clock::time_point> completed_at() const;
+
+  struct State;  // defined in src/comm
+
+ private:
+  explicit Work(std::shared_ptr<State> state);
+  friend Work make_work(std::shared_ptr<State> state);
+  std::shared_ptr<State> state_;
+};
+
 /// A group of ranks with a collective backend. Cheap to copy (shared state);
 /// collectives are blocking, bounded by the group's timeout, and throw
 /// TimeoutError / PeerLostError / DistError naming the operation and rank.
-/// Not thread-safe: issue collectives from one thread per group.
+/// Not thread-safe: issue collectives from one thread per group (a Work
+/// handle may be waited on from another thread).
+///
+/// Preconditions: every rank issues the same collectives, in the same order,
+/// with tensors of the same shape and dtype; with "gloo" tensors are on the
+/// CPU or staged, with "nccl" on this rank's CUDA device.
+///
+/// Example:
+/// ```
+/// double mean_loss(double local_loss) {
+///   dtrain::ProcessGroup pg = dtrain::init_process_group();  // env://
+///   return dtrain::all_reduce_mean(pg, local_loss);
+/// }
+/// ```
 class ProcessGroup {
  public:
   /// The single-process group: rank 0 of 1, collectives are no-ops.
@@ -143,6 +214,21 @@ class ProcessGroup {
   std::vector<at::Tensor> all_gather(const at::Tensor& tensor) const;
   /// Waits until every rank has arrived.
   void barrier() const;
+
+  /// Asynchronous collectives: each starts one collective and returns at once
+  /// with its handle; every rank must start the same collectives in the same
+  /// order. `what` names the operation in error messages (e.g. "allreduce of
+  /// gradient bucket 3"); empty: the collective's name. On the
+  /// single-process group they complete at once (the input is the result).
+  ///
+  /// In-place sum of `tensor` across ranks (same shape on all ranks).
+  Work all_reduce_sum_async(at::Tensor tensor, const std::string& what = {}) const;
+  /// In-place broadcast of `tensor` from `root`.
+  Work broadcast_async(at::Tensor tensor, int root = 0, const std::string& what = {}) const;
+  /// Gathers `tensor` from every rank into `out` (size() tensors shaped and
+  /// typed like `tensor`, allocated by the caller), in rank order.
+  Work all_gather_async(at::Tensor tensor, std::vector<at::Tensor> out,
+                        const std::string& what = {}) const;
 
   struct State;  // defined in src/comm
 

@@ -4,19 +4,24 @@
 // A Loader yields this rank's batches for one epoch at a time; the order is a
 // pure function of (seed, epoch, rank) through DistributedSampler, so every
 // rank and every restart sees the same sequence. Datasets are opened by name
-// through open_dataset(), which the CLI's --dataset flag maps to.
+// through open_dataset(options, pg), which the CLI's --dataset flag maps to
+// and which gives each rank of `pg` its share.
 
 #include <cstdint>
 #include <functional>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
 
+#include "dtrain/options.h"
 #include "dtrain/sampler.h"
 
 namespace dtrain {
+
+class ProcessGroup;  // dtrain/comm.h
 
 /// One batch: inputs [B, C, H, W] (float32 normalised, or uint8 when the
 /// loader hands over raw pixels) and targets [B] int64 class indices.
@@ -25,7 +30,32 @@ struct Batch {
   at::Tensor targets;
 };
 
-/// Yields this rank's batches of one epoch. Not thread-safe.
+/// Yields this rank's batches of one epoch. Not thread-safe: one thread
+/// iterates a loader (the loader's own worker threads, LoaderOptions::threads,
+/// are internal).
+///
+/// Epochs go as with PyTorch's DataLoader over a DistributedSampler: call
+/// set_epoch(e) before each epoch, then iterate with range-for (or next()).
+/// A loop yields the rest of the current epoch: after skip_to(k) it resumes
+/// at batch k; once the epoch is exhausted a further loop yields nothing
+/// until the next set_epoch().
+///
+/// Preconditions: every rank calls set_epoch() with the same epoch and
+/// iterates the same number of batches (batches_per_epoch() is the same on
+/// every rank for a padded split). The Batch a range-for hands out is
+/// reassigned at each step; tensors taken from it stay valid.
+///
+/// Example:
+/// ```
+/// void train_epochs(dtrain::Loader& loader, int64_t epochs) {
+///   for (int64_t epoch = 0; epoch < epochs; ++epoch) {
+///     loader.set_epoch(epoch);  // this epoch's permutation, from the start
+///     for (dtrain::Batch& batch : loader) {
+///       (void)batch.inputs;  // [B, C, H, W]
+///     }
+///   }
+/// }
+/// ```
 class Loader {
  public:
   virtual ~Loader() = default;
@@ -44,8 +74,49 @@ class Loader {
   virtual int64_t batches_per_epoch() const = 0;
   /// Samples this rank gets per epoch (sampler share, before batching).
   virtual int64_t samples_per_epoch() const = 0;
+
+  /// PyTorch's `sampler.set_epoch(epoch)`: the following loop yields
+  /// `epoch`'s batches from the first (the same as start_epoch()).
+  void set_epoch(int64_t epoch) { start_epoch(epoch); }
+
+  /// Input iterator over the rest of the current epoch; each step calls
+  /// next(). The Batch it refers to is overwritten by the following step.
+  class Iterator {
+   public:
+    using iterator_category = std::input_iterator_tag;
+    using value_type = Batch;
+    using difference_type = std::ptrdiff_t;
+    using pointer = Batch*;
+    using reference = Batch&;
+
+    Iterator() = default;  // the end
+    explicit Iterator(Loader* loader) : loader_(loader) { advance(); }
+    Batch& operator*() { return batch_; }
+    Batch* operator->() { return &batch_; }
+    Iterator& operator++() {
+      advance();
+      return *this;
+    }
+    bool operator==(const Iterator& other) const { return loader_ == other.loader_; }
+    bool operator!=(const Iterator& other) const { return loader_ != other.loader_; }
+
+   private:
+    void advance() {
+      if (loader_ && !loader_->next(batch_)) loader_ = nullptr;
+    }
+    Loader* loader_ = nullptr;
+    Batch batch_;
+  };
+  /// Fetches the next batch of the current epoch (end() when none is left).
+  Iterator begin() { return Iterator(this); }
+  Iterator end() { return Iterator(); }
 };
 
+/// How a loader batches and shares a split. Defaults: shuffled, padded
+/// training batches of 64; rank and world_size unset. The share (rank,
+/// world_size) is filled in by open_dataset(options, pg); a loader built
+/// with the share left unset throws InvalidArgument, so no rank silently
+/// trains on every sample.
 struct LoaderOptions {
   /// Samples per batch on this rank.
   int64_t batch_size = 64;
@@ -57,15 +128,33 @@ struct LoaderOptions {
   /// SamplerOptions::pad); false for evaluating each sample exactly once.
   bool pad = true;
   uint64_t seed = 0;
-  int rank = 0;
-  int world_size = 1;
+  /// This rank's share: rank in [0, world_size). -1: unset (filled in from
+  /// the process group by open_dataset(options, pg)).
+  int rank = -1;
+  int world_size = -1;
   /// Worker threads decoding and augmenting (0: on the calling thread).
   int threads = 0;
+
+  /// An evaluation split's defaults: dataset order, no padding (each sample
+  /// exactly once), otherwise as LoaderOptions().
+  static LoaderOptions evaluation() { return LoaderOptions().set_shuffle(false).set_pad(false); }
+
+  DTRAIN_SETTER(LoaderOptions, batch_size)
+  DTRAIN_SETTER(LoaderOptions, shuffle)
+  DTRAIN_SETTER(LoaderOptions, drop_last)
+  DTRAIN_SETTER(LoaderOptions, pad)
+  DTRAIN_SETTER(LoaderOptions, seed)
+  DTRAIN_SETTER(LoaderOptions, rank)
+  DTRAIN_SETTER(LoaderOptions, world_size)
+  DTRAIN_SETTER(LoaderOptions, threads)
 };
 
 /// The DistributedSampler settings a loader with these options uses. The
 /// sampler always pads (pad = true) or covers exactly once (pad = false);
 /// the loader's drop_last drops the last short batch, as with PyTorch.
+/// Throws InvalidArgument when the share is unset or out of range (the
+/// message names the fix: open_dataset(options, pg), or set rank and
+/// world_size).
 SamplerOptions sampler_options(const LoaderOptions& options);
 
 /// Turns a loader's inputs into the model's inputs on whatever device they
@@ -84,13 +173,27 @@ struct DatasetSplits {
   InputTransform normalize;
 };
 
+/// Which dataset to open and how to load its splits. Defaults: Fashion-MNIST
+/// from its Debian package, training split shuffled and padded, evaluation
+/// split in dataset order without padding (LoaderOptions::evaluation()).
+///
+/// Example:
+/// ```
+/// dtrain::DatasetSplits open_mnist(const dtrain::ProcessGroup& pg) {
+///   return dtrain::open_dataset(dtrain::DatasetOptions()
+///                                   .set_name("mnist")
+///                                   .set_data_dir("/data/mnist")
+///                                   .set_train(dtrain::LoaderOptions().set_batch_size(128)),
+///                               pg);
+/// }
+/// ```
 struct DatasetOptions {
   /// Registry name: "fashion-mnist", "mnist", ... (see dataset_names()).
   std::string name = "fashion-mnist";
   /// Directory with the dataset's files; empty: the dataset's default.
   std::string data_dir;
   LoaderOptions train;
-  LoaderOptions test;
+  LoaderOptions test = LoaderOptions::evaluation();
   /// A corrupt or unreadable sample is an error instead of being skipped,
   /// counted and named in a warning (image datasets).
   bool strict = false;
@@ -103,11 +206,31 @@ struct DatasetOptions {
   /// the uint8 output). Datasets stored as floats (fashion-mnist, mnist,
   /// synthetic) ignore it. dtrain::train() sets it on CUDA devices.
   bool uint8_inputs = false;
+
+  DTRAIN_SETTER(DatasetOptions, name)
+  DTRAIN_SETTER(DatasetOptions, data_dir)
+  DTRAIN_SETTER(DatasetOptions, train)
+  DTRAIN_SETTER(DatasetOptions, test)
+  DTRAIN_SETTER(DatasetOptions, strict)
+  DTRAIN_SETTER(DatasetOptions, image_size)
+  DTRAIN_SETTER(DatasetOptions, uint8_inputs)
 };
 
-/// Opens a dataset by name. Throws InvalidArgument for an unknown name (the
-/// message lists the valid ones) and DataError for missing or corrupt files
-/// (the message names the path and, where one exists, the package to install).
+/// Opens a dataset by name with each split shared among the ranks of `pg`
+/// as DistributedSampler shares it: a split's unset rank and world_size
+/// (-1) become pg.rank() and pg.size(). Use ProcessGroup() (the
+/// single-process group) for a program without ranks. Throws
+/// InvalidArgument for a share already set to something else than pg's
+/// (open_dataset(options) takes an explicit share), for an unknown name
+/// (the message lists the valid ones), and DataError for missing or corrupt
+/// files (the message names the path and, where one exists, the package to
+/// install). Not collective: every rank opens its own share.
+DatasetSplits open_dataset(DatasetOptions options, const ProcessGroup& pg);
+
+/// Opens a dataset with the shares the options name explicitly (e.g. rank 0
+/// of 1 to evaluate a whole split on one rank of a larger job). Throws
+/// InvalidArgument, naming open_dataset(options, pg) as the fix, when a
+/// split's rank or world_size is unset; otherwise as above.
 DatasetSplits open_dataset(const DatasetOptions& options);
 
 /// Names open_dataset() accepts.

@@ -20,17 +20,29 @@
 //   * after the first iteration the buckets are rebuilt once in the order the
 //     gradients became ready (rank 0's order).
 //
-// Usage:
-//   auto pg = dtrain::init_process_group();
-//   auto model = std::make_shared<Net>();
-//   dtrain::DistributedDataParallel ddp(model, pg);
-//   torch::optim::SGD opt(model->parameters(), 0.01);
-//   for (auto& batch : loader) {
-//     opt.zero_grad();
-//     auto loss = torch::nll_loss(ddp.forward(batch.data), batch.target);
-//     loss.backward();        // gradients averaged across ranks on return
-//     opt.step();
-//   }
+/// Example:
+/// ```
+/// struct NetImpl : torch::nn::Module {
+///   NetImpl() : fc(register_module("fc", torch::nn::Linear(784, 10))) {}
+///   torch::Tensor forward(torch::Tensor x) { return fc->forward(x.flatten(1)); }
+///   torch::nn::Linear fc;
+/// };
+/// TORCH_MODULE(Net);
+///
+/// void train(dtrain::Loader& loader) {
+///   auto pg = dtrain::init_process_group();
+///   Net model;  // on its device before wrapping
+///   dtrain::DistributedDataParallel<NetImpl> ddp(model.ptr(), pg,
+///                                                dtrain::DdpOptions().set_bucket_cap_mb(25));
+///   torch::optim::SGD opt(model->parameters(), 0.01);
+///   for (dtrain::Batch& batch : loader) {
+///     opt.zero_grad();
+///     auto loss = torch::nn::functional::cross_entropy(ddp.forward(batch.inputs), batch.targets);
+///     loss.backward();  // gradients averaged across ranks on return
+///     opt.step();
+///   }
+/// }
+/// ```
 //
 // Preconditions: the module is on its one device before wrapping (all
 // parameters on the same device), and its parameters do not change
@@ -55,6 +67,7 @@
 #include <torch/nn/module.h>
 
 #include "dtrain/comm.h"
+#include "dtrain/options.h"
 
 namespace dtrain {
 
@@ -69,7 +82,9 @@ struct GradBucket {
   std::vector<std::string> parameter_names;
 };
 
-/// A reduction in flight, returned by a CommHook.
+/// A reduction in flight, returned by a CommHook (make_pending_reduction()
+/// builds one from a Work). The reducer calls wait() once, on the thread
+/// that finishes the backward pass.
 class PendingReduction {
  public:
   virtual ~PendingReduction() = default;
@@ -84,8 +99,43 @@ class PendingReduction {
   }
 };
 
+/// The reduction of a collective started with ProcessGroup's *_async calls
+/// (dtrain/comm.h): wait() waits for `work` (bounded by the group's timeout),
+/// then runs `finish` (e.g. to copy a compressed result into the bucket);
+/// completed_at() is the work's.
+std::unique_ptr<PendingReduction> make_pending_reduction(Work work,
+                                                         std::function<void()> finish = {});
+
 /// Decides how a bucket is communicated (PyTorch's comm hooks): plain
-/// allreduce, compressed allreduce, or a user's own scheme.
+/// allreduce, compressed allreduce, or a user's own scheme, written with the
+/// public API alone (ProcessGroup's *_async calls and make_pending_reduction).
+///
+/// Threads: start() runs on the thread running autograd's gradient hooks
+/// (the caller of backward() on CPU; an autograd device thread for CUDA),
+/// never under the reducer's lock; the returned reduction's wait() runs on
+/// the thread that finishes the backward pass. A hook shared by several
+/// DataParallel instances must be thread-safe.
+///
+/// Preconditions: start() issues the same collectives in the same order on
+/// every rank and leaves the cross-rank sum in `bucket.buffer` once wait()
+/// returned; it does not block on communication (that is wait()'s job).
+///
+/// Example:
+/// ```
+/// class SumHook : public dtrain::CommHook {
+///  public:
+///   std::unique_ptr<dtrain::PendingReduction> start(const dtrain::ProcessGroup& pg,
+///                                                   dtrain::GradBucket& bucket) override {
+///     dtrain::Work work = pg.all_reduce_sum_async(bucket.buffer, "my bucket allreduce");
+///     return dtrain::make_pending_reduction(std::move(work));
+///   }
+///   std::string name() const override { return "sum"; }
+/// };
+/// void use(std::shared_ptr<torch::nn::Module> model, dtrain::ProcessGroup pg) {
+///   dtrain::DataParallel ddp(model, pg,
+///                            dtrain::DdpOptions().set_comm_hook(std::make_shared<SumHook>()));
+/// }
+/// ```
 class CommHook {
  public:
   virtual ~CommHook() = default;
@@ -148,6 +198,15 @@ struct DdpOptions {
   /// lock is held: it must not call into the DataParallel. Empty: nothing is
   /// called (the default).
   std::function<void(const BucketTiming&)> bucket_observer;
+
+  DTRAIN_SETTER(DdpOptions, bucket_cap_mb)
+  DTRAIN_SETTER(DdpOptions, first_bucket_cap_mb)
+  DTRAIN_SETTER(DdpOptions, broadcast_buffers)
+  DTRAIN_SETTER(DdpOptions, find_unused_parameters)
+  DTRAIN_SETTER(DdpOptions, static_graph)
+  DTRAIN_SETTER(DdpOptions, gradient_as_bucket_view)
+  DTRAIN_SETTER(DdpOptions, comm_hook)
+  DTRAIN_SETTER(DdpOptions, bucket_observer)
 };
 
 /// What the reducer measured, like PyTorch DDP's logging data. Times are
@@ -181,6 +240,14 @@ class Reducer;
 /// The data-parallel engine around one module. Not copyable or movable
 /// (autograd hooks refer to it). See DistributedDataParallel for the typed
 /// wrapper most users want.
+///
+/// Preconditions: the module is on its one device before wrapping (every
+/// parameter on the same device; InvalidArgument otherwise) and its
+/// parameters are not added, removed or replaced afterwards; every rank
+/// wraps the same architecture and runs the same number of synchronised
+/// iterations. Threads: one training thread drives it; gradient hooks run
+/// on autograd's threads; a CommHook's start() runs on the thread running
+/// autograd's hooks, never under the reducer's lock (see CommHook).
 class DataParallel {
  public:
   /// Checks parameter names and shapes across ranks (throws DistError naming
@@ -281,7 +348,10 @@ void collect_tensors(const std::map<K, V>& m, std::vector<at::Tensor>& out) {
 }  // namespace detail
 
 /// The typed wrapper: `ddp.forward(args...)` runs the module's own forward
-/// between prepare_forward() and finish_forward(outputs).
+/// between prepare_forward() and finish_forward(outputs). Preconditions and
+/// threads as DataParallel's; the forward's tensors must be reachable
+/// through its result (a tensor, or vectors, tuples, pairs and string-keyed
+/// maps of them) for find_unused_parameters to see them.
 template <typename ModuleType>
 class DistributedDataParallel : public DataParallel {
  public:

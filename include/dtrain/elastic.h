@@ -9,19 +9,29 @@
 // file is in torchelastic's format, so torchrun reads dtrain workers' files.
 // Without TORCHELASTIC_ERROR_FILE nothing is written.
 //
-// Usage, in a training program's main:
-//   int main(int argc, char** argv) {
-//     return dtrain::run_with_error_file([&] {
-//       dtrain::ProcessGroup pg = dtrain::init_process_group();
-//       ...
-//       return 0;
-//     });
-//   }
+// In a training program's main:
+/// Example:
+/// ```
+/// int main_of_a_worker() {  // int main(int argc, char** argv)
+///   return dtrain::run_with_error_file([&] {
+///     dtrain::ProcessGroup pg = dtrain::init_process_group();
+///     // ... train ...
+///     return 0;
+///   });
+/// }
+/// ```
 // or, with a catch block of one's own:
-//   } catch (const std::exception& e) {
-//     dtrain::record_error(e);
-//     throw;
-//   }
+/// Example:
+/// ```
+/// void step_recording_errors() {
+///   try {
+///     // ... train ...
+///   } catch (const std::exception& e) {
+///     dtrain::record_error(e);
+///     throw;
+///   }
+/// }
+/// ```
 
 #include <exception>
 #include <functional>

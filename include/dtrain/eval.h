@@ -3,13 +3,17 @@
 // side of `dtrain eval`): every rank evaluates its DistributedSampler share
 // of the test split without padding, so each sample counts exactly once.
 //
-// Usage:
-//   dtrain::EvalOptions o;
-//   o.model = "resnet18";
-//   o.dataset.name = "imagefolder";
-//   o.dataset.data_dir = "/data/imagenet";
-//   o.checkpoint_dir = "/ckpt/job42";
-//   dtrain::EvalResult r = dtrain::evaluate(o, pg, &std::cout);
+/// Example:
+/// ```
+/// dtrain::EvalResult evaluate_resnet18(const dtrain::ProcessGroup& pg) {
+///   dtrain::EvalOptions o;
+///   o.model = "resnet18";
+///   o.dataset.name = "imagefolder";
+///   o.dataset.data_dir = "/data/imagenet";
+///   o.checkpoint_dir = "/ckpt/job42";
+///   return dtrain::evaluate(o, pg, &std::cout);
+/// }
+/// ```
 
 #include <cstdint>
 #include <ostream>
@@ -17,6 +21,7 @@
 
 #include "dtrain/comm.h"
 #include "dtrain/data.h"
+#include "dtrain/options.h"
 
 namespace dtrain {
 
@@ -44,6 +49,17 @@ struct EvalOptions {
   int threads = 0;
   int loader_threads = 0;
   bool channels_last = false;
+
+  DTRAIN_SETTER(EvalOptions, model)
+  DTRAIN_SETTER(EvalOptions, dataset)
+  DTRAIN_SETTER(EvalOptions, batch_size)
+  DTRAIN_SETTER(EvalOptions, checkpoint_dir)
+  DTRAIN_SETTER(EvalOptions, init_weights)
+  DTRAIN_SETTER(EvalOptions, logits_file)
+  DTRAIN_SETTER(EvalOptions, device)
+  DTRAIN_SETTER(EvalOptions, threads)
+  DTRAIN_SETTER(EvalOptions, loader_threads)
+  DTRAIN_SETTER(EvalOptions, channels_last)
 };
 
 /// Over the whole split, identical on every rank.

@@ -2,13 +2,18 @@
 // Horovod-style data parallelism, for users who prefer it to the DDP wrapper:
 // gradients are averaged in one fused pass just before the optimizer step.
 //
-// Usage:
-//   auto pg = dtrain::init_process_group();
-//   torch::optim::SGD sgd(model->parameters(), 0.01);
-//   dtrain::broadcast_parameters(*model, pg);        // from dtrain/ddp.h
-//   dtrain::broadcast_optimizer_state(sgd, pg);
-//   dtrain::DistributedOptimizer opt(sgd, pg);
-//   ... loss.backward(); opt.step();               // averaged, then stepped
+/// Example:
+/// ```
+/// void horovod_style(torch::nn::Module& model) {
+///   auto pg = dtrain::init_process_group();
+///   torch::optim::SGD sgd(model.parameters(), 0.01);
+///   dtrain::broadcast_parameters(model, pg);  // from dtrain/ddp.h
+///   dtrain::broadcast_optimizer_state(sgd, pg);
+///   dtrain::DistributedOptimizer opt(sgd, pg);
+///   // ... forward, loss.backward() ...
+///   opt.step();  // averaged, then stepped
+/// }
+/// ```
 
 #include <cstdint>
 #include <memory>
@@ -17,6 +22,7 @@
 
 #include "dtrain/comm.h"
 #include "dtrain/ddp.h"
+#include "dtrain/options.h"
 
 namespace dtrain {
 
@@ -28,12 +34,19 @@ struct FusionOptions {
   /// How each fused buffer is reduced (null: plain allreduce); the same
   /// hooks as DDP's, e.g. fp16_compress_hook().
   std::shared_ptr<CommHook> compression;
+
+  DTRAIN_SETTER(FusionOptions, threshold_bytes)
+  DTRAIN_SETTER(FusionOptions, compression)
 };
 
 /// Wraps an optimizer (not owned; it must outlive this object). step()
 /// averages every parameter's gradient across ranks, then steps. A parameter
 /// without a gradient on this rank contributes zeros (its gradient becomes
 /// defined), so every rank issues the same collectives. Not thread-safe.
+///
+/// Preconditions: every rank wraps an optimizer over the same parameters
+/// (same shapes, same order), the parameters start equal on every rank
+/// (broadcast_parameters), and every rank calls step() for the same steps.
 class DistributedOptimizer {
  public:
   DistributedOptimizer(torch::optim::Optimizer& optimizer, ProcessGroup pg,

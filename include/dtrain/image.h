@@ -12,13 +12,22 @@
 // Every step is a pure function of the bytes and the seed, so the loader's
 // output does not depend on its thread count.
 //
-// Usage:
-//   dtrain::LoaderOptions lo;
-//   lo.batch_size = 256, lo.threads = 8, lo.rank = rank, lo.world_size = world;
-//   dtrain::ImageLoader loader(dtrain::open_image_folder("/data/imagenet/train"), lo,
-//                              dtrain::TransformOptions::imagenet_train(224), {});
-//   loader.start_epoch(0);
-//   for (dtrain::Batch b; loader.next(b);) { ... }
+/// Example:
+/// ```
+/// void read_imagenet(const dtrain::ProcessGroup& pg) {
+///   dtrain::ImageLoader loader(dtrain::open_image_folder("/data/imagenet/train"),
+///                              dtrain::LoaderOptions()
+///                                  .set_batch_size(256)
+///                                  .set_threads(8)
+///                                  .set_rank(pg.rank())
+///                                  .set_world_size(pg.size()),
+///                              dtrain::TransformOptions::imagenet_train(224), {});
+///   loader.set_epoch(0);
+///   for (dtrain::Batch& batch : loader) {
+///     (void)batch;  // [256, 3, 224, 224]
+///   }
+/// }
+/// ```
 
 #include <array>
 #include <chrono>
@@ -30,6 +39,7 @@
 #include <vector>
 
 #include "dtrain/data.h"
+#include "dtrain/options.h"
 
 namespace dtrain {
 
@@ -134,6 +144,20 @@ struct TransformOptions {
   static TransformOptions imagenet_train(int size);
   /// Resize(size * 8 / 7) + CenterCrop(size), ImageNet statistics.
   static TransformOptions imagenet_eval(int size);
+
+  DTRAIN_SETTER(TransformOptions, mode)
+  DTRAIN_SETTER(TransformOptions, size)
+  DTRAIN_SETTER(TransformOptions, resize)
+  DTRAIN_SETTER(TransformOptions, scale_min)
+  DTRAIN_SETTER(TransformOptions, scale_max)
+  DTRAIN_SETTER(TransformOptions, ratio_min)
+  DTRAIN_SETTER(TransformOptions, ratio_max)
+  DTRAIN_SETTER(TransformOptions, random_flip)
+  DTRAIN_SETTER(TransformOptions, mean)
+  DTRAIN_SETTER(TransformOptions, std)
+  DTRAIN_SETTER(TransformOptions, uint8_output)
+  DTRAIN_SETTER(TransformOptions, dct_scaling)
+  DTRAIN_SETTER(TransformOptions, region_decode)
 };
 
 /// What to do to one sample: a pure function of its size and seed.
@@ -192,6 +216,10 @@ struct SampleData {
 
 /// A random-access set of labelled images. Implementations must make size(),
 /// label(), name() and read() safe to call from many threads at once.
+///
+/// Preconditions (for implementations): the same index gives the same sample
+/// for the object's lifetime, and every rank's source lists the same samples
+/// in the same order, since ranks share the dataset by index.
 class ImageSource {
  public:
   virtual ~ImageSource() = default;
@@ -239,6 +267,11 @@ struct ImageLoaderOptions {
   bool pin_memory = true;
   /// Longest next() waits for a batch before throwing TimeoutError.
   std::chrono::milliseconds timeout{std::chrono::minutes(10)};
+
+  DTRAIN_SETTER(ImageLoaderOptions, prefetch_batches)
+  DTRAIN_SETTER(ImageLoaderOptions, strict)
+  DTRAIN_SETTER(ImageLoaderOptions, pin_memory)
+  DTRAIN_SETTER(ImageLoaderOptions, timeout)
 };
 
 /// Decodes and augments an ImageSource into batches with worker threads.
@@ -254,6 +287,10 @@ struct ImageLoaderOptions {
 ///
 /// Not thread-safe (one consumer). The destructor stops and joins the workers,
 /// also in the middle of an epoch.
+///
+/// Preconditions: the loader options carry this rank's share (rank and
+/// world_size set, as open_dataset(options, pg) does; InvalidArgument
+/// otherwise) and every rank uses the same source, seed and batch size.
 class ImageLoader : public Loader {
  public:
   ImageLoader(std::shared_ptr<const ImageSource> source, LoaderOptions loader,

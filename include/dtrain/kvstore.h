@@ -28,6 +28,8 @@
 #include <string_view>
 #include <vector>
 
+#include "dtrain/options.h"
+
 namespace dtrain {
 
 /// Looks up an environment variable; nullopt when unset (as in comm.h).
@@ -137,9 +139,22 @@ struct KVStoreOptions {
   /// one from LOCAL_RANK / LOCAL_WORLD_SIZE when it is null. Other types
   /// ignore it.
   std::shared_ptr<KVLocalGroup> local_group;
+
+  DTRAIN_SETTER(KVStoreOptions, timeout)
+  DTRAIN_SETTER(KVStoreOptions, heartbeat_interval)
+  DTRAIN_SETTER(KVStoreOptions, heartbeat_timeout)
+  DTRAIN_SETTER(KVStoreOptions, connect_timeout)
+  DTRAIN_SETTER(KVStoreOptions, bigarray_bound)
+  DTRAIN_SETTER(KVStoreOptions, log)
+  DTRAIN_SETTER(KVStoreOptions, snapshot_dir)
+  DTRAIN_SETTER(KVStoreOptions, recovery_timeout)
+  DTRAIN_SETTER(KVStoreOptions, staleness)
+  DTRAIN_SETTER(KVStoreOptions, local_group)
 };
 
-/// A pending push, pull or pushpull.
+/// A pending push, pull or pushpull. Preconditions: the tensors of the
+/// operation are neither read (pull) nor modified (push) until wait()
+/// returned.
 class KVHandle {
  public:
   struct State;
@@ -155,6 +170,12 @@ class KVHandle {
   std::shared_ptr<State> state_;
 };
 
+/// MXNet's key-value store for parameter-server training (docs/ps.md).
+///
+/// Preconditions: every worker init()s the same keys with the same sizes
+/// before pushing or pulling them; a push or pull's buffers stay untouched
+/// until its KVHandle completed; with dist_sync every worker pushes each key
+/// once per step.
 class KVStore {
  public:
   virtual ~KVStore() = default;

@@ -13,13 +13,17 @@
 //  * a node is lost → its peers' workers fail, and the survivors continue as a
 //    smaller group when at least min_nodes remain.
 //
-// Usage:
-//   dtrain::LaunchOptions options;
-//   options.nproc_per_node = 2;
-//   options.command = {"dtrain", "train", "--model", "cnn"};
-//   dtrain::LaunchResult result = dtrain::launch(options);
-//   for (const auto& line : result.summary()) std::cerr << line << "\n";
-//   return result.exit_code();
+/// Example:
+/// ```
+/// int launch_two_workers() {
+///   dtrain::LaunchOptions options;
+///   options.nproc_per_node = 2;
+///   options.command = {"dtrain", "train", "--model", "cnn"};
+///   dtrain::LaunchResult result = dtrain::launch(options);
+///   for (const auto& line : result.summary()) std::cerr << line << "\n";
+///   return result.exit_code();
+/// }
+/// ```
 //
 // No worker outlives the launcher: each runs in its own process group, is
 // killed (SIGKILL) if the thread that called launch() dies, and is stopped and

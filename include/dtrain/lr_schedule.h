@@ -3,13 +3,20 @@
 // torch.optim.lr_scheduler's values for the same settings when the scheduler
 // is stepped once per optimizer step (per iteration).
 //
-// Usage:
-//   dtrain::LrSchedule s;
-//   s.kind = "cosine";
-//   s.base_lr = 0.1;
-//   s.total_steps = 90 * steps_per_epoch;
-//   s.warmup_steps = 5 * steps_per_epoch;
-//   for (int64_t step = 0; ...; ++step) set_learning_rate(opt, dtrain::lr_at(s, step));
+// (set_learning_rate is in dtrain/optim.h)
+/// Example:
+/// ```
+/// void cosine(torch::optim::Optimizer& opt, int64_t steps_per_epoch) {
+///   dtrain::LrSchedule s;
+///   s.kind = "cosine";
+///   s.base_lr = 0.1;
+///   s.total_steps = 90 * steps_per_epoch;
+///   s.warmup_steps = 5 * steps_per_epoch;
+///   for (int64_t step = 0; step < s.total_steps; ++step) {
+///     dtrain::set_learning_rate(opt, dtrain::lr_at(s, step));
+///   }
+/// }
+/// ```
 //
 // No LibTorch: this header and its source are plain C++.
 

@@ -8,13 +8,21 @@
 // (dlopen of libnvidia-ml.so.1): without it there are no GPU series and no
 // error. See docs/observability.md.
 //
-// Usage:
-//   dtrain::MetricsOptions o;
-//   o.port = 9400 + local_rank;  // 0: a free port
-//   o.rank = rank; o.node = hostname; o.run_id = run_id;
-//   dtrain::MetricsExporter metrics(o);
-//   std::printf("metrics on :%d/metrics\n", metrics.port());
-//   metrics.record_step({.seconds = dt, .samples = 64, .loss = loss});
+/// Example:
+/// ```
+/// void export_step(int local_rank, int rank, double seconds, double loss) {
+///   dtrain::MetricsOptions o;
+///   o.port = 9400 + local_rank;  // 0: a free port
+///   o.rank = rank;
+///   dtrain::MetricsExporter metrics(o);
+///   std::printf("metrics on :%d/metrics\n", metrics.port());
+///   dtrain::StepMetrics step;
+///   step.seconds = seconds;
+///   step.samples = 64;
+///   step.loss = loss;
+///   metrics.record_step(step);
+/// }
+/// ```
 //
 // Thread safety: every member may be called from any thread; scrapes are
 // served on prometheus-cpp's threads.
@@ -23,6 +31,8 @@
 #include <memory>
 #include <string>
 #include <vector>
+
+#include "dtrain/options.h"
 
 namespace dtrain {
 
@@ -45,6 +55,15 @@ struct MetricsOptions {
   bool gpu_metrics = true;
   /// Where NVML is looked for (tests point it at a missing library).
   std::string nvml_library = "libnvidia-ml.so.1";
+
+  DTRAIN_SETTER(MetricsOptions, port)
+  DTRAIN_SETTER(MetricsOptions, host)
+  DTRAIN_SETTER(MetricsOptions, rank)
+  DTRAIN_SETTER(MetricsOptions, node)
+  DTRAIN_SETTER(MetricsOptions, run_id)
+  DTRAIN_SETTER(MetricsOptions, gpus)
+  DTRAIN_SETTER(MetricsOptions, gpu_metrics)
+  DTRAIN_SETTER(MetricsOptions, nvml_library)
 };
 
 /// One training step as the trainer measured it.
@@ -56,6 +75,10 @@ struct StepMetrics {
   double comm_seconds = 0;  ///< exposed communication time
 };
 
+/// Serves one rank's metrics over HTTP for Prometheus.
+///
+/// Preconditions: host:port is free (port 0 picks a free one); one exporter
+/// per port.
 class MetricsExporter {
  public:
   /// Binds host:port and starts serving. Throws InvalidArgument naming

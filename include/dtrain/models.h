@@ -13,11 +13,17 @@
 // torchvision's, and it is initialised as torchvision initialises it. ModelOptions choose the
 // first convolution's input channels and the classifier's outputs.
 //
-// Usage:
-//   dtrain::ModelOptions o;
-//   o.in_channels = 3; o.num_classes = 1000; o.image_size = 224;
-//   auto model = dtrain::make_model("resnet50", o);   // [B, 3, 224, 224] -> [B, 1000]
-//   for (const auto& info : dtrain::model_infos()) std::cout << info.name << "\n";
+/// Example:
+/// ```
+/// void build_resnet50() {
+///   dtrain::ModelOptions o;
+///   o.in_channels = 3;
+///   o.num_classes = 1000;
+///   o.image_size = 224;
+///   auto model = dtrain::make_model("resnet50", o);  // [B, 3, 224, 224] -> [B, 1000]
+///   for (const auto& info : dtrain::model_infos()) std::cout << info.name << "\n";
+/// }
+/// ```
 
 #include <cstdint>
 #include <memory>
@@ -26,10 +32,16 @@
 
 #include <torch/nn/module.h>
 
+#include "dtrain/options.h"
+
 namespace dtrain {
 
 /// An image classifier: [B, C, H, W] float inputs to [B, num_classes] logits.
 /// train()/eval() switch BatchNorm, dropout and stochastic depth as in PyTorch.
+///
+/// Preconditions: inputs have the in_channels of the ModelOptions it was
+/// built with and are on the module's device; as with every
+/// torch::nn::Module, one thread runs a forward at a time.
 class ImageClassifier : public torch::nn::Module {
  public:
   virtual at::Tensor forward(at::Tensor x) = 0;
@@ -44,6 +56,10 @@ struct ModelOptions {
   /// torchvision models take any size from their minimum up (adaptive pooling) and only
   /// check it.
   int64_t image_size = 28;
+
+  DTRAIN_SETTER(ModelOptions, in_channels)
+  DTRAIN_SETTER(ModelOptions, num_classes)
+  DTRAIN_SETTER(ModelOptions, image_size)
 };
 
 /// What the registry knows about a model without building it.

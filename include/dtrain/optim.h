@@ -4,18 +4,22 @@
 // torchvision's references set it (set_weight_decay: --norm-weight-decay,
 // --bias-weight-decay), plus the per-step helpers the trainer uses.
 //
-// Usage:
-//   dtrain::OptimizerOptions o;
-//   o.name = "adamw";
-//   o.lr = 1e-3;
-//   o.weight_decay = 0.05;
-//   o.norm_weight_decay = 0.0;  // no decay on BatchNorm/LayerNorm/GroupNorm parameters
-//   o.bias_weight_decay = 0.0;  // nor on any parameter named "bias"
-//   auto opt = dtrain::make_optimizer(*model, o);
-//   ...
-//   dtrain::set_learning_rate(*opt, dtrain::lr_at(schedule, step));
-//   dtrain::clip_grad_norm(model->parameters(), 1.0);
-//   opt->step();
+/// Example:
+/// ```
+/// void adamw_step(torch::nn::Module& model, const dtrain::LrSchedule& schedule, int64_t step) {
+///   dtrain::OptimizerOptions o;
+///   o.name = "adamw";
+///   o.lr = 1e-3;
+///   o.weight_decay = 0.05;
+///   o.norm_weight_decay = 0.0;  // no decay on BatchNorm/LayerNorm/GroupNorm parameters
+///   o.bias_weight_decay = 0.0;  // nor on any parameter named "bias"
+///   auto opt = dtrain::make_optimizer(model, o);
+///   // ... forward, backward ...
+///   dtrain::set_learning_rate(*opt, dtrain::lr_at(schedule, step));
+///   dtrain::clip_grad_norm(model.parameters(), 1.0);
+///   opt->step();
+/// }
+/// ```
 
 #include <memory>
 #include <optional>
@@ -23,6 +27,8 @@
 #include <vector>
 
 #include <ATen/core/Tensor.h>
+
+#include "dtrain/options.h"
 
 namespace torch {
 namespace nn {
@@ -57,6 +63,17 @@ struct OptimizerOptions {
   /// Weight decay of every parameter named "bias" (before the norm rule, as
   /// in torchvision); nullopt: weight_decay.
   std::optional<double> bias_weight_decay;
+
+  DTRAIN_SETTER(OptimizerOptions, name)
+  DTRAIN_SETTER(OptimizerOptions, lr)
+  DTRAIN_SETTER(OptimizerOptions, momentum)
+  DTRAIN_SETTER(OptimizerOptions, nesterov)
+  DTRAIN_SETTER(OptimizerOptions, beta1)
+  DTRAIN_SETTER(OptimizerOptions, beta2)
+  DTRAIN_SETTER(OptimizerOptions, eps)
+  DTRAIN_SETTER(OptimizerOptions, weight_decay)
+  DTRAIN_SETTER(OptimizerOptions, norm_weight_decay)
+  DTRAIN_SETTER(OptimizerOptions, bias_weight_decay)
 };
 
 /// "sgd", "adamw".

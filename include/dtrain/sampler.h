@@ -7,15 +7,24 @@
 // so that every rank gets the same number of samples (ceil(N / W)); with
 // drop_last the tail is dropped instead (floor(N / W) each).
 //
-// Usage:
-//   dtrain::DistributedSampler sampler(dataset_size, {.rank = r, .world_size = w});
-//   for (int64_t epoch = 0; epoch < epochs; ++epoch) {
-//     sampler.set_epoch(epoch);
-//     for (int64_t i : sampler.indices()) { ... }
-//   }
+/// Example:
+/// ```
+/// void iterate(int64_t dataset_size, int rank, int world, int64_t epochs) {
+///   dtrain::DistributedSampler sampler(
+///       dataset_size, dtrain::SamplerOptions().set_rank(rank).set_world_size(world));
+///   for (int64_t epoch = 0; epoch < epochs; ++epoch) {
+///     sampler.set_epoch(epoch);
+///     for (int64_t i : sampler.indices()) {
+///       (void)i;  // this rank's sample i
+///     }
+///   }
+/// }
+/// ```
 
 #include <cstdint>
 #include <vector>
+
+#include "dtrain/options.h"
 
 namespace dtrain {
 
@@ -32,9 +41,20 @@ struct SamplerOptions {
   /// dropping, shares differ by at most one sample and cover the dataset
   /// exactly once (evaluation over a whole test set).
   bool pad = true;
+
+  DTRAIN_SETTER(SamplerOptions, rank)
+  DTRAIN_SETTER(SamplerOptions, world_size)
+  DTRAIN_SETTER(SamplerOptions, shuffle)
+  DTRAIN_SETTER(SamplerOptions, seed)
+  DTRAIN_SETTER(SamplerOptions, drop_last)
+  DTRAIN_SETTER(SamplerOptions, pad)
 };
 
 /// Not thread-safe; cheap to copy.
+///
+/// Preconditions: every rank uses the same dataset_size, seed, shuffle, pad
+/// and drop_last, and calls set_epoch() with the same epoch; only rank
+/// differs between ranks.
 class DistributedSampler {
  public:
   /// Throws InvalidArgument for a rank outside [0, world_size) or world_size < 1.

@@ -3,10 +3,15 @@
 // Store interface (set / get / add / compareSet / wait with a timeout) so that
 // c10d's process groups can run on any of them.
 //
-// Usage:
-//   auto server = dtrain::TcpStoreServer::start({.port = 0});   // free port
-//   auto store = dtrain::connect_tcp_store("127.0.0.1", server->port(),
-//                                          std::chrono::seconds(30));
+/// Example:
+/// ```
+/// void local_store() {
+///   dtrain::TcpStoreServerOptions o;
+///   o.port = 0;  // a free port
+///   auto server = dtrain::TcpStoreServer::start(o);
+///   auto store = dtrain::connect_tcp_store("127.0.0.1", server->port(), std::chrono::seconds(30));
+/// }
+/// ```
 
 #include <chrono>
 #include <memory>
@@ -32,6 +37,9 @@ struct TcpStoreServerOptions {
 
 /// A TCP key/value store hosted in this process (c10d's TCPStore daemon). The
 /// server stops when the object is destroyed. Thread-safe.
+///
+/// Preconditions: the port is free (0 picks a free one); the server outlives
+/// every client that still needs it (a worker's group, a rendezvous).
 class TcpStoreServer {
  public:
   /// Starts listening. Throws StoreError naming host:port when the port is

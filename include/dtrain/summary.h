@@ -5,12 +5,17 @@
 // so TensorBoard, `wandb sync DIR` and any TFRecord reader open them. See
 // docs/observability.md.
 //
-// Usage (rank 0 only, as PyTorch's SummaryWriter is used):
-//   dtrain::SummaryWriter tb("runs/resnet18");
-//   tb.add_text("config", "batch 64, lr 0.1", 0);
-//   for (int64_t step = 0; ...; ++step) tb.add_scalar("train/loss", loss, step);
-//   tb.add_histogram("weights/fc", model->fc->weight, epoch);
-//   tb.flush();  // also done by the destructor
+// On rank 0 only, as PyTorch's SummaryWriter is used:
+/// Example:
+/// ```
+/// void log_step(torch::nn::Linear& fc, double loss, int64_t step, int64_t epoch) {
+///   dtrain::SummaryWriter tb("runs/resnet18");
+///   tb.add_text("config", "batch 64, lr 0.1", 0);
+///   tb.add_scalar("train/loss", loss, step);
+///   tb.add_histogram("weights/fc", fc->weight, epoch);
+///   tb.flush();  // also done by the destructor
+/// }
+/// ```
 //
 // Thread safety: every member may be called from any thread; calls are
 // serialised by an internal mutex. Blocking: add_* only append to a memory
@@ -27,6 +32,8 @@
 
 #include <ATen/core/Tensor.h>
 
+#include "dtrain/options.h"
+
 namespace dtrain {
 
 namespace detail {
@@ -41,6 +48,10 @@ struct SummaryWriterOptions {
   /// Seconds after which the next add_* writes the buffer out (TensorBoard
   /// reads files while they grow). PyTorch's default is 120.
   double flush_seconds = 10.0;
+
+  DTRAIN_SETTER(SummaryWriterOptions, filename_suffix)
+  DTRAIN_SETTER(SummaryWriterOptions, max_buffered_bytes)
+  DTRAIN_SETTER(SummaryWriterOptions, flush_seconds)
 };
 
 /// Histogram statistics in TensorBoard's HistogramProto layout: bucket i
@@ -59,6 +70,9 @@ struct Histogram {
 Histogram make_histogram(const std::vector<double>& values);
 
 /// Writes one TensorBoard event file in `dir`.
+///
+/// Preconditions: `dir` can be created and written; steps of one tag
+/// increase (TensorBoard plots them in step order).
 class SummaryWriter {
  public:
   /// Creates `dir` (with parents) and a new event file in it, whose first

@@ -4,13 +4,24 @@
 // chrome://tracing. `dtrain timeline merge` joins the ranks' files into one,
 // a process per rank. See docs/observability.md.
 //
-// Usage (the training loop; `tl` is null when no timeline was asked for, and
+// In the training loop (`tl` is null when no timeline was asked for, and
 // then nothing is timed and nothing allocated):
-//   std::unique_ptr<dtrain::Timeline> tl;
-//   if (!path.empty()) tl = std::make_unique<dtrain::Timeline>(path, TimelineOptions{rank});
-//   ddp_options.bucket_observer = dtrain::timeline_bucket_observer(tl.get());
-//   { dtrain::TimelineSpan s(tl.get(), "data wait"); batch = loader.next(); }
-//   { dtrain::TimelineSpan s(tl.get(), "forward"); out = ddp.forward(x); }
+/// Example:
+/// ```
+/// void timed_steps(const std::string& path, int rank, dtrain::DdpOptions& ddp_options,
+///                  dtrain::Loader& loader) {
+///   std::unique_ptr<dtrain::Timeline> tl;
+///   if (!path.empty()) {
+///     tl = std::make_unique<dtrain::Timeline>(path, dtrain::TimelineOptions().set_rank(rank));
+///   }
+///   ddp_options.bucket_observer = dtrain::timeline_bucket_observer(tl.get());
+///   dtrain::Batch batch;
+///   for (bool more = true; more;) {
+///     dtrain::TimelineSpan s(tl.get(), "data wait");
+///     more = loader.next(batch);
+///   }
+/// }
+/// ```
 //
 // Events: complete events ("ph":"X", ts/dur in microseconds of wall-clock
 // time, so files of ranks on one node line up) and begin/end pairs
@@ -32,6 +43,8 @@
 #include <string_view>
 #include <vector>
 
+#include "dtrain/options.h"
+
 namespace dtrain {
 
 struct BucketTiming;  // dtrain/ddp.h
@@ -45,8 +58,15 @@ struct TimelineOptions {
   int rank = 0;
   /// The process's name in the viewer; empty: "rank <rank>".
   std::string process_name;
+
+  DTRAIN_SETTER(TimelineOptions, rank)
+  DTRAIN_SETTER(TimelineOptions, process_name)
 };
 
+/// One rank's Chrome trace (see the file comment for events and threads).
+///
+/// Preconditions: the file's folder exists and is writable; one Timeline per
+/// file (ranks write files of their own, timeline_path_for_rank()).
 class Timeline {
  public:
   using Clock = std::chrono::steady_clock;
@@ -105,6 +125,7 @@ class Timeline {
 
 /// A complete event covering this object's lifetime. With a null timeline
 /// it does nothing at all (no clock read): the cost of a timeline that is off.
+/// Preconditions: the timeline, when not null, outlives the span.
 class TimelineSpan {
  public:
   TimelineSpan(Timeline* timeline, const char* name, const char* category = "train",

@@ -2,22 +2,26 @@
 // The batteries-included training loop behind `dtrain train`, reachable from
 // the library so that users' own programs get the same behaviour.
 //
-// Usage:
-//   dtrain::ProcessGroup pg = dtrain::init_process_group();
-//   dtrain::TrainOptions o;
-//   o.model = "resnet50";
-//   o.dataset.name = "imagefolder";
-//   o.dataset.data_dir = "/data/imagenet";
-//   o.optimizer.name = "sgd";          // dtrain/optim.h
-//   o.optimizer.lr = 0.1;
-//   o.optimizer.nesterov = true;
-//   o.optimizer.weight_decay = 1e-4;
-//   o.optimizer.norm_weight_decay = 0.0;
-//   o.lr_schedule = "cosine";          // dtrain/lr_schedule.h
-//   o.lr_warmup_epochs = 5;
-//   o.label_smoothing = 0.1;
-//   o.amp = "bf16";                    // dtrain/amp.h
-//   auto history = dtrain::train(o, pg, &std::cout);
+/// Example:
+/// ```
+/// std::vector<dtrain::EpochMetrics> train_resnet50() {
+///   dtrain::ProcessGroup pg = dtrain::init_process_group();
+///   dtrain::TrainOptions o;
+///   o.model = "resnet50";
+///   o.dataset.name = "imagefolder";
+///   o.dataset.data_dir = "/data/imagenet";
+///   o.optimizer.name = "sgd";  // dtrain/optim.h
+///   o.optimizer.lr = 0.1;
+///   o.optimizer.nesterov = true;
+///   o.optimizer.weight_decay = 1e-4;
+///   o.optimizer.norm_weight_decay = 0.0;
+///   o.lr_schedule = "cosine";  // dtrain/lr_schedule.h
+///   o.lr_warmup_epochs = 5;
+///   o.label_smoothing = 0.1;
+///   o.amp = "bf16";  // dtrain/amp.h
+///   return dtrain::train(o, pg, &std::cout);
+/// }
+/// ```
 
 #include <cstdint>
 #include <functional>
@@ -31,6 +35,7 @@
 #include "dtrain/kvstore.h"
 #include "dtrain/lr_schedule.h"
 #include "dtrain/optim.h"
+#include "dtrain/options.h"
 
 namespace dtrain {
 
@@ -195,6 +200,53 @@ struct TrainOptions {
   /// optimizer step with the step count so far and the reducer's statistics
   /// (for custom monitoring and tests; it must not call into train()).
   std::function<void(int64_t step, const DdpStats& ddp)> on_step;
+
+  DTRAIN_SETTER(TrainOptions, model)
+  DTRAIN_SETTER(TrainOptions, dataset)
+  DTRAIN_SETTER(TrainOptions, epochs)
+  DTRAIN_SETTER(TrainOptions, batch_size)
+  DTRAIN_SETTER(TrainOptions, eval_batch_size)
+  DTRAIN_SETTER(TrainOptions, optimizer)
+  DTRAIN_SETTER(TrainOptions, lr_scaling)
+  DTRAIN_SETTER(TrainOptions, lr_schedule)
+  DTRAIN_SETTER(TrainOptions, lr_step_size)
+  DTRAIN_SETTER(TrainOptions, lr_milestones)
+  DTRAIN_SETTER(TrainOptions, lr_gamma)
+  DTRAIN_SETTER(TrainOptions, lr_min)
+  DTRAIN_SETTER(TrainOptions, lr_warmup_epochs)
+  DTRAIN_SETTER(TrainOptions, lr_warmup_steps)
+  DTRAIN_SETTER(TrainOptions, lr_warmup_decay)
+  DTRAIN_SETTER(TrainOptions, label_smoothing)
+  DTRAIN_SETTER(TrainOptions, clip_grad_norm)
+  DTRAIN_SETTER(TrainOptions, channels_last)
+  DTRAIN_SETTER(TrainOptions, amp)
+  DTRAIN_SETTER(TrainOptions, init_weights)
+  DTRAIN_SETTER(TrainOptions, seed)
+  DTRAIN_SETTER(TrainOptions, threads)
+  DTRAIN_SETTER(TrainOptions, device)
+  DTRAIN_SETTER(TrainOptions, loader_threads)
+  DTRAIN_SETTER(TrainOptions, accumulation_steps)
+  DTRAIN_SETTER(TrainOptions, ddp)
+  DTRAIN_SETTER(TrainOptions, metrics_file)
+  DTRAIN_SETTER(TrainOptions, checkpoint_dir)
+  DTRAIN_SETTER(TrainOptions, checkpoint_every_steps)
+  DTRAIN_SETTER(TrainOptions, checkpoint_every_epochs)
+  DTRAIN_SETTER(TrainOptions, keep_checkpoints)
+  DTRAIN_SETTER(TrainOptions, verbose)
+  DTRAIN_SETTER(TrainOptions, progress)
+  DTRAIN_SETTER(TrainOptions, progress_every_steps)
+  DTRAIN_SETTER(TrainOptions, progress_every_seconds)
+  DTRAIN_SETTER(TrainOptions, kvstore)
+  DTRAIN_SETTER(TrainOptions, kvstore_optimizer)
+  DTRAIN_SETTER(TrainOptions, kvstore_options)
+  DTRAIN_SETTER(TrainOptions, kvstore_env)
+  DTRAIN_SETTER(TrainOptions, tensorboard)
+  DTRAIN_SETTER(TrainOptions, tensorboard_every)
+  DTRAIN_SETTER(TrainOptions, tensorboard_histograms)
+  DTRAIN_SETTER(TrainOptions, timeline)
+  DTRAIN_SETTER(TrainOptions, metrics_port)
+  DTRAIN_SETTER(TrainOptions, metrics_host)
+  DTRAIN_SETTER(TrainOptions, on_step)
 };
 
 /// What one epoch measured (identical on every rank).

@@ -6,6 +6,7 @@
 
 #include "common/strings.h"
 #include "data/tensor_loader.h"
+#include "dtrain/comm.h"
 #include "dtrain/errors.h"
 #include "dtrain/idx.h"
 
@@ -33,16 +34,18 @@ at::Tensor normalise(const at::Tensor& images, const IdxDataset& d) {
 DatasetSplits open_idx(const DatasetOptions& options, const IdxDataset& d) {
   std::string dir = options.data_dir.empty() ? d.default_dir : options.data_dir;
   if (dir.empty()) {
-    throw InvalidArgument(cat("dataset '", d.name, "' has no default location; pass --data-dir "
+    throw InvalidArgument(cat("dataset '", d.name,
+                              "' has no default location; pass --data-dir "
                               "with the directory holding train-images-idx3-ubyte.gz"));
   }
   struct stat st;
   if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
-    std::string fix = d.package && options.data_dir.empty()
-                          ? cat("install it with 'apt-get install ", d.package,
-                                "' or pass --data-dir")
-                          : std::string("pass --data-dir with the directory holding "
-                                        "train-images-idx3-ubyte.gz");
+    std::string fix =
+        d.package && options.data_dir.empty()
+            ? cat("install it with 'apt-get install ", d.package, "' or pass --data-dir")
+            : std::string(
+                  "pass --data-dir with the directory holding "
+                  "train-images-idx3-ubyte.gz");
     throw DataError(cat("dataset '", d.name, "': directory '", dir, "' does not exist; ", fix));
   }
   IdxSplit train = load_idx_split(dir, /*train=*/true);
@@ -77,12 +80,54 @@ std::vector<std::string> dataset_names() {
   return names;
 }
 
+namespace {
+
+// Note [Dataset shares]
+// Forgetting the rank used to leave every rank at rank 0 of 1: each trained
+// on the whole dataset, silently. A split's share is now unset (-1) until
+// open_dataset(options, pg) fills it from the group, and everything that
+// builds a loader (sampler_options) refuses an unset share, so the mistake
+// is an error naming the fix. A share set by hand that contradicts the group
+// is refused too; a deliberate other share goes through the one-argument
+// open_dataset.
+void fill_share(LoaderOptions& split, const char* which, const ProcessGroup& pg) {
+  if (split.rank == -1) split.rank = pg.rank();
+  if (split.world_size == -1) split.world_size = pg.size();
+  if (split.rank != pg.rank() || split.world_size != pg.size()) {
+    throw InvalidArgument(cat("open_dataset: the ", which, " split's share is rank ", split.rank,
+                              " of ", split.world_size, " but the process group is rank ",
+                              pg.rank(), " of ", pg.size(), "; leave ", which,
+                              ".rank and .world_size unset (-1) to take the group's, or call "
+                              "open_dataset(options) without a group for an explicit share"));
+  }
+}
+
+void require_share(const LoaderOptions& split, const char* which) {
+  if (split.rank == -1 || split.world_size == -1) {
+    throw InvalidArgument(cat("open_dataset: the ", which,
+                              " split has no share (rank and world_size unset); call "
+                              "open_dataset(options, pg) to give each rank of the group its "
+                              "share (ProcessGroup() for a single process), or set ",
+                              which, ".rank and .world_size"));
+  }
+}
+
+}  // namespace
+
 DatasetSplits open_dataset(const DatasetOptions& options) {
+  require_share(options.train, "train");
+  require_share(options.test, "test");
   for (const auto& e : data::all_entries()) {
     if (options.name == e.name) return e.open(options);
   }
   throw InvalidArgument(
       cat("unknown dataset '", options.name, "'; valid datasets: ", join(dataset_names(), ", ")));
+}
+
+DatasetSplits open_dataset(DatasetOptions options, const ProcessGroup& pg) {
+  fill_share(options.train, "train", pg);
+  fill_share(options.test, "test", pg);
+  return open_dataset(options);
 }
 
 }  // namespace dtrain

@@ -58,6 +58,13 @@ std::vector<int64_t> DistributedSampler::indices() const {
 }
 
 SamplerOptions sampler_options(const LoaderOptions& o) {
+  // Note [Dataset shares] (registry.cpp): an unset share is an error.
+  if (o.rank == -1 || o.world_size == -1) {
+    throw InvalidArgument(
+        "loader: rank and world_size are unset; open the dataset with open_dataset(options, pg) "
+        "to take this rank's share from the process group, or set LoaderOptions::rank and "
+        "::world_size (0 and 1 for a single process)");
+  }
   SamplerOptions s;
   s.rank = o.rank;
   s.world_size = o.world_size;

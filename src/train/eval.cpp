@@ -109,13 +109,11 @@ EvalResult evaluate(const EvalOptions& o, const ProcessGroup& pg, std::ostream* 
   data.test.batch_size = o.batch_size;
   data.test.shuffle = false;
   data.test.pad = false;  // Note [Evaluation order]
-  data.test.rank = pg.rank();
-  data.test.world_size = pg.size();
   data.test.threads = o.loader_threads;
   data.train = data.test;  // not iterated
   const at::Device device = pick_device(o.device, pg);
   data.uint8_inputs = data.uint8_inputs || device.is_cuda();  // normalised on the GPU
-  DatasetSplits splits = open_dataset(data);
+  DatasetSplits splits = open_dataset(data, pg);
   auto model = detail::build_model(o.model, splits, device, o.channels_last);
   load_weights_collective(*model, o, pg, log);
 

@@ -23,14 +23,12 @@ double since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
-LoaderOptions loader_options(const TrainOptions& o, const ProcessGroup& pg, bool train) {
+LoaderOptions loader_options(const TrainOptions& o, bool train) {
   LoaderOptions l;
   l.batch_size = train ? o.batch_size : o.eval_batch_size;
   l.shuffle = train;
   l.pad = train;  // evaluation sees every test sample exactly once
   l.seed = o.seed;
-  l.rank = pg.rank();
-  l.world_size = pg.size();
   l.threads = o.loader_threads;
   return l;
 }
@@ -138,9 +136,9 @@ void Trainer::setup() {
   device_ = pick_device(o_.device, pg_);
   DatasetOptions data = o_.dataset;
   data.uint8_inputs = data.uint8_inputs || device_.is_cuda();  // normalised on the GPU
-  data.train = loader_options(o_, pg_, /*train=*/true);
-  data.test = loader_options(o_, pg_, /*train=*/false);
-  splits_ = open_dataset(data);
+  data.train = loader_options(o_, /*train=*/true);
+  data.test = loader_options(o_, /*train=*/false);
+  splits_ = open_dataset(data, pg_);
   const int64_t batches = splits_.train->batches_per_epoch();
   steps_per_epoch_ = (batches + o_.accumulation_steps - 1) / o_.accumulation_steps;
   schedule_ = lr_schedule_for(o_, steps_per_epoch_, pg_.size());

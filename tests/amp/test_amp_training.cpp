@@ -8,6 +8,7 @@
 #include <filesystem>
 
 #include "dtrain/amp.h"
+#include "dtrain/comm.h"
 #include "dtrain/data.h"
 
 namespace dtrain {
@@ -45,7 +46,7 @@ Result train_fashion_mnist(c10::DeviceType device, at::ScalarType dtype, int64_t
   data.test.batch_size = 500;
   data.test.shuffle = false;
   data.test.pad = false;
-  DatasetSplits splits = open_dataset(data);
+  DatasetSplits splits = open_dataset(data, ProcessGroup());
   torch::manual_seed(0);
   Mlp model;
   model->to(device);

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "dtrain/comm.h"
 #include "dtrain/data.h"
 #include "dtrain/errors.h"
 #include "dtrain/idx.h"
@@ -115,7 +116,7 @@ TEST_F(IdxFiles, MissingDatasetDirectoryNamesThePathAndTheFix) {
   DatasetOptions o;
   o.name = "fashion-mnist";
   o.data_dir = (dir_ / "absent").string();
-  std::string e = error_of([&] { open_dataset(o); });
+  std::string e = error_of([&] { open_dataset(o, ProcessGroup()); });
   EXPECT_NE(e.find(o.data_dir), std::string::npos) << e;
   EXPECT_NE(e.find("--data-dir"), std::string::npos) << e;
 }
@@ -123,7 +124,7 @@ TEST_F(IdxFiles, MissingDatasetDirectoryNamesThePathAndTheFix) {
 TEST(Datasets, UnknownNameListsTheValidOnes) {
   DatasetOptions o;
   o.name = "imagenet22k";
-  std::string e = error_of([&] { open_dataset(o); });
+  std::string e = error_of([&] { open_dataset(o, ProcessGroup()); });
   EXPECT_NE(e.find("unknown dataset 'imagenet22k'; valid datasets: fashion-mnist, mnist"),
             std::string::npos)
       << e;
@@ -138,7 +139,7 @@ TEST(Datasets, FashionMnistFromTheDebianPackageHasTheKnownShape) {
   o.test.batch_size = 1000;
   o.test.pad = false;
   o.test.shuffle = false;
-  DatasetSplits s = open_dataset(o);
+  DatasetSplits s = open_dataset(o, ProcessGroup());
   EXPECT_EQ(s.num_classes, 10);
   EXPECT_EQ(s.sample_shape, (std::vector<int64_t>{1, 28, 28}));
   EXPECT_EQ(s.train->samples_per_epoch(), 60000);

@@ -7,6 +7,7 @@
 #include <ATen/ATen.h>
 
 #include "data/registry.h"
+#include "dtrain/comm.h"
 #include "dtrain/data.h"
 #include "dtrain/errors.h"
 #include "dtrain/image.h"
@@ -113,7 +114,7 @@ TEST(Registry, ImagefolderAndPackedDatasetsYieldTheSameBatchesAtTheRequestedSize
     o.test.batch_size = 4;
     o.test.shuffle = false;
     o.test.pad = false;
-    return open_dataset(o);
+    return open_dataset(o, ProcessGroup());
   };
   DatasetSplits folder = open("imagefolder", dir / "folder");
   DatasetSplits packed = open("packed", dir / "packed");
@@ -225,6 +226,8 @@ DatasetSplits open_by_name(const std::string& name, const std::string& data_dir)
   o.name = name;
   o.data_dir = data_dir;
   o.train.batch_size = o.test.batch_size = 4;
+  o.train.set_rank(0).set_world_size(1);  // the registry's entries take explicit shares
+  o.test.set_rank(0).set_world_size(1);
   for (const auto& e : data::image_dataset_entries()) {
     if (name == e.name) return e.open(o);
   }

@@ -246,6 +246,7 @@ TEST(ImageLoader, Uint8BatchesNormaliseToTheFloatBatches) {
 TEST(SyntheticLoader, GivesEachRankItsShareOfFullBatches) {
   LoaderOptions o;
   o.batch_size = 10;
+  o.rank = 0;
   o.world_size = 3;
   o.drop_last = true;
   auto loader = make_synthetic_loader({3, 8, 8}, 7, 100, o);

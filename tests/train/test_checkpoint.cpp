@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "dtrain/checkpoint.h"
+#include "dtrain/comm.h"
 #include "dtrain/data.h"
 #include "dtrain/errors.h"
 #include "dtrain/models.h"
@@ -278,6 +279,8 @@ TEST_F(Checkpoints, TensorLoaderSkipToReturnsTheBatchAnUninterruptedEpochWould) 
   o.train.batch_size = 8;
   o.train.world_size = 2;
   o.train.rank = 1;
+  o.test.world_size = 2;
+  o.test.rank = 1;
   DatasetSplits s = open_dataset(o);
   Loader& loader = *s.train;
   loader.start_epoch(3);
@@ -307,7 +310,7 @@ TEST_F(Checkpoints, SyntheticLoaderSkipsToo) {
   o.name = "synthetic";
   o.data_dir = "1x4x4:3:40";
   o.train.batch_size = 8;
-  DatasetSplits s = open_dataset(o);
+  DatasetSplits s = open_dataset(o, ProcessGroup());
   s.train->start_epoch(0);
   s.train->skip_to(4);
   Batch b;

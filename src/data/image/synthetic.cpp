@@ -24,7 +24,7 @@ class SyntheticLoader : public Loader {
                                 ") and a {C, H, W} shape"));
     }
     // Samples of this rank, as DistributedSampler would pad them.
-    samples_ = (samples + o.world_size - 1) / o.world_size;
+    samples_ = DistributedSampler(samples, sampler_options(o)).num_samples();
     SplitMix64 rng(mix_seed(o.seed, static_cast<uint64_t>(o.rank), 0x5e7417c));
     inputs_ = at::empty({o.batch_size, shape[0], shape[1], shape[2]}, at::kFloat);
     float* x = inputs_.data_ptr<float>();
