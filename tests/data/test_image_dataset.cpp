@@ -145,7 +145,7 @@ TEST(Registry, Uint8InputsNormaliseWhereverTheyAreToTheFloatInputsOfBothSplits) 
     o.test.shuffle = false;
     o.test.pad = false;
     o.uint8_inputs = uint8_inputs;
-    return open_dataset(o);
+    return open_dataset(o, ProcessGroup());
   };
   DatasetSplits floats = open(false);
   DatasetSplits bytes = open(true);
