@@ -19,9 +19,9 @@ set(_dtrain_pkgconfig_modules ZMQ=libzmq DTRAIN_TURBOJPEG=libturbojpeg DTRAIN_PN
                               DTRAIN_JPEG=libjpeg)
 
 # Note [Installed include directories]
-# dtrain_library() gives each component the source tree's include/ (and, while
-# src/ is still a public include directory, src/) and the generated config.h's
-# folder. An exported target may not name source or build paths, so here
+# dtrain_library() gives each component the source tree's include/ and the
+# generated config.h's folder as public include directories (src/ is private:
+# Note [Private src] in dtrain.cmake). An exported target may not name source or build paths, so here
 # each is kept for the build tree only ($<BUILD_INTERFACE:...>) and the
 # installed include/ is added. Done here rather than in dtrain_library() so the
 # component CMakeLists stay as they are; src/ is never installed.

@@ -125,7 +125,7 @@ void write_atomically(const std::string& path, const std::string& text) {
 }
 
 bool file_exists(const std::string& path) {
-  struct stat st{};
+  struct stat st {};
   return ::stat(path.c_str(), &st) == 0;
 }
 

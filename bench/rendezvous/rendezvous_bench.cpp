@@ -104,7 +104,8 @@ Run run_once(int n, int attempt) {
     threads.emplace_back([&, i] {
       try {
         StorePtr store = connect_tcp_store("127.0.0.1", server->port(), std::chrono::seconds(60));
-        auto backend = detail::make_store_backend(store, "c10d store at 127.0.0.1:" + std::to_string(server->port()));
+        auto backend = detail::make_store_backend(
+            store, "c10d store at 127.0.0.1:" + std::to_string(server->port()));
         agents[i] = detail::make_dynamic_rendezvous(backend, config, "agent" + std::to_string(i));
       } catch (const std::exception& e) {
         errors[i] = e.what();
@@ -114,7 +115,8 @@ Run run_once(int n, int attempt) {
       joined[i] = Clock::now();
       try {
         detail::RendezvousInfo info = agents[i]->next_rendezvous();
-        if (info.num_nodes != n) errors[i] = "round has " + std::to_string(info.num_nodes) + " nodes";
+        if (info.num_nodes != n)
+          errors[i] = "round has " + std::to_string(info.num_nodes) + " nodes";
       } catch (const std::exception& e) {
         errors[i] = e.what();
       }
@@ -144,7 +146,6 @@ Run run_once(int n, int attempt) {
   return run;
 }
 
-
 // --- processes mode --------------------------------------------------------
 
 /// One child's report; under PIPE_BUF, so each write is atomic.
@@ -156,7 +157,8 @@ struct ChildResult {
 };
 
 int64_t now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
+      .count();
 }
 
 bool write_all(int fd, const void* data, size_t size) {
@@ -176,7 +178,8 @@ bool write_all(int fd, const void* data, size_t size) {
 bool read_all(int fd, void* data, size_t size, Clock::time_point deadline) {
   char* p = static_cast<char*>(data);
   while (size > 0) {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
     if (left <= 0) return false;
     pollfd pfd{fd, POLLIN, 0};
     int rc = ::poll(&pfd, 1, static_cast<int>(std::min<int64_t>(left, 1000)));
@@ -201,8 +204,8 @@ void wait_eof(int fd) {
   }
 }
 
-[[noreturn]] void child_agent(int index, const dtrain::detail::RendezvousConfig& config, int port_fd, int ready_fd,
-                              int go_fd, int result_fd, int exit_fd) {
+[[noreturn]] void child_agent(int index, const dtrain::detail::RendezvousConfig& config,
+                              int port_fd, int ready_fd, int go_fd, int result_fd, int exit_fd) {
   using namespace dtrain;
   ChildResult result;
   result.index = index;
@@ -211,7 +214,8 @@ void wait_eof(int fd) {
   if (!read_all(port_fd, &port, sizeof(port), Clock::now() + std::chrono::seconds(120))) _exit(3);
   try {
     StorePtr store = connect_tcp_store("127.0.0.1", port, std::chrono::seconds(60));
-    auto backend = detail::make_store_backend(store, "c10d store at 127.0.0.1:" + std::to_string(port));
+    auto backend =
+        detail::make_store_backend(store, "c10d store at 127.0.0.1:" + std::to_string(port));
     agent = detail::make_dynamic_rendezvous(backend, config, "agent" + std::to_string(index));
   } catch (const std::exception& e) {
     std::snprintf(result.error, sizeof(result.error), "connect: %s", e.what());
@@ -284,7 +288,8 @@ Run run_once_processes(int n, int attempt) {
   }
   ::close(port_p[1]);
   std::vector<char> ready(forked);
-  if (run.ok && !read_all(ready_p[0], ready.data(), ready.size(), Clock::now() + std::chrono::seconds(120))) {
+  if (run.ok &&
+      !read_all(ready_p[0], ready.data(), ready.size(), Clock::now() + std::chrono::seconds(120))) {
     run.ok = false;
     run.error = "not all agents connected";
   }
@@ -296,7 +301,8 @@ Run run_once_processes(int n, int attempt) {
     ChildResult r;
     if (!read_all(result_p[0], &r, sizeof(r), deadline)) {
       run.ok = false;
-      run.error = std::to_string(results.size()) + " of " + std::to_string(n) + " agents formed in time";
+      run.error =
+          std::to_string(results.size()) + " of " + std::to_string(n) + " agents formed in time";
       break;
     }
     results.push_back(r);
@@ -357,13 +363,14 @@ int main(int argc, char** argv) {
     std::string arg = argv[i];
     if (arg == "--repeat" && i + 1 < argc) {
       repeat = std::max(1, std::atoi(argv[++i]));
-    } else if (arg == "--mode" && i + 1 < argc && (std::string(argv[i + 1]) == "threads" ||
-                                                   std::string(argv[i + 1]) == "processes")) {
+    } else if (arg == "--mode" && i + 1 < argc &&
+               (std::string(argv[i + 1]) == "threads" || std::string(argv[i + 1]) == "processes")) {
       processes = std::string(argv[++i]) == "processes";
     } else if (std::atoi(arg.c_str()) > 0) {
       sizes.push_back(std::atoi(arg.c_str()));
     } else {
-      std::fprintf(stderr, "usage: rendezvous_bench [--repeat R] [--mode threads|processes] [N ...]\n");
+      std::fprintf(stderr,
+                   "usage: rendezvous_bench [--repeat R] [--mode threads|processes] [N ...]\n");
       return 2;
     }
   }
@@ -374,9 +381,10 @@ int main(int argc, char** argv) {
     lim.rlim_cur = lim.rlim_max;
     ::setrlimit(RLIMIT_NOFILE, &lim);
   }
-  std::printf("# rendezvous_bench: N agents (%s, one TCP client each), MIN = MAX = N, "
-              "%u hardware threads, median of %d\n", processes ? "processes" : "threads",
-              std::thread::hardware_concurrency(), repeat);
+  std::printf(
+      "# rendezvous_bench: N agents (%s, one TCP client each), MIN = MAX = N, "
+      "%u hardware threads, median of %d\n",
+      processes ? "processes" : "threads", std::thread::hardware_concurrency(), repeat);
   std::printf("%8s %12s %12s %12s %8s\n", "N", "form_s", "connect_s", "leave_s", "status");
   std::vector<std::string> json;
   int status = 0;
@@ -400,10 +408,11 @@ int main(int argc, char** argv) {
     for (double f : form) runs += (runs.empty() ? "" : ",") + std::to_string(f);
     char line[512];
     std::snprintf(line, sizeof(line),
-                  "{\"bench\":\"rendezvous\",\"mode\":\"%s\",\"n\":%d,\"form_s\":%.4f,\"connect_s\":%.4f,\"leave_s\":%.4f,"
+                  "{\"bench\":\"rendezvous\",\"mode\":\"%s\",\"n\":%d,\"form_s\":%.4f,\"connect_"
+                  "s\":%.4f,\"leave_s\":%.4f,"
                   "\"form_runs_s\":[%s],\"ok\":%s}",
-                  processes ? "processes" : "threads", n, median(form), median(connect), median(leave), runs.c_str(),
-                  error.empty() ? "true" : "false");
+                  processes ? "processes" : "threads", n, median(form), median(connect),
+                  median(leave), runs.c_str(), error.empty() ? "true" : "false");
     json.push_back(line);
   }
   for (const std::string& line : json) std::printf("%s\n", line.c_str());

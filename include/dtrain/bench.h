@@ -203,10 +203,10 @@ struct KVStoreBenchRow {
   int64_t bytes = 0;  ///< fp32 bytes pushed (and pulled) by each worker
   int64_t keys = 0;
   double time_us = 0;
-  double algbw_gbps = 0;   ///< bytes / time, GB/s (1e9 bytes)
-  double tx_bytes = 0;     ///< sent by a worker's interface(s)
-  double rx_bytes = 0;     ///< received by a worker's interface(s)
-  int64_t wrong = -1;      ///< differing elements, summed over workers
+  double algbw_gbps = 0;  ///< bytes / time, GB/s (1e9 bytes)
+  double tx_bytes = 0;    ///< sent by a worker's interface(s)
+  double rx_bytes = 0;    ///< received by a worker's interface(s)
+  int64_t wrong = -1;     ///< differing elements, summed over workers
 };
 
 struct KVStoreBenchResult {

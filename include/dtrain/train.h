@@ -113,7 +113,8 @@ struct TrainOptions {
   /// group; "dist_sync", "dist_async", "dist_device_sync" or "local" sends
   /// each DDP bucket through KVStore::create(kvstore) instead, pushed as it
   /// fills during backward and pulled before backward returns (a
-  /// ddp.comm_hook other than allreduce_hook() is then InvalidArgument). The job's workers must be the group's ranks
+  /// ddp.comm_hook other than allreduce_hook() is then InvalidArgument). The job's workers must be
+  /// the group's ranks
   /// (`dtrain run --ps-servers S` sets DMLC_* and RANK/WORLD_SIZE alike).
   /// With DMLC_ROLE=scheduler or server, train() serves that role and exits
   /// the process (KVStore::create's contract).

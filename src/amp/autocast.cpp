@@ -24,8 +24,8 @@ namespace dtrain {
 at::ScalarType amp_dtype_from_name(const std::string& name) {
   if (name == "bf16") return at::kBFloat16;
   if (name == "fp16") return at::kHalf;
-  throw InvalidArgument(cat("unknown mixed-precision dtype '", name,
-                            "'; use bf16 (CPU or CUDA) or fp16 (CUDA)"));
+  throw InvalidArgument(
+      cat("unknown mixed-precision dtype '", name, "'; use bf16 (CPU or CUDA) or fp16 (CUDA)"));
 }
 
 void check_autocast(c10::DeviceType device_type, at::ScalarType dtype) {
@@ -34,7 +34,8 @@ void check_autocast(c10::DeviceType device_type, at::ScalarType dtype) {
       throw InvalidArgument("fp16 autocast needs a CUDA device; use --amp bf16 on CPU");
     }
     if (dtype != at::kBFloat16) {
-      throw InvalidArgument(cat("CPU autocast supports bf16 only, not ", dtype, "; use --amp bf16"));
+      throw InvalidArgument(
+          cat("CPU autocast supports bf16 only, not ", dtype, "; use --amp bf16"));
     }
     return;
   }
@@ -70,9 +71,7 @@ AutocastGuard::~AutocastGuard() {
   compat::set_autocast_dtype(device_type_, previous_dtype_);
 }
 
-bool autocast_enabled(c10::DeviceType device_type) {
-  return compat::autocast_enabled(device_type);
-}
+bool autocast_enabled(c10::DeviceType device_type) { return compat::autocast_enabled(device_type); }
 
 at::ScalarType autocast_dtype(c10::DeviceType device_type) {
   return compat::autocast_dtype(device_type);

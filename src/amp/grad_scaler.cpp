@@ -124,30 +124,33 @@ double number(const c10::impl::GenericDict& state, const std::string& key) {
   const c10::IValue& v = entry(state, key);
   if (v.isDouble()) return v.toDouble();
   if (v.isInt()) return static_cast<double>(v.toInt());
-  throw DataError(cat("GradScaler state_dict entry '", key, "' is a ", v.tagKind(),
-                      ", expected a float"));
+  throw DataError(
+      cat("GradScaler state_dict entry '", key, "' is a ", v.tagKind(), ", expected a float"));
 }
 
 int64_t integer(const c10::impl::GenericDict& state, const std::string& key) {
   const c10::IValue& v = entry(state, key);
   if (v.isInt()) return v.toInt();
-  throw DataError(cat("GradScaler state_dict entry '", key, "' is a ", v.tagKind(),
-                      ", expected an int"));
+  throw DataError(
+      cat("GradScaler state_dict entry '", key, "' is a ", v.tagKind(), ", expected an int"));
 }
 
 void check_options(const GradScalerOptions& o) {
   if (!o.enabled) return;
   if (!(o.init_scale > 0) || !std::isfinite(o.init_scale)) {
-    throw InvalidArgument(cat("GradScaler: init_scale must be positive and finite, got ", o.init_scale));
+    throw InvalidArgument(
+        cat("GradScaler: init_scale must be positive and finite, got ", o.init_scale));
   }
   if (!(o.growth_factor > 1.0)) {
     throw InvalidArgument(cat("GradScaler: growth_factor must be > 1, got ", o.growth_factor));
   }
   if (!(o.backoff_factor > 0.0 && o.backoff_factor < 1.0)) {
-    throw InvalidArgument(cat("GradScaler: backoff_factor must be in (0, 1), got ", o.backoff_factor));
+    throw InvalidArgument(
+        cat("GradScaler: backoff_factor must be in (0, 1), got ", o.backoff_factor));
   }
   if (o.growth_interval < 1 || o.growth_interval > INT32_MAX) {
-    throw InvalidArgument(cat("GradScaler: growth_interval must be in [1, 2^31), got ", o.growth_interval));
+    throw InvalidArgument(
+        cat("GradScaler: growth_interval must be in [1, 2^31), got ", o.growth_interval));
   }
 }
 
@@ -211,8 +214,9 @@ void GradScaler::unscale_grads(torch::optim::Optimizer& optimizer, OptimizerStat
             "let autocast cast inside the ops");
       }
       at::Tensor values = grad.is_sparse() ? grad._values() : grad;
-      auto& per_device = groups.try_emplace(values.device().str(), values.device(),
-                                            std::map<int, std::vector<at::Tensor>>{})
+      auto& per_device = groups
+                             .try_emplace(values.device().str(), values.device(),
+                                          std::map<int, std::vector<at::Tensor>>{})
                              .first->second;
       per_device.second[static_cast<int>(values.scalar_type())].push_back(values);
       ++count;

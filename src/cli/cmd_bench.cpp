@@ -3,8 +3,8 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -73,7 +73,9 @@ void add_ddp(CLI::App& bench, int* exit_code) {
   cmd->add_option("--steps", f->o.steps, "Measured steps of each kind")
       ->capture_default_str()
       ->check(positive());
-  cmd->add_option("--warmup", f->o.warmup, "Warm-up steps")->capture_default_str()->check(non_negative());
+  cmd->add_option("--warmup", f->o.warmup, "Warm-up steps")
+      ->capture_default_str()
+      ->check(non_negative());
   cmd->add_option("--threads", f->o.threads, "Intra-op threads per process (0: default)")
       ->capture_default_str()
       ->check(non_negative());
@@ -86,7 +88,8 @@ void add_ddp(CLI::App& bench, int* exit_code) {
   cmd->add_flag("--find-unused-parameters", f->o.find_unused_parameters,
                 "DDP searches the graph for unused parameters after each forward");
   cmd->add_option("--timeline", f->o.timeline,
-                  "Chrome trace per rank (FILE.rank<r>.json, or {rank} in FILE); join with 'dtrain timeline merge'");
+                  "Chrome trace per rank (FILE.rank<r>.json, or {rank} in FILE); join with 'dtrain "
+                  "timeline merge'");
   cmd->add_flag("--json", f->json, "Print one JSON object (rank 0)");
   cmd->callback([f, exit_code] {
     *exit_code = with_group("ddp", [&](const ProcessGroup& pg) {
@@ -109,7 +112,8 @@ void add_train(CLI::App& bench, int* exit_code) {
   auto f = std::make_shared<Flags>();
   CLI::App* cmd = bench.add_subcommand(
       "train", "Training throughput on synthetic data, as tf_cnn_benchmarks (total images/sec)");
-  cmd->add_option("--model", f->o.model, "Model: " + join(model_names(), ", "))->capture_default_str();
+  cmd->add_option("--model", f->o.model, "Model: " + join(model_names(), ", "))
+      ->capture_default_str();
   cmd->add_option("--batch-size", f->o.batch_size, "Samples per step per process")
       ->capture_default_str()
       ->check(positive());
@@ -122,8 +126,10 @@ void add_train(CLI::App& bench, int* exit_code) {
   cmd->add_option("--threads", f->o.threads, "Intra-op threads per process (0: default)")
       ->capture_default_str()
       ->check(non_negative());
-  cmd->add_option("--amp", f->o.amp, "Autocast: none, bf16, fp16 (fp16 needs CUDA)")->capture_default_str();
-  cmd->add_flag("--channels-last", f->o.channels_last, "Weights and inputs in channels_last format");
+  cmd->add_option("--amp", f->o.amp, "Autocast: none, bf16, fp16 (fp16 needs CUDA)")
+      ->capture_default_str();
+  cmd->add_flag("--channels-last", f->o.channels_last,
+                "Weights and inputs in channels_last format");
   cmd->add_option("--steps", f->o.steps, "Timed steps")->capture_default_str()->check(positive());
   cmd->add_option("--warmup-steps", f->o.warmup_steps, "Untimed steps first")
       ->capture_default_str()
@@ -190,10 +196,12 @@ void add_collective(CLI::App& bench, int* exit_code) {
       ->capture_default_str();
   cmd->add_option("-e,--maxbytes", f->max_bytes, "Largest size")->capture_default_str();
   cmd->add_option("-f,--stepfactor", f->o.step_factor, "Size multiplier")->capture_default_str();
-  cmd->add_option("-n,--iters", f->o.iterations, "Timed iterations per size")->capture_default_str();
+  cmd->add_option("-n,--iters", f->o.iterations, "Timed iterations per size")
+      ->capture_default_str();
   cmd->add_option("-w,--warmup_iters", f->o.warmup, "Warm-up iterations")->capture_default_str();
   cmd->add_option("-c,--check", f->check, "Check results (0/1)")->capture_default_str();
-  cmd->add_option("-d,--datatype", f->o.dtype, "float, double, int32, int64")->capture_default_str();
+  cmd->add_option("-d,--datatype", f->o.dtype, "float, double, int32, int64")
+      ->capture_default_str();
   cmd->add_option("-o,--op", f->o.redop, "Reduction: sum, prod, min, max")->capture_default_str();
   cmd->add_option("-r,--root", f->o.root, "Root of broadcast and reduce")->capture_default_str();
   cmd->callback([f, exit_code] {
@@ -208,13 +216,18 @@ void add_collective(CLI::App& bench, int* exit_code) {
     *exit_code = with_group("collective", [&](const ProcessGroup& pg) {
       auto rows = run_collective_bench(f->o, pg);
       if (pg.rank() == 0) {
-        std::fputs(format_collective_table(f->o, rows, pg.size(), pg.backend_name()).c_str(), stdout);
+        std::fputs(format_collective_table(f->o, rows, pg.size(), pg.backend_name()).c_str(),
+                   stdout);
         std::fflush(stdout);
       }
       // As nccl-tests, a wrong result fails the run (every rank knows the sum).
       int64_t wrong = 0;
-      for (const auto& r : rows) wrong += std::max<int64_t>(r.out_of_place.wrong, 0) + std::max<int64_t>(r.in_place.wrong, 0);
-      if (wrong > 0) throw Error(cat(f->o.op, ": ", wrong, " result element(s) differ from the expected values"));
+      for (const auto& r : rows)
+        wrong +=
+            std::max<int64_t>(r.out_of_place.wrong, 0) + std::max<int64_t>(r.in_place.wrong, 0);
+      if (wrong > 0)
+        throw Error(
+            cat(f->o.op, ": ", wrong, " result element(s) differ from the expected values"));
     });
   });
 }
@@ -292,7 +305,8 @@ std::string last_json_object(const std::string& text) {
   std::string found;
   for (const std::string& line : split(text, '\n')) {
     const size_t brace = line.find('{');
-    if (brace != std::string::npos && line.find("world_size") != std::string::npos) found = line.substr(brace);
+    if (brace != std::string::npos && line.find("world_size") != std::string::npos)
+      found = line.substr(brace);
   }
   return found;
 }
@@ -326,29 +340,44 @@ void add_scaling(CLI::App& bench, int* exit_code) {
   f->o.warmup_steps = 3;
   f->o.threads = 1;
   CLI::App* cmd = bench.add_subcommand(
-      "scaling", "Images/sec and epoch time against processes: runs 'bench train' per world size; JSON + SVG");
-  cmd->add_option("--model", f->o.model, "Model: " + join(model_names(), ", "))->capture_default_str();
-  cmd->add_option("--procs", f->procs, "World sizes on this node, comma-separated")->capture_default_str();
+      "scaling",
+      "Images/sec and epoch time against processes: runs 'bench train' per world size; JSON + SVG");
+  cmd->add_option("--model", f->o.model, "Model: " + join(model_names(), ", "))
+      ->capture_default_str();
+  cmd->add_option("--procs", f->procs, "World sizes on this node, comma-separated")
+      ->capture_default_str();
   cmd->add_option("--batch-size", f->o.batch_size, "Samples per step per process")
       ->capture_default_str()
       ->check(positive());
   cmd->add_option("--image-size", f->o.image_size, "Input size (0: 28 for cnn, else 224)")
       ->capture_default_str()
       ->check(non_negative());
-  cmd->add_option("--steps", f->o.steps, "Measured steps per run")->capture_default_str()->check(positive());
-  cmd->add_option("--threads", f->o.threads, "Intra-op threads per process")->capture_default_str()->check(non_negative());
-  cmd->add_option("--from", f->from, "'dtrain bench train --json' (or 'bench ddp --json') result files (a cluster's runs) instead of running");
+  cmd->add_option("--steps", f->o.steps, "Measured steps per run")
+      ->capture_default_str()
+      ->check(positive());
+  cmd->add_option("--threads", f->o.threads, "Intra-op threads per process")
+      ->capture_default_str()
+      ->check(non_negative());
+  cmd->add_option("--from", f->from,
+                  "'dtrain bench train --json' (or 'bench ddp --json') result files (a cluster's "
+                  "runs) instead of running");
   cmd->add_option("--epoch-samples", f->epoch_samples, "Samples per epoch for the epoch-time panel")
       ->capture_default_str()
       ->check(positive());
-  cmd->add_option("-o,--output-dir", f->output_dir, "Where scaling.json and scaling.svg go")->capture_default_str();
-  cmd->add_option("--timeout", f->timeout_s, "Seconds allowed per run")->capture_default_str()->check(positive());
+  cmd->add_option("-o,--output-dir", f->output_dir, "Where scaling.json and scaling.svg go")
+      ->capture_default_str();
+  cmd->add_option("--timeout", f->timeout_s, "Seconds allowed per run")
+      ->capture_default_str()
+      ->check(positive());
   cmd->callback([f, exit_code] {
     try {
       std::vector<std::string> results;
       for (const std::string& path : f->from) {
         std::string json = last_json_object(read_text(path));
-        if (json.empty()) throw InvalidArgument(cat("bench scaling: '", path, "' holds no 'bench train --json' or 'bench ddp --json' result"));
+        if (json.empty())
+          throw InvalidArgument(
+              cat("bench scaling: '", path,
+                  "' holds no 'bench train --json' or 'bench ddp --json' result"));
         results.push_back(json);
       }
       if (f->from.empty()) {
@@ -356,13 +385,15 @@ void add_scaling(CLI::App& bench, int* exit_code) {
         for (const std::string& p : split(f->procs, ',')) {
           long long n = 0;
           if (!parse_int(p, &n) || n < 1) {
-            throw InvalidArgument(cat("bench scaling: bad --procs entry '", p, "'; use e.g. 1,2,4"));
+            throw InvalidArgument(
+                cat("bench scaling: bad --procs entry '", p, "'; use e.g. 1,2,4"));
           }
           const std::string command =
-              cat("timeout -k 5 ", f->timeout_s, " '", self, "' run --nproc-per-node ", n, " -- '", self,
-                  "' bench train --json --model ", f->o.model, " --batch-size ", f->o.batch_size,
-                  " --image-size ", f->o.image_size, " --steps ", f->o.steps, " --warmup-steps ",
-                  f->o.warmup_steps, " --display-every ", f->o.steps, " --threads ", f->o.threads, " 2>&1");
+              cat("timeout -k 5 ", f->timeout_s, " '", self, "' run --nproc-per-node ", n, " -- '",
+                  self, "' bench train --json --model ", f->o.model, " --batch-size ",
+                  f->o.batch_size, " --image-size ", f->o.image_size, " --steps ", f->o.steps,
+                  " --warmup-steps ", f->o.warmup_steps, " --display-every ", f->o.steps,
+                  " --threads ", f->o.threads, " 2>&1");
           std::fprintf(stderr, "dtrain bench scaling: %lld process(es)...\n", n);
           std::string out;
           FILE* pipe = ::popen(command.c_str(), "r");
@@ -372,8 +403,8 @@ void add_scaling(CLI::App& bench, int* exit_code) {
           const int status = pipe ? ::pclose(pipe) : -1;
           std::string json = last_json_object(out);
           if (status != 0 || json.empty()) {
-            throw Error(cat("bench scaling: the run with ", n, " process(es) failed (", command, "): ",
-                            first_line(out)));
+            throw Error(cat("bench scaling: the run with ", n, " process(es) failed (", command,
+                            "): ", first_line(out)));
           }
           results.push_back(json);
         }
@@ -384,12 +415,13 @@ void add_scaling(CLI::App& bench, int* exit_code) {
       const std::string svg_path = f->output_dir + "/scaling.svg";
       std::ofstream(json_path) << to_json(table) << "\n";
       std::ofstream(svg_path) << scaling_svg(table);
-      std::printf("# model %s, batch %lld per process\n#%6s %14s %14s %11s %12s\n", table.model.c_str(),
-                  static_cast<long long>(table.batch_size), "procs", "images/sec", "ideal", "efficiency",
-                  "epoch (s)");
+      std::printf("# model %s, batch %lld per process\n#%6s %14s %14s %11s %12s\n",
+                  table.model.c_str(), static_cast<long long>(table.batch_size), "procs",
+                  "images/sec", "ideal", "efficiency", "epoch (s)");
       for (const auto& p : table.points) {
         std::printf(" %6d %14.1f %14.1f %10.0f%% %12.2f\n", p.procs, p.images_per_sec,
-                    table.ideal_images_per_sec(p), table.efficiency(p) * 100, table.epoch_seconds(p));
+                    table.ideal_images_per_sec(p), table.efficiency(p) * 100,
+                    table.epoch_seconds(p));
       }
       std::printf("wrote %s and %s\n", json_path.c_str(), svg_path.c_str());
       *exit_code = 0;

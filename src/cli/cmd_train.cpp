@@ -97,8 +97,8 @@ int run_train(const TrainFlags& f) {
     if (!f.checkpoint_every.empty() &&
         !parse_checkpoint_every(f.checkpoint_every, &o.checkpoint_every_steps,
                                 &o.checkpoint_every_epochs)) {
-      throw InvalidArgument(cat("--checkpoint-every '", f.checkpoint_every,
-                                "' is not N (steps), Nsteps or Nepochs"));
+      throw InvalidArgument(
+          cat("--checkpoint-every '", f.checkpoint_every, "' is not N (steps), Nsteps or Nepochs"));
     }
     std::vector<double> betas;
     if (!parse_list(f.adamw_betas, &betas) || betas.size() != 2) {
@@ -107,12 +107,12 @@ int run_train(const TrainFlags& f) {
     o.optimizer.beta1 = betas[0];
     o.optimizer.beta2 = betas[1];
     if (!f.lr_milestones.empty() && !parse_list(f.lr_milestones, &o.lr_milestones)) {
-      throw InvalidArgument(cat("--lr-milestones '", f.lr_milestones,
-                                "' is not a list of epochs like 30,60,80"));
+      throw InvalidArgument(
+          cat("--lr-milestones '", f.lr_milestones, "' is not a list of epochs like 30,60,80"));
     }
     if (!f.norm_weight_decay.empty()) o.optimizer.norm_weight_decay = f.norm_weight_decay[0];
     if (!f.bias_weight_decay.empty()) o.optimizer.bias_weight_decay = f.bias_weight_decay[0];
-    o.progress = f.quiet                    ? TrainOptions::Progress::kNone
+    o.progress = f.quiet                   ? TrainOptions::Progress::kNone
                  : ::isatty(STDOUT_FILENO) ? TrainOptions::Progress::kInPlace
                                            : TrainOptions::Progress::kLines;
     validate(o);  // before joining the group: bad flags never leave peers waiting
@@ -141,11 +141,9 @@ int run_eval(const EvalFlags& f) {
 }
 
 // Flags `dtrain train` and `dtrain eval` share: model, data, device, group.
-void add_common_flags(CLI::App* cmd, std::string& model, DatasetOptions& data,
-                      std::string& device, int& threads, int& loader_threads,
-                      bool& channels_last, GroupFlags& group) {
-  cmd->add_option("--model", model, "Model: " + join(model_names(), ", "))
-      ->capture_default_str();
+void add_common_flags(CLI::App* cmd, std::string& model, DatasetOptions& data, std::string& device,
+                      int& threads, int& loader_threads, bool& channels_last, GroupFlags& group) {
+  cmd->add_option("--model", model, "Model: " + join(model_names(), ", "))->capture_default_str();
   cmd->add_option("--dataset", data.name, "Dataset: " + join(dataset_names(), ", "))
       ->capture_default_str();
   cmd->add_option("--data-dir", data.data_dir, "Dataset directory (default per dataset)");
@@ -179,8 +177,8 @@ void add_train_command(CLI::App& root, int* exit_code) {
   TrainOptions& o = flags->options;
   CLI::App* cmd = root.add_subcommand(
       "train", "Train an image classifier data-parallel (start it with 'dtrain run')");
-  add_common_flags(cmd, o.model, o.dataset, o.device, o.threads, o.loader_threads,
-                   o.channels_last, flags->group);
+  add_common_flags(cmd, o.model, o.dataset, o.device, o.threads, o.loader_threads, o.channels_last,
+                   flags->group);
   cmd->add_option("--init-weights", o.init_weights,
                   "Start from these weights: torch.save(dict(model.state_dict()), PATH)");
   cmd->add_option("--epochs", o.epochs, "Epochs")->capture_default_str()->check(positive());
@@ -200,8 +198,7 @@ void add_train_command(CLI::App& root, int* exit_code) {
       ->capture_default_str()
       ->check(non_negative());
   cmd->add_flag("--nesterov", o.optimizer.nesterov, "SGD with Nesterov momentum");
-  cmd->add_option("--adamw-betas", flags->adamw_betas, "AdamW betas B1,B2")
-      ->capture_default_str();
+  cmd->add_option("--adamw-betas", flags->adamw_betas, "AdamW betas B1,B2")->capture_default_str();
   cmd->add_option("--adamw-eps", o.optimizer.eps, "AdamW eps")
       ->capture_default_str()
       ->check(non_negative());
@@ -239,12 +236,10 @@ void add_train_command(CLI::App& root, int* exit_code) {
   cmd->add_option("--lr-warmup-epochs", o.lr_warmup_epochs, "Linear warm-up over N epochs")
       ->capture_default_str()
       ->check(non_negative());
-  cmd->add_option("--lr-warmup-steps", o.lr_warmup_steps,
-                  "Linear warm-up over N optimizer steps")
+  cmd->add_option("--lr-warmup-steps", o.lr_warmup_steps, "Linear warm-up over N optimizer steps")
       ->capture_default_str()
       ->check(non_negative());
-  cmd->add_option("--lr-warmup-decay", o.lr_warmup_decay,
-                  "The warm-up starts at lr x this factor")
+  cmd->add_option("--lr-warmup-decay", o.lr_warmup_decay, "The warm-up starts at lr x this factor")
       ->capture_default_str()
       ->check(positive());
   // Loss and gradients.
@@ -336,11 +331,12 @@ void add_train_command(CLI::App& root, int* exit_code) {
 void add_eval_command(CLI::App& root, int* exit_code) {
   auto flags = std::make_shared<EvalFlags>();
   EvalOptions& o = flags->options;
-  CLI::App* cmd = root.add_subcommand(
-      "eval", "Evaluate a model on a dataset's evaluation split, each sample once, "
-              "data-parallel (start it with 'dtrain run')");
-  add_common_flags(cmd, o.model, o.dataset, o.device, o.threads, o.loader_threads,
-                   o.channels_last, flags->group);
+  CLI::App* cmd =
+      root.add_subcommand("eval",
+                          "Evaluate a model on a dataset's evaluation split, each sample once, "
+                          "data-parallel (start it with 'dtrain run')");
+  add_common_flags(cmd, o.model, o.dataset, o.device, o.threads, o.loader_threads, o.channels_last,
+                   flags->group);
   cmd->add_option("--checkpoint", o.checkpoint_dir,
                   "Weights: the model of the newest valid checkpoint in this directory");
   cmd->add_option("--init-weights", o.init_weights,

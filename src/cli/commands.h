@@ -14,13 +14,13 @@ class App;
 
 namespace dtrain::cli {
 
-void add_run_command(CLI::App& root, int* exit_code);    // cmd_run.cpp
-void add_train_command(CLI::App& root, int* exit_code);  // cmd_train.cpp
-void add_eval_command(CLI::App& root, int* exit_code);   // cmd_train.cpp
-void add_data_command(CLI::App& root, int* exit_code);   // cmd_data.cpp
-void add_bench_command(CLI::App& root, int* exit_code);  // cmd_bench.cpp
-void add_models_command(CLI::App& root, int* exit_code);  // cmd_models.cpp
-void add_ps_command(CLI::App& root, int* exit_code);     // cmd_ps.cpp
+void add_run_command(CLI::App& root, int* exit_code);       // cmd_run.cpp
+void add_train_command(CLI::App& root, int* exit_code);     // cmd_train.cpp
+void add_eval_command(CLI::App& root, int* exit_code);      // cmd_train.cpp
+void add_data_command(CLI::App& root, int* exit_code);      // cmd_data.cpp
+void add_bench_command(CLI::App& root, int* exit_code);     // cmd_bench.cpp
+void add_models_command(CLI::App& root, int* exit_code);    // cmd_models.cpp
+void add_ps_command(CLI::App& root, int* exit_code);        // cmd_ps.cpp
 void add_timeline_command(CLI::App& root, int* exit_code);  // cmd_timeline.cpp
 
 /// The failure path of a subcommand (main.cpp): prints

@@ -105,7 +105,8 @@ std::string gloo_host(const InitOptions& o) {
   return iface.empty() ? "127.0.0.1" : iface;
 }
 
-c10::intrusive_ptr<compat::CollectiveBackend> make_backend(const InitOptions& o, const StorePtr& store) {
+c10::intrusive_ptr<compat::CollectiveBackend> make_backend(const InitOptions& o,
+                                                           const StorePtr& store) {
   if (o.backend == "gloo") {
     auto go = c10d::ProcessGroupGloo::Options::create();
     go->timeout = o.timeout;
@@ -128,7 +129,8 @@ c10::intrusive_ptr<compat::CollectiveBackend> make_backend(const InitOptions& o,
   if (o.backend == "nccl") {
 #if DTRAIN_HAVE_NCCL
     if (c10::cuda::device_count() == 0) {
-      throw InvalidArgument(cat("rank ", o.rank, ": backend 'nccl' needs a GPU and none is "
+      throw InvalidArgument(cat("rank ", o.rank,
+                                ": backend 'nccl' needs a GPU and none is "
                                 "visible; use --backend gloo"));
     }
     // One GPU per local rank, as torchrun users expect.
@@ -137,8 +139,9 @@ c10::intrusive_ptr<compat::CollectiveBackend> make_backend(const InitOptions& o,
     no->timeout = o.timeout;
     return c10::make_intrusive<c10d::ProcessGroupNCCL>(store, o.rank, o.world_size, no);
 #else
-    throw InvalidArgument("backend 'nccl' needs a LibTorch built with CUDA; this build is CPU-only, "
-                          "use --backend gloo");
+    throw InvalidArgument(
+        "backend 'nccl' needs a LibTorch built with CUDA; this build is CPU-only, "
+        "use --backend gloo");
 #endif
   }
   throw InvalidArgument(cat("unknown backend '", o.backend, "'; use gloo or nccl"));
@@ -158,7 +161,9 @@ int ProcessGroup::local_rank() const { return state_->local_rank; }
 int ProcessGroup::local_world_size() const { return state_->local_world_size; }
 std::chrono::milliseconds ProcessGroup::timeout() const { return state_->timeout; }
 const std::string& ProcessGroup::backend_name() const { return state_->backend_name; }
-c10::intrusive_ptr<compat::CollectiveBackend> ProcessGroup::backend() const { return state_->backend; }
+c10::intrusive_ptr<compat::CollectiveBackend> ProcessGroup::backend() const {
+  return state_->backend;
+}
 StorePtr ProcessGroup::store() const { return state_->store; }
 
 ProcessGroup make_process_group(std::shared_ptr<const ProcessGroup::State> state) {
@@ -191,8 +196,8 @@ void form_group(ProcessGroup::State& state, StorePtr store, const InitOptions& o
   } catch (const std::exception& e) {
     throw TimeoutError(cat("rank ", options.rank, " of ", options.world_size,
                            ": the process group did not form within ",
-                           options.store_timeout.count() / 1000.0, " s over ",
-                           options.init_method, " (", first_line(e.what()),
+                           options.store_timeout.count() / 1000.0, " s over ", options.init_method,
+                           " (", first_line(e.what()),
                            "); check that every rank started and can reach the others"));
   }
 }

@@ -9,8 +9,8 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
-#include "dtrain/compat.h"
 #include "common/strings.h"
+#include "dtrain/compat.h"
 #include "dtrain/errors.h"
 
 namespace dtrain {
@@ -61,8 +61,8 @@ StorePtr connect_tcp_store(const std::string& host, int port, std::chrono::milli
     throw InvalidArgument(cat("store port ", port, " is out of range 1-65535"));
   }
   try {
-    return c10::make_intrusive<c10d::TCPStore>(
-        host, tcp_options(port, /*is_server=*/false, timeout));
+    return c10::make_intrusive<c10d::TCPStore>(host,
+                                               tcp_options(port, /*is_server=*/false, timeout));
   } catch (const std::exception& e) {
     throw TimeoutError(cat("could not connect to the store at ", host, ":", port, " within ",
                            timeout.count() / 1000.0, " s (", first_line(e.what()),

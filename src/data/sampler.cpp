@@ -11,8 +11,8 @@ namespace dtrain {
 DistributedSampler::DistributedSampler(int64_t dataset_size, SamplerOptions options)
     : dataset_size_(dataset_size), options_(options) {
   if (options_.world_size < 1) {
-    throw InvalidArgument(cat("DistributedSampler: world_size must be >= 1, got ",
-                              options_.world_size));
+    throw InvalidArgument(
+        cat("DistributedSampler: world_size must be >= 1, got ", options_.world_size));
   }
   if (options_.rank < 0 || options_.rank >= options_.world_size) {
     throw InvalidArgument(cat("DistributedSampler: rank ", options_.rank,

@@ -28,8 +28,8 @@ void TensorLoader::start_epoch(int64_t epoch) {
 
 void TensorLoader::skip_to(int64_t batch_index) {
   if (batch_index < 0 || batch_index > batches_per_epoch()) {
-    throw InvalidArgument(cat("TensorLoader: batch ", batch_index, " is outside [0, ",
-                              batches_per_epoch(), "]"));
+    throw InvalidArgument(
+        cat("TensorLoader: batch ", batch_index, " is outside [0, ", batches_per_epoch(), "]"));
   }
   // Batches are consecutive runs of the sampler's order, so batch b starts
   // at position b * batch_size.

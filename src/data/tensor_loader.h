@@ -23,7 +23,7 @@ class TensorLoader : public Loader {
   at::Tensor targets_;
   LoaderOptions options_;
   DistributedSampler sampler_;
-  at::Tensor order_;  // this epoch's indices, int64
+  at::Tensor order_;        // this epoch's indices, int64
   int64_t cursor_ = 0;      // next sample position in order_
   int64_t next_batch_ = 0;  // the batch next() returns
 };

@@ -73,7 +73,8 @@ void broadcast_flat(const ProcessGroup& pg, const std::vector<at::Tensor>& tenso
 
 // PyTorch refuses a module spread over devices in the same way: DDP
 // replicates a module that lives on one device.
-void check_one_device(const std::vector<std::string>& names, const std::vector<at::Tensor>& params) {
+void check_one_device(const std::vector<std::string>& names,
+                      const std::vector<at::Tensor>& params) {
   for (size_t i = 1; i < params.size(); ++i) {
     if (params[i].device() == params[0].device()) continue;
     throw InvalidArgument(cat("DDP: the module's parameters are on several devices ('", names[0],

@@ -17,8 +17,8 @@ DistributedOptimizer::DistributedOptimizer(torch::optim::Optimizer& optimizer, P
       options_(std::move(options)),
       hook_(options_.compression ? options_.compression : allreduce_hook()) {
   if (options_.threshold_bytes <= 0) {
-    throw InvalidArgument(
-        cat("DistributedOptimizer: fusion threshold must be positive, got ", options_.threshold_bytes));
+    throw InvalidArgument(cat("DistributedOptimizer: fusion threshold must be positive, got ",
+                              options_.threshold_bytes));
   }
 }
 

@@ -172,9 +172,9 @@ Reducer::Reducer(std::vector<std::string> names, std::vector<at::Tensor> params,
       options_(std::move(options)),
       hook_(options_.comm_hook ? options_.comm_hook : allreduce_hook()) {
   if (options_.bucket_cap_mb <= 0 || options_.first_bucket_cap_mb <= 0) {
-    throw InvalidArgument(cat("DDP: bucket sizes must be positive (bucket_cap_mb=",
-                              options_.bucket_cap_mb, ", first_bucket_cap_mb=",
-                              options_.first_bucket_cap_mb, ")"));
+    throw InvalidArgument(
+        cat("DDP: bucket sizes must be positive (bucket_cap_mb=", options_.bucket_cap_mb,
+            ", first_bucket_cap_mb=", options_.first_bucket_cap_mb, ")"));
   }
   // Reverse registration order: the last layers' gradients are ready first.
   std::vector<size_t> order(params_.size());
@@ -198,9 +198,9 @@ void Reducer::build_buckets(const std::vector<size_t>& order) {
                      tensor_key(params_[p])});
   }
   const int64_t mib = 1 << 20;
-  auto groups = ddp::assign_buckets(
-      infos, {static_cast<int64_t>(options_.first_bucket_cap_mb * mib),
-              static_cast<int64_t>(options_.bucket_cap_mb * mib)});
+  auto groups =
+      ddp::assign_buckets(infos, {static_cast<int64_t>(options_.first_bucket_cap_mb * mib),
+                                  static_cast<int64_t>(options_.bucket_cap_mb * mib)});
 
   std::vector<Bucket> buckets(groups.size());
   bucket_of_.assign(params_.size(), 0);
@@ -340,12 +340,14 @@ void Reducer::maybe_rebuild_buckets() {
   if (pg_.size() > 1) {
     // Rank 0's order for everyone: all ranks must build the same buckets.
     at::Tensor t = at::empty({static_cast<int64_t>(order.size())}, at::kLong);
-    for (size_t i = 0; i < order.size(); ++i) t.data_ptr<int64_t>()[i] = static_cast<int64_t>(order[i]);
+    for (size_t i = 0; i < order.size(); ++i)
+      t.data_ptr<int64_t>()[i] = static_cast<int64_t>(order[i]);
     if (params_[0].device().is_cuda()) t = t.to(params_[0].device());
     std::vector<at::Tensor> ts{t};
     pg_.broadcast(ts, 0);
     at::Tensor got = ts[0].cpu();
-    for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<size_t>(got.data_ptr<int64_t>()[i]);
+    for (size_t i = 0; i < order.size(); ++i)
+      order[i] = static_cast<size_t>(got.data_ptr<int64_t>()[i]);
   }
   at::NoGradGuard no_grad;
   std::lock_guard<std::mutex> lock(mu_);
@@ -389,13 +391,13 @@ void Reducer::finish_forward(const std::vector<at::Tensor>& outputs) {
 void Reducer::on_output_grad(uint64_t generation) {
   std::lock_guard<std::mutex> lock(mu_);
   if (generation > reduced_generation_) return;
-  throw InvalidArgument(cat(
-      "rank ", pg_.rank(),
-      ": DDP: backward reached the output of a DDP forward whose gradients were already "
-      "reduced (backward called twice on one DDP forward, e.g. with retain_graph); DDP "
-      "synchronises one backward per forward, so this one would leave the ranks' gradients "
-      "different. Run ddp.forward() again before each backward, or add the losses and call "
-      "backward() once"));
+  throw InvalidArgument(
+      cat("rank ", pg_.rank(),
+          ": DDP: backward reached the output of a DDP forward whose gradients were already "
+          "reduced (backward called twice on one DDP forward, e.g. with retain_graph); DDP "
+          "synchronises one backward per forward, so this one would leave the ranks' gradients "
+          "different. Run ddp.forward() again before each backward, or add the losses and call "
+          "backward() once"));
 }
 
 void Reducer::on_grad_ready(size_t param) {

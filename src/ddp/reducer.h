@@ -99,13 +99,13 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
   // Per backward pass.
   std::vector<bool> ready_;
   std::vector<bool> used_;
-  std::vector<size_t> unused_;       // found at the end of forward
-  bool unused_known_ = false;        // the forward's outputs were searched
+  std::vector<size_t> unused_;  // found at the end of forward
+  bool unused_known_ = false;   // the forward's outputs were searched
   bool unused_marked_ = false;
   size_t next_launch_ = 0;
   bool backward_started_ = false;
-  std::deque<size_t> launch_queue_;  // buckets ready to launch, in order
-  bool launching_ = false;           // a thread is draining launch_queue_
+  std::deque<size_t> launch_queue_;              // buckets ready to launch, in order
+  bool launching_ = false;                       // a thread is draining launch_queue_
   at::Tensor used_map_;                          // 1 where this rank used the parameter
   std::unique_ptr<PendingReduction> used_work_;  // its allreduce, in flight
   // Bucket rebuilding (Note [Rebuilt buckets]).

@@ -15,10 +15,10 @@ class Cnn : public ImageClassifier {
   explicit Cnn(const ModelOptions& o)
       : conv1_(register_module(
             "conv1", torch::nn::Conv2d(torch::nn::Conv2dOptions(o.in_channels, 32, 5).padding(2)))),
-        conv2_(register_module(
-            "conv2", torch::nn::Conv2d(torch::nn::Conv2dOptions(32, 64, 5).padding(2)))),
-        fc1_(register_module("fc1", torch::nn::Linear(64 * (o.image_size / 4) * (o.image_size / 4),
-                                                      128))),
+        conv2_(register_module("conv2",
+                               torch::nn::Conv2d(torch::nn::Conv2dOptions(32, 64, 5).padding(2)))),
+        fc1_(register_module("fc1",
+                             torch::nn::Linear(64 * (o.image_size / 4) * (o.image_size / 4), 128))),
         fc2_(register_module("fc2", torch::nn::Linear(128, o.num_classes))) {}
 
   at::Tensor forward(at::Tensor x) override {

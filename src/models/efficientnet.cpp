@@ -41,9 +41,8 @@ struct Variant {
 
 // torchvision.models.efficientnet_b0 ... b7
 constexpr Variant kVariants[8] = {
-    {1.0, 1.0, 0.2, false}, {1.0, 1.1, 0.2, false}, {1.1, 1.2, 0.3, false},
-    {1.2, 1.4, 0.3, false}, {1.4, 1.8, 0.4, false}, {1.6, 2.2, 0.4, true},
-    {1.8, 2.6, 0.5, true},  {2.0, 3.1, 0.5, true},
+    {1.0, 1.0, 0.2, false}, {1.0, 1.1, 0.2, false}, {1.1, 1.2, 0.3, false}, {1.2, 1.4, 0.3, false},
+    {1.4, 1.8, 0.4, false}, {1.6, 2.2, 0.4, true},  {1.8, 2.6, 0.5, true},  {2.0, 3.1, 0.5, true},
 };
 
 struct Stage {
@@ -53,7 +52,7 @@ struct Stage {
 
 // torchvision's _efficientnet_conf("efficientnet_b*") before scaling.
 constexpr Stage kBase[7] = {
-    {1, 3, 1, 32, 16, 1},  {6, 3, 2, 16, 24, 2},   {6, 5, 2, 24, 40, 2},  {6, 3, 2, 40, 80, 3},
+    {1, 3, 1, 32, 16, 1},  {6, 3, 2, 16, 24, 2},   {6, 5, 2, 24, 40, 2},   {6, 3, 2, 40, 80, 3},
     {6, 5, 1, 80, 112, 3}, {6, 5, 2, 112, 192, 4}, {6, 3, 1, 192, 320, 1},
 };
 
@@ -99,8 +98,8 @@ nn::BatchNorm2d norm(int64_t channels, bool tf_norm) {
 }
 
 /// torchvision.ops.Conv2dNormActivation: conv (padding (k-1)/2, no bias), BN, [SiLU].
-Chain conv_norm_act(int64_t in, int64_t out, int64_t kernel, int64_t stride,
-                             int64_t groups, bool tf_norm, bool activation) {
+Chain conv_norm_act(int64_t in, int64_t out, int64_t kernel, int64_t stride, int64_t groups,
+                    bool tf_norm, bool activation) {
   Chain s;
   s->push_back(conv2d(in, out, kernel, stride, (kernel - 1) / 2, false, groups));
   s->push_back(norm(out, tf_norm));
@@ -222,9 +221,9 @@ int64_t count_efficientnet(int variant, const ModelOptions& o) {
     for (int64_t i = 0; i < s.layers; ++i) {
       const BlockShape b = block_shape(s, i == 0);
       if (b.expanded != b.in) n += conv_params(b.in, b.expanded, 1) + bn_params(b.expanded);
-      n += conv_params(b.expanded, b.expanded, b.kernel, false, b.expanded) +
-           bn_params(b.expanded);
-      n += conv_params(b.expanded, b.squeeze, 1, true) + conv_params(b.squeeze, b.expanded, 1, true);
+      n += conv_params(b.expanded, b.expanded, b.kernel, false, b.expanded) + bn_params(b.expanded);
+      n +=
+          conv_params(b.expanded, b.squeeze, 1, true) + conv_params(b.squeeze, b.expanded, 1, true);
       n += conv_params(b.expanded, b.out, 1) + bn_params(b.out);
     }
   }

@@ -10,11 +10,8 @@ namespace nn = torch::nn;
 
 nn::Conv2d conv2d(int64_t in, int64_t out, int64_t kernel, int64_t stride, int64_t padding,
                   bool bias, int64_t groups) {
-  return nn::Conv2d(nn::Conv2dOptions(in, out, kernel)
-                        .stride(stride)
-                        .padding(padding)
-                        .groups(groups)
-                        .bias(bias));
+  return nn::Conv2d(
+      nn::Conv2dOptions(in, out, kernel).stride(stride).padding(padding).groups(groups).bias(bias));
 }
 
 void init_convs_and_norms(nn::Module& model) {

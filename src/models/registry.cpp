@@ -32,7 +32,9 @@ struct Vgg {
   static std::shared_ptr<ImageClassifier> make(const ModelOptions& o) {
     return models::make_vgg({kLayout, kBatchNorm}, o);
   }
-  static int64_t count(const ModelOptions& o) { return models::count_vgg({kLayout, kBatchNorm}, o); }
+  static int64_t count(const ModelOptions& o) {
+    return models::count_vgg({kLayout, kBatchNorm}, o);
+  }
 };
 
 template <int kVariant>
@@ -44,11 +46,14 @@ struct EfficientNet {
 };
 
 #define DTRAIN_RESNET(name, ...) \
-  {name, &ResNet<__VA_ARGS__>::make, &ResNet<__VA_ARGS__>::count, 224, 1}
-#define DTRAIN_VGG(name, ...) {name, &Vgg<__VA_ARGS__>::make, &Vgg<__VA_ARGS__>::count, 224, 32}
-#define DTRAIN_EFFICIENTNET(variant, size)                                                  \
-  {"efficientnet_b" #variant, &EfficientNet<variant>::make, &EfficientNet<variant>::count, \
-   size, 1}
+  { name, &ResNet<__VA_ARGS__>::make, &ResNet<__VA_ARGS__>::count, 224, 1 }
+#define DTRAIN_VGG(name, ...) \
+  { name, &Vgg<__VA_ARGS__>::make, &Vgg<__VA_ARGS__>::count, 224, 32 }
+#define DTRAIN_EFFICIENTNET(variant, size)                                                        \
+  {                                                                                               \
+    "efficientnet_b" #variant, &EfficientNet<variant>::make, &EfficientNet<variant>::count, size, \
+        1                                                                                         \
+  }
 
 // The zoo, in the order `dtrain models` and `dtrain train --help` list it.
 const Entry kModels[] = {
@@ -89,12 +94,12 @@ const Entry& checked(const std::string& name, const ModelOptions& o) {
   const Entry& e = find(name);
   if (o.in_channels < 1 || o.num_classes < 1 || o.image_size < 1) {
     throw InvalidArgument(cat("model '", name, "': in_channels (", o.in_channels,
-                              "), num_classes (", o.num_classes, ") and image_size (",
-                              o.image_size, ") must be positive"));
+                              "), num_classes (", o.num_classes, ") and image_size (", o.image_size,
+                              ") must be positive"));
   }
   if (o.image_size < e.min_image_size) {
-    throw InvalidArgument(cat("model '", name, "' needs images of at least ", e.min_image_size,
-                              "x", e.min_image_size, ", got ", o.image_size, "x", o.image_size,
+    throw InvalidArgument(cat("model '", name, "' needs images of at least ", e.min_image_size, "x",
+                              e.min_image_size, ", got ", o.image_size, "x", o.image_size,
                               " (its default is ", e.default_image_size,
                               "); resize the images, e.g. --image-size ", e.default_image_size));
   }

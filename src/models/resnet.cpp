@@ -73,8 +73,7 @@ class BottleneckImpl : public nn::Module {
         conv3_(register_module("conv3", conv2d(planes, planes * kExpansion, 1, 1, 0))),
         bn3_(register_module("bn3", nn::BatchNorm2d(planes * kExpansion))) {
     if (stride != 1 || in != planes * kExpansion) {
-      downsample_ =
-          register_module("downsample", downsample(in, planes * kExpansion, stride));
+      downsample_ = register_module("downsample", downsample(in, planes * kExpansion, stride));
     }
   }
 

@@ -60,11 +60,10 @@ class Vgg : public ImageClassifier {
     features_ = register_module("features", features);
     avgpool_ = register_module("avgpool", nn::AdaptiveAvgPool2d(7));
     classifier_ = register_module(
-        "classifier",
-        nn::Sequential(nn::Linear(kPooled, kHidden), nn::ReLU(nn::ReLUOptions(true)),
-                       nn::Dropout(0.5), nn::Linear(kHidden, kHidden),
-                       nn::ReLU(nn::ReLUOptions(true)), nn::Dropout(0.5),
-                       nn::Linear(kHidden, o.num_classes)));
+        "classifier", nn::Sequential(nn::Linear(kPooled, kHidden), nn::ReLU(nn::ReLUOptions(true)),
+                                     nn::Dropout(0.5), nn::Linear(kHidden, kHidden),
+                                     nn::ReLU(nn::ReLUOptions(true)), nn::Dropout(0.5),
+                                     nn::Linear(kHidden, o.num_classes)));
     init_convs_and_norms(*this);
     torch::NoGradGuard no_grad;
     for (auto& m : modules(/*include_self=*/false)) {
@@ -100,8 +99,8 @@ int64_t count_vgg(const VggConfig& c, const ModelOptions& o) {
     n += conv_params(in, v, 3, /*bias=*/true) + (c.batch_norm ? bn_params(v) : 0);
     in = v;
   }
-  return n + kPooled * kHidden + kHidden + kHidden * kHidden + kHidden +
-         kHidden * o.num_classes + o.num_classes;
+  return n + kPooled * kHidden + kHidden + kHidden * kHidden + kHidden + kHidden * o.num_classes +
+         o.num_classes;
 }
 
 }  // namespace dtrain::models

@@ -105,8 +105,8 @@ std::string unreadable_form(const std::vector<char>& bytes, const std::string& o
 std::vector<char> read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) {
-    throw DataError(cat(path, ": cannot open the weights file (", std::strerror(errno),
-                        "); check the path"));
+    throw DataError(
+        cat(path, ": cannot open the weights file (", std::strerror(errno), "); check the path"));
   }
   in.seekg(0, std::ios::end);
   const std::streamoff size = in.tellg();

@@ -53,8 +53,8 @@ inline int64_t conv_params(int64_t in, int64_t out, int64_t kernel, bool bias = 
 inline int64_t bn_params(int64_t channels) { return 2 * channels; }
 
 /// nn.Conv2d(in, out, kernel, stride, padding, groups=groups, bias=bias).
-torch::nn::Conv2d conv2d(int64_t in, int64_t out, int64_t kernel, int64_t stride,
-                         int64_t padding, bool bias = false, int64_t groups = 1);
+torch::nn::Conv2d conv2d(int64_t in, int64_t out, int64_t kernel, int64_t stride, int64_t padding,
+                         bool bias = false, int64_t groups = 1);
 
 /// nn.Sequential for nesting: children named "0", "1", ... run in order. (LibTorch's
 /// nn::Sequential has a templated forward, so it cannot sit inside another Sequential.)

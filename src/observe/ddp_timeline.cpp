@@ -5,7 +5,7 @@
 namespace dtrain {
 
 std::function<void(const BucketTiming&)> timeline_bucket_observer(Timeline* timeline,
-                                                                 const std::string& operation) {
+                                                                  const std::string& operation) {
   if (timeline == nullptr) return {};
   return [timeline, operation](const BucketTiming& b) {
     timeline->bucket(b.index, b.bytes, b.launched, b.completed, operation);

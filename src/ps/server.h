@@ -158,7 +158,7 @@ class KVServer {
   std::unordered_map<int, std::map<int, int>> last_push_;
   std::unordered_map<int, uint64_t> updates_applied_;
   std::unique_ptr<SnapshotDir> snapshot_;
-  StalenessGate ssp_;       // async mode's staleness bound
+  StalenessGate ssp_;  // async mode's staleness bound
 };
 
 }  // namespace dtrain::ps

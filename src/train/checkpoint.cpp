@@ -7,8 +7,8 @@
 // storage, as torch::pickle_save lays it out), so `torch.load(path)` in
 // Python returns the dict with real tensors; the pickle holds only dicts,
 // lists, numbers, strings and tensors, so weights_only=True accepts it too. The dict mirrors what a
-// PyTorch user already has: "model" is a state_dict, "optimizer" is SGD's or AdamW's state_dict (state keyed
-// by parameter index), so
+// PyTorch user already has: "model" is a state_dict, "optimizer" is SGD's or AdamW's state_dict
+// (state keyed by parameter index), so
 //   model.load_state_dict(ckpt["model"]); sgd.load_state_dict(ckpt["optimizer"])
 // works for a PyTorch model with the same parameter names and order.
 // The same holds for AdamW (torch.optim.AdamW), with any number of parameter
@@ -291,8 +291,8 @@ void load_optimizer_state(torch::optim::Optimizer& optimizer, const OptimizerSta
   for (size_t i = 0; i < params.size(); ++i) {
     for (const auto& [name, t] : state.state[i]) {
       if (std::find(names.begin(), names.end(), name) == names.end()) {
-        throw DataError(cat(origin, ": unexpected ", state.type, " state '", name,
-                            "' for parameter ", i));
+        throw DataError(
+            cat(origin, ": unexpected ", state.type, " state '", name, "' for parameter ", i));
       }
       if (name != "step" && (!t.defined() || t.sizes() != params[i].sizes())) {
         throw DataError(cat(origin, ": ", name, " of parameter ", i, " is ",
@@ -303,8 +303,8 @@ void load_optimizer_state(torch::optim::Optimizer& optimizer, const OptimizerSta
     if (state.type == "adamw" && !state.state[i].empty() &&
         (!state.state[i].count("step") || !state.state[i].count("exp_avg") ||
          !state.state[i].count("exp_avg_sq"))) {
-      throw DataError(cat(origin, ": adamw state of parameter ", i,
-                          " lacks step, exp_avg or exp_avg_sq"));
+      throw DataError(
+          cat(origin, ": adamw state of parameter ", i, " lacks step, exp_avg or exp_avg_sq"));
     }
   }
   using StateMap = std::decay_t<decltype(optimizer.state())>;
@@ -411,8 +411,7 @@ Checkpoint decode_checkpoint(const std::vector<char>& bytes, const std::string& 
     c.model.emplace_back(name,
                          tensor_value(item.value(), cat(origin, ": model entry '", name, "'")));
   }
-  c.optimizer =
-      decode_optimizer(dict_field(root, "optimizer", origin), cat(origin, ": optimizer"));
+  c.optimizer = decode_optimizer(dict_field(root, "optimizer", origin), cat(origin, ": optimizer"));
   c.epoch = int_field(root, "epoch", origin);
   c.step = int_field(root, "step", origin);
   c.samples_in_epoch = int_field(root, "samples_in_epoch", origin);

@@ -4,8 +4,8 @@
 #include <algorithm>
 #include <cstdio>
 
-#include <nlohmann/json.hpp>
 #include <torch/cuda.h>
+#include <nlohmann/json.hpp>
 
 #include "common/strings.h"
 #include "dtrain/amp.h"
@@ -16,7 +16,6 @@
 #include "train/trainer.h"
 
 namespace dtrain {
-
 
 int64_t resume_batch(int64_t samples_in_epoch, int64_t batch_size, int world_size,
                      int64_t batches_per_epoch) {
@@ -81,8 +80,7 @@ void validate(const TrainOptions& o) {
   detail::check_device(o.device);
   if (o.amp != "none") {
     const bool cuda = o.device != "cpu" && (o.device != "auto" || torch::cuda::is_available());
-    check_autocast(cuda ? c10::DeviceType::CUDA : c10::DeviceType::CPU,
-                   amp_dtype_from_name(o.amp));
+    check_autocast(cuda ? c10::DeviceType::CUDA : c10::DeviceType::CPU, amp_dtype_from_name(o.amp));
   }
   if (o.checkpoint_every_steps < 0 || o.checkpoint_every_epochs < 0) {
     throw InvalidArgument(cat("--checkpoint-every must be positive, got ",
@@ -91,8 +89,7 @@ void validate(const TrainOptions& o) {
   if (o.keep_checkpoints < 1) {
     throw InvalidArgument(cat("--keep-checkpoints must be >= 1, got ", o.keep_checkpoints));
   }
-  if (o.checkpoint_dir.empty() &&
-      (o.checkpoint_every_steps > 0 || o.checkpoint_every_epochs > 0)) {
+  if (o.checkpoint_dir.empty() && (o.checkpoint_every_steps > 0 || o.checkpoint_every_epochs > 0)) {
     throw InvalidArgument("--checkpoint-every needs --checkpoint-dir");
   }
   detail::validate_kvstore(o);
@@ -122,8 +119,8 @@ LrSchedule lr_schedule_for(const TrainOptions& o, int64_t steps_per_epoch, int w
   s.gamma = o.lr_gamma;
   s.total_steps = o.epochs * steps_per_epoch;
   s.min_lr = o.lr_min;
-  s.warmup_steps = o.lr_warmup_epochs > 0 ? o.lr_warmup_epochs * steps_per_epoch
-                                          : o.lr_warmup_steps;
+  s.warmup_steps =
+      o.lr_warmup_epochs > 0 ? o.lr_warmup_epochs * steps_per_epoch : o.lr_warmup_steps;
   s.warmup_start_factor = o.lr_warmup_decay;
   return s;
 }

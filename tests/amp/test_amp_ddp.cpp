@@ -70,7 +70,8 @@ void expect_close(const std::vector<at::Tensor>& got, const std::vector<at::Tens
   ASSERT_EQ(got.size(), want.size()) << what;
   for (size_t i = 0; i < got.size(); ++i) {
     EXPECT_TRUE(got[i].allclose(want[i], rtol, atol))
-        << what << " tensor " << i << ": max diff " << (got[i] - want[i]).abs().max().item<double>();
+        << what << " tensor " << i << ": max diff "
+        << (got[i] - want[i]).abs().max().item<double>();
   }
 }
 
@@ -148,7 +149,8 @@ TEST(AmpDdp, FoundInfOnOneRankSkipsTheStepOnAllRanks) {
     o.process_group = pg;
     GradScaler scaler(o);
     const int64_t per_rank = kBatch / kWorld, begin = pg.rank() * per_rank;
-    scaler.scale(torch::mse_loss(ddp.forward(rows(d.x, begin, per_rank)), rows(d.y, begin, per_rank)))
+    scaler
+        .scale(torch::mse_loss(ddp.forward(rows(d.x, begin, per_rank)), rows(d.y, begin, per_rank)))
         .backward();
     if (pg.rank() == 1) net->fc2->bias.mutable_grad()[0] = INFINITY;
     stepped[pg.rank()] = scaler.step(opt) ? 1 : 0;
@@ -182,8 +184,9 @@ TEST(AmpHorovod, UnscaleAveragesBeforeUnscalingSoClipAndStepMatchTheSingleProces
     const int64_t per_rank = kBatch / kWorld, begin = pg.rank() * per_rank;
     auto backward = [&] {
       opt.zero_grad();
-      scaler.scale(torch::mse_loss(net->forward(rows(d.x, begin, per_rank)),
-                                   rows(d.y, begin, per_rank)))
+      scaler
+          .scale(
+              torch::mse_loss(net->forward(rows(d.x, begin, per_rank)), rows(d.y, begin, per_rank)))
           .backward();
     };
     backward();
@@ -221,7 +224,9 @@ TEST(AmpHorovod, StepWithoutUnscaleAveragesTheGradientsThenStepsLikeTheSinglePro
     DistributedOptimizer opt(sgd, pg);
     GradScaler scaler;  // no group: the average already carries any inf to every rank
     const int64_t per_rank = kBatch / kWorld, begin = pg.rank() * per_rank;
-    scaler.scale(torch::mse_loss(net->forward(rows(d.x, begin, per_rank)), rows(d.y, begin, per_rank)))
+    scaler
+        .scale(
+            torch::mse_loss(net->forward(rows(d.x, begin, per_rank)), rows(d.y, begin, per_rank)))
         .backward();
     EXPECT_TRUE(scaler.step(opt));
     scaler.update();

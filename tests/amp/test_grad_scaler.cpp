@@ -306,8 +306,9 @@ TEST(GradScaler, StateDictRoundTripRestoresScaleTrackerAndFactors) {
 
 TEST(GradScaler, LoadingAnEmptyOrIncompleteStateDictIsRefusedNamingTheKey) {
   GradScaler s;
-  EXPECT_THROW(s.load_state_dict(c10::impl::GenericDict(c10::StringType::get(), c10::AnyType::get())),
-               InvalidArgument);
+  EXPECT_THROW(
+      s.load_state_dict(c10::impl::GenericDict(c10::StringType::get(), c10::AnyType::get())),
+      InvalidArgument);
   auto d = scaler_after_some_steps().state_dict();
   EXPECT_EQ(d.erase(std::string("_growth_tracker")), 1u);
   const std::string e = testing::error_of([&] { s.load_state_dict(d); });

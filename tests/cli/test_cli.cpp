@@ -108,8 +108,8 @@ TEST_F(Cli, MissingDatasetDirectoryNamesThePath) {
 
 TEST_F(Cli, UnwritableMetricsFileFailsBeforeTrainingStarts) {
   write_tiny_dataset(dir_ / "data", 64, 32);
-  Result r = dtrain("train --epochs 1 --data-dir " + (dir_ / "data").string() +
-                    " --metrics-file " + (dir_ / "no" / "such" / "dir" / "m.jsonl").string());
+  Result r = dtrain("train --epochs 1 --data-dir " + (dir_ / "data").string() + " --metrics-file " +
+                    (dir_ / "no" / "such" / "dir" / "m.jsonl").string());
   EXPECT_EQ(r.code, 2) << r.output;
   EXPECT_NE(r.output.find("cannot write --metrics-file"), std::string::npos) << r.output;
   EXPECT_EQ(r.output.find("epoch 1/1"), std::string::npos) << r.output;
@@ -118,7 +118,8 @@ TEST_F(Cli, UnwritableMetricsFileFailsBeforeTrainingStarts) {
 TEST_F(Cli, TwoWorkersTrainAndRankZeroWritesOneJsonLinePerEpoch) {
   write_tiny_dataset(dir_ / "data", 512, 200);
   const fs::path metrics = dir_ / "metrics.jsonl";
-  Result r = dtrain("run --nproc-per-node 2 -- " DTRAIN_BINARY_DIR "/dtrain train --epochs 2 "
+  Result r = dtrain("run --nproc-per-node 2 -- " DTRAIN_BINARY_DIR
+                    "/dtrain train --epochs 2 "
                     "--batch-size 16 --threads 1 --lr 0.05 --data-dir " +
                     (dir_ / "data").string() + " --metrics-file " + metrics.string());
   ASSERT_EQ(r.code, 0) << r.output;
@@ -211,9 +212,11 @@ TEST_F(Cli, MpirunStartsTwoWorkersThatTrainAsOneGroup) {
   // address travels with -x, as docs/clusters.md tells users.
   Result r = run_bounded(
       "mpirun --allow-run-as-root --oversubscribe -np 2 -x MASTER_ADDR=127.0.0.1 -x MASTER_PORT=" +
-          std::to_string(port) + " " DTRAIN_BINARY_DIR "/dtrain train --epochs 1 --batch-size 16 "
-          "--threads 1 --timeout 60 --data-dir " + (dir_ / "data").string() + " --metrics-file " +
-          metrics.string(),
+          std::to_string(port) +
+          " " DTRAIN_BINARY_DIR
+          "/dtrain train --epochs 1 --batch-size 16 "
+          "--threads 1 --timeout 60 --data-dir " +
+          (dir_ / "data").string() + " --metrics-file " + metrics.string(),
       180);
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("epoch 1/1"), std::string::npos) << r.output;
@@ -225,9 +228,10 @@ TEST_F(Cli, MpirunStartsTwoWorkersThatTrainAsOneGroup) {
 
 TEST_F(Cli, MpirunWithoutTheStoreAddressFailsNamingTheVariablesAndTheFix) {
   if (std::system("command -v mpirun > /dev/null 2>&1") != 0) GTEST_SKIP() << "no mpirun";
-  Result r = run_bounded("env -u MASTER_ADDR -u MASTER_PORT mpirun --allow-run-as-root "
-                         "--oversubscribe -np 2 " DTRAIN_BINARY_DIR "/dtrain train --epochs 1",
-                         60);
+  Result r = run_bounded(
+      "env -u MASTER_ADDR -u MASTER_PORT mpirun --allow-run-as-root "
+      "--oversubscribe -np 2 " DTRAIN_BINARY_DIR "/dtrain train --epochs 1",
+      60);
   EXPECT_NE(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("MASTER_ADDR, MASTER_PORT are not set"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("mpirun -x MASTER_ADDR="), std::string::npos) << r.output;
@@ -240,8 +244,8 @@ TEST_F(Cli, MpirunWithoutTheStoreAddressFailsNamingTheVariablesAndTheFix) {
 // DMLC_* for a local job on `port` (shell assignments).
 std::string dmlc_env(int port, int servers, int workers) {
   return "DMLC_PS_ROOT_URI=127.0.0.1 DMLC_PS_ROOT_PORT=" + std::to_string(port) +
-         " DMLC_NUM_SERVER=" + std::to_string(servers) + " DMLC_NUM_WORKER=" +
-         std::to_string(workers) + " ";
+         " DMLC_NUM_SERVER=" + std::to_string(servers) +
+         " DMLC_NUM_WORKER=" + std::to_string(workers) + " ";
 }
 
 int free_tcp_port() {
@@ -262,11 +266,11 @@ TEST_F(Cli, PsSchedulerAndServerServeAJobAndExitZeroWhenItEnds) {
   const std::string node = DTRAIN_BINARY_DIR "/tests/ps/ps_node";
   const std::string dtrain_bin = DTRAIN_BINARY_DIR "/dtrain";
   // Every process is waited for; the shell's exit status sums their failures.
-  const std::string script =
-      "rc=0; " + env + dtrain_bin + " ps scheduler & s=$!; " + env + dtrain_bin +
-      " ps server & v=$!; " + env + "DMLC_ROLE=worker PS_NODE_STEPS=5 " + node + " & a=$!; " + env +
-      "DMLC_ROLE=worker PS_NODE_STEPS=5 " + node + " & b=$!; " +
-      "for p in $s $v $a $b; do wait $p || rc=$((rc+1)); done; exit $rc";
+  const std::string script = "rc=0; " + env + dtrain_bin + " ps scheduler & s=$!; " + env +
+                             dtrain_bin + " ps server & v=$!; " + env +
+                             "DMLC_ROLE=worker PS_NODE_STEPS=5 " + node + " & a=$!; " + env +
+                             "DMLC_ROLE=worker PS_NODE_STEPS=5 " + node + " & b=$!; " +
+                             "for p in $s $v $a $b; do wait $p || rc=$((rc+1)); done; exit $rc";
   Result r = run_bounded("bash -c '" + script + "'", 60);
   EXPECT_EQ(r.code, 0) << r.output;
 }

@@ -3,10 +3,10 @@
 #include <ATen/ATen.h>
 #include <torch/cuda.h>
 
-#include <filesystem>
-#include <map>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <filesystem>
+#include <map>
 
 #include <cstdio>
 #include <thread>
@@ -39,10 +39,13 @@ TEST(ResolveInitOptions, NoDistributedVariablesMeansOneProcess) {
 }
 
 TEST(ResolveInitOptions, TorchrunVariablesBecomeATcpAddress) {
-  InitOptions o = resolve_init_options(
-      {}, env_of({{"RANK", "3"}, {"WORLD_SIZE", "4"}, {"MASTER_ADDR", "node0"},
-                  {"MASTER_PORT", "29500"}, {"LOCAL_RANK", "1"}, {"LOCAL_WORLD_SIZE", "2"},
-                  {"TORCHELASTIC_USE_AGENT_STORE", "True"}}));
+  InitOptions o = resolve_init_options({}, env_of({{"RANK", "3"},
+                                                   {"WORLD_SIZE", "4"},
+                                                   {"MASTER_ADDR", "node0"},
+                                                   {"MASTER_PORT", "29500"},
+                                                   {"LOCAL_RANK", "1"},
+                                                   {"LOCAL_WORLD_SIZE", "2"},
+                                                   {"TORCHELASTIC_USE_AGENT_STORE", "True"}}));
   EXPECT_EQ(o.rank, 3);
   EXPECT_EQ(o.world_size, 4);
   EXPECT_EQ(o.local_rank, 1);
@@ -170,8 +173,8 @@ TEST(InitProcessGroup, TcpMethodWithRankZeroHostingTheStore) {
 }
 
 TEST(InitProcessGroup, FileMethodOnASharedPath) {
-  auto path = std::filesystem::temp_directory_path() /
-              ("dtrain_filestore_" + std::to_string(::getpid()));
+  auto path =
+      std::filesystem::temp_directory_path() / ("dtrain_filestore_" + std::to_string(::getpid()));
   std::filesystem::remove(path);
   form_pair("file://" + path.string());
   std::filesystem::remove(path);
@@ -196,10 +199,10 @@ TEST(InitProcessGroup, FileMethodWorksWhenTheHostnameDoesNotResolve) {
     GTEST_SKIP() << "unshare --uts is not permitted here (needs root)";
   }
   const std::string name = "dtrain-unresolvable-" + std::to_string(::getpid());
-  auto [code, out] = run_shell(
-      "timeout 120 unshare --uts sh -c 'hostname " + name + " && getent hosts " + name +
-      "; exec /proc/" + std::to_string(::getpid()) +
-      "/exe --gtest_filter=InitProcessGroup.FileMethodOnASharedPath'");
+  auto [code, out] =
+      run_shell("timeout 120 unshare --uts sh -c 'hostname " + name + " && getent hosts " + name +
+                "; exec /proc/" + std::to_string(::getpid()) +
+                "/exe --gtest_filter=InitProcessGroup.FileMethodOnASharedPath'");
   EXPECT_EQ(code, 0) << out;
   EXPECT_NE(out.find("[  PASSED  ] 1 test"), std::string::npos) << out;
   EXPECT_EQ(out.find(name + "\n"), std::string::npos) << "the made-up name resolves: " << out;

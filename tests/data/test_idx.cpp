@@ -42,8 +42,9 @@ class IdxFiles : public ::testing::Test {
 
   std::string write_raw(const std::string& name, const std::vector<uint8_t>& bytes) {
     std::string p = (dir_ / name).string();
-    std::ofstream(p, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()),
-                                             static_cast<std::streamsize>(bytes.size()));
+    std::ofstream(p, std::ios::binary)
+        .write(reinterpret_cast<const char*>(bytes.data()),
+               static_cast<std::streamsize>(bytes.size()));
     return p;
   }
   std::string write_gz(const std::string& name, const std::vector<uint8_t>& bytes) {
@@ -93,8 +94,9 @@ TEST_F(IdxFiles, WrongMagicAndElementTypeAreErrors) {
   bad_magic[1] = 0x00;
   EXPECT_NE(error_of([&] { read_idx(write_raw("m.idx", bad_magic)); }).find("bad magic number"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { read_idx(write_raw("t.idx", idx_bytes({2}, 0, 0x0D))); })
-                .find("element type 0xd"),
+  EXPECT_NE(error_of([&] {
+              read_idx(write_raw("t.idx", idx_bytes({2}, 0, 0x0D)));
+            }).find("element type 0xd"),
             std::string::npos);
 }
 

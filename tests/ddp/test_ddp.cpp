@@ -169,8 +169,7 @@ TEST_P(DdpWorldSize, SgdWithMomentumStepsMatchOneProcess) {
       torch::optim::SGD opt(net->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
       for (int s = 0; s < steps; ++s) {
         opt.zero_grad();
-        torch::mse_loss(ddp.forward(shard(d.x[s], pg.rank())), shard(d.y[s], pg.rank()))
-            .backward();
+        torch::mse_loss(ddp.forward(shard(d.x[s], pg.rank())), shard(d.y[s], pg.rank())).backward();
         opt.step();
       }
       EXPECT_GT(ddp.bucket_parameter_names().size(), 1u);
@@ -212,7 +211,8 @@ TEST_P(DdpWorldSize, NoSyncAccumulationMatchesOneProcessOnAllMicroBatches) {
     }
     got[pg.rank()] = grads(net);
   });
-  for (int r = 0; r < world; ++r) expect_close(got[r], expected, 1e-5, "grad rank " + std::to_string(r));
+  for (int r = 0; r < world; ++r)
+    expect_close(got[r], expected, 1e-5, "grad rank " + std::to_string(r));
 }
 
 TEST_P(DdpWorldSize, ParametersUnusedOnSomeRanksGetTheAverageAndUnusedEverywhereStayUntouched) {

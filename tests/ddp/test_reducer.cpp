@@ -273,8 +273,7 @@ TEST(Reducer, AfterACommunicationFailureEveryForwardIsRefusedNamingTheFirstFailu
     EXPECT_NE(again.find("first failure: injected: rank 1 closed the connection"),
               std::string::npos)
         << again;
-    EXPECT_NE(again.find("create the process group and the DDP wrapper again"),
-              std::string::npos)
+    EXPECT_NE(again.find("create the process group and the DDP wrapper again"), std::string::npos)
         << again;
   }
 }
@@ -302,14 +301,14 @@ struct TwoDevicesImpl : torch::nn::Module {
 
 TEST(Reducer, ModuleOnSeveralDevicesIsAnErrorNamingTheParametersAndTheFix) {
   // A GPU where there is one, else PyTorch's "meta" device (no storage).
-  torch::Device other = torch::cuda::is_available() ? torch::Device(torch::kCUDA, 0)
-                                                    : torch::Device(torch::kMeta);
+  torch::Device other =
+      torch::cuda::is_available() ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kMeta);
   auto net = std::make_shared<TwoDevicesImpl>(other);
   ProcessGroup single;
   std::string e = error_of([&] { DistributedDataParallel<TwoDevicesImpl> ddp(net, single); });
-  EXPECT_NE(e.find("parameters are on several devices ('here' on cpu, 'there' on " + other.str() +
-                   ")"),
-            std::string::npos)
+  EXPECT_NE(
+      e.find("parameters are on several devices ('here' on cpu, 'there' on " + other.str() + ")"),
+      std::string::npos)
       << e;
   EXPECT_NE(e.find("call module->to(device) before wrapping it"), std::string::npos) << e;
 }

@@ -50,8 +50,7 @@ TEST(ModelRegistry, ComputedCountsEqualTheBuiltModelsForOneChannelAndTenClasses)
 }
 
 TEST(ModelRegistry, UnknownModelIsRefusedWithTheValidList) {
-  const std::string err =
-      testing::error_of([] { make_model("resnet51", ModelOptions{}); });
+  const std::string err = testing::error_of([] { make_model("resnet51", ModelOptions{}); });
   EXPECT_NE(err.find("unknown model 'resnet51'; valid models: cnn, resnet18, resnet34"),
             std::string::npos)
       << err;
@@ -65,8 +64,7 @@ TEST(ModelRegistry, ImageBelowTheMinimumIsRefusedNamingTheMinimum) {
   o.image_size = 28;
   EXPECT_THROW(make_model("vgg16", o), InvalidArgument);
   const std::string err = testing::error_of([&] { make_model("vgg16", o); });
-  EXPECT_NE(err.find("model 'vgg16' needs images of at least 32x32, got 28x28"),
-            std::string::npos)
+  EXPECT_NE(err.find("model 'vgg16' needs images of at least 32x32, got 28x28"), std::string::npos)
       << err;
   o.image_size = 3;
   EXPECT_NE(testing::error_of([&] { make_model("cnn", o); }).find("at least 4x4"),
@@ -87,8 +85,7 @@ TEST(ModelRegistry, ChannelsAndClassesShapeTheFirstConvolutionAndTheClassifier) 
   auto effnet = make_model("efficientnet_b1", o);
   EXPECT_EQ(effnet->named_parameters()["features.0.0.weight"].sizes(),
             at::IntArrayRef({32, 1, 3, 3}));
-  EXPECT_EQ(effnet->named_parameters()["classifier.1.weight"].sizes(),
-            at::IntArrayRef({7, 1280}));
+  EXPECT_EQ(effnet->named_parameters()["classifier.1.weight"].sizes(), at::IntArrayRef({7, 1280}));
   torch::NoGradGuard no_grad;
   effnet->eval();
   EXPECT_EQ(effnet->forward(at::randn({2, 1, 32, 32})).sizes(), at::IntArrayRef({2, 7}));
@@ -173,12 +170,9 @@ TEST(ModelRegistry, DtrainModelsPrintsEveryModelWithCountAndInputSize) {
   while (std::fgets(buf, sizeof buf, pipe)) out += buf;
   ASSERT_EQ(::pclose(pipe), 0) << out;
   for (const ModelInfo& m : model_infos()) EXPECT_NE(out.find(m.name + " "), std::string::npos);
-  EXPECT_NE(out.find("resnet50               25,557,032     224     1"), std::string::npos)
-      << out;
-  EXPECT_NE(out.find("efficientnet_b7        66,347,960     600     1"), std::string::npos)
-      << out;
-  EXPECT_NE(out.find("vgg16                 138,357,544     224    32"), std::string::npos)
-      << out;
+  EXPECT_NE(out.find("resnet50               25,557,032     224     1"), std::string::npos) << out;
+  EXPECT_NE(out.find("efficientnet_b7        66,347,960     600     1"), std::string::npos) << out;
+  EXPECT_NE(out.find("vgg16                 138,357,544     224    32"), std::string::npos) << out;
 }
 
 }  // namespace

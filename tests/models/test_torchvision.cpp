@@ -1,7 +1,8 @@
 // Every torchvision model against torchvision 0.14 itself: parameter count (computed and
 // built), state_dict keys, order and shapes, eval-mode logits (and training-mode logits from
-// the same seed) with torchvision's weights loaded into dtrain, and torchvision's logits with dtrain's weights loaded into it
-// (load_state_dict strict=True). One Python process serves a whole family; 2 images of 32 px.
+// the same seed) with torchvision's weights loaded into dtrain, and torchvision's logits with
+// dtrain's weights loaded into it (load_state_dict strict=True). One Python process serves a whole
+// family; 2 images of 32 px.
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -142,10 +143,12 @@ class Torchvision : public ::testing::Test {
     const double into_torchvision =
         (read_dict(back).at("logits").toTensor() - logits).abs().max().item<double>();
     EXPECT_LE(into_torchvision, kTolerance);
-    std::printf("%-16s parameters %11lld  max |logits diff| torchvision->dtrain %.3g "
-                "(training mode %.3g, -1: another release), dtrain->torchvision %.3g (|logits| up to %.3g)\n",
-                name.c_str(), static_cast<long long>(torchvision_count), into_dtrain, training,
-                into_torchvision, logits.abs().max().item<double>());
+    std::printf(
+        "%-16s parameters %11lld  max |logits diff| torchvision->dtrain %.3g "
+        "(training mode %.3g, -1: another release), dtrain->torchvision %.3g (|logits| up to "
+        "%.3g)\n",
+        name.c_str(), static_cast<long long>(torchvision_count), into_dtrain, training,
+        into_torchvision, logits.abs().max().item<double>());
   }
 
   fs::path dir_;
@@ -157,8 +160,8 @@ TEST_F(Torchvision, ResNetsEqualTorchvisionInCountKeysShapesAndLogitsBothWays) {
 }
 
 TEST_F(Torchvision, VggsEqualTorchvisionInCountKeysShapesAndLogitsBothWays) {
-  check_family({"vgg11", "vgg11_bn", "vgg13", "vgg13_bn", "vgg16", "vgg16_bn", "vgg19",
-                "vgg19_bn"});
+  check_family(
+      {"vgg11", "vgg11_bn", "vgg13", "vgg13_bn", "vgg16", "vgg16_bn", "vgg19", "vgg19_bn"});
 }
 
 TEST_F(Torchvision, EfficientNetsEqualTorchvisionInCountKeysShapesAndLogitsBothWays) {

@@ -23,10 +23,9 @@ class Weights : public ::testing::Test {
  protected:
   void SetUp() override {
     dir_ = fs::temp_directory_path() /
-           ("dtrain-weights-" + std::string(::testing::UnitTest::GetInstance()
-                                                 ->current_test_info()
-                                                 ->name()) +
-            "-" + std::to_string(::getpid()));
+           ("dtrain-weights-" +
+            std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()) + "-" +
+            std::to_string(::getpid()));
     fs::remove_all(dir_);
     fs::create_directories(dir_);
   }
@@ -82,7 +81,7 @@ TEST_F(Weights, MismatchingWeightsNameTheFirstKeyWithBothShapes) {
 TEST_F(Weights, MissingAndUnexpectedKeysAreNamed) {
   auto model = make_model("cnn", cnn_options());
   NamedTensors state = state_dict(*model);
-  state.erase(state.begin());                                 // conv1.weight
+  state.erase(state.begin());  // conv1.weight
   state.emplace_back("fc3.weight", at::zeros({1}));
   const std::string why = state_mismatch(*model, state, "the file");
   EXPECT_EQ(why,
@@ -116,14 +115,13 @@ TEST_F(Weights, PythonSavedFormsLoadOrNameTheFix) {
   if (!testing::python_has_torchvision()) GTEST_SKIP() << "/usr/bin/python3 lacks torchvision";
   testing::PythonPeer peer;
   ASSERT_EQ(peer.ask("forms " + dir_.string()), "ok");
-  const at::Tensor expected =
-      torch::pickle_load([&] {
-        std::ifstream in(path("logits.pt"), std::ios::binary);
-        return std::vector<char>((std::istreambuf_iterator<char>(in)), {});
-      }())
-          .toGenericDict()
-          .at("logits")
-          .toTensor();
+  const at::Tensor expected = torch::pickle_load([&] {
+                                std::ifstream in(path("logits.pt"), std::ios::binary);
+                                return std::vector<char>((std::istreambuf_iterator<char>(in)), {});
+                              }())
+                                  .toGenericDict()
+                                  .at("logits")
+                                  .toTensor();
   const std::string fix = "torch.save(dict(model.state_dict()), PATH)";
   for (const char* form : {"plain.pt", "wrapped.pt", "ddp.pt", "ordered.pt"}) {
     auto model = make_model("cnn", cnn_options());
@@ -133,14 +131,15 @@ TEST_F(Weights, PythonSavedFormsLoadOrNameTheFix) {
       // LibTorch 1.13 cannot build an OrderedDict; 2.x can.
       ASSERT_EQ(std::string(form), "ordered.pt") << e.what();
       EXPECT_EQ(std::string(e.what()),
-                path(form) + ": an OrderedDict (torch.save(model.state_dict(), PATH)), which "
-                             "LibTorch 1.13 cannot read; re-save it in Python with " + fix);
+                path(form) +
+                    ": an OrderedDict (torch.save(model.state_dict(), PATH)), which "
+                    "LibTorch 1.13 cannot read; re-save it in Python with " +
+                    fix);
       continue;
     }
     torch::NoGradGuard no_grad;
     model->eval();
-    EXPECT_TRUE(at::allclose(model->forward(at::ones({2, 1, 28, 28})), expected, 0, 1e-6))
-        << form;
+    EXPECT_TRUE(at::allclose(model->forward(at::ones({2, 1, 28, 28})), expected, 0, 1e-6)) << form;
   }
   auto model = make_model("cnn", cnn_options());
   std::string err = testing::error_of([&] { load_weights(*model, path("legacy.pt")); });
@@ -169,8 +168,8 @@ TEST_F(Weights, CheckpointModelEntryLoadsIntoTorchvisionStrictly) {
   EXPECT_EQ(peer.ask("checkpoint resnet18 " + file), "ok");
   auto again = make_model("resnet18", o);
   load_weights(*again, file);
-  EXPECT_TRUE(at::equal(again->named_parameters()["fc.weight"],
-                        model->named_parameters()["fc.weight"]));
+  EXPECT_TRUE(
+      at::equal(again->named_parameters()["fc.weight"], model->named_parameters()["fc.weight"]));
 }
 
 }  // namespace

@@ -404,8 +404,9 @@ torch.save(ck, sys.argv[2])
     std::getline(lines, shape_text, ']');
     double sum = 0;
     lines >> sum;
-    const at::Tensor t = kind == "model" ? c.model.at(models++).second
-                                         : c.optimizer.state.at(std::stoul(key)).at("momentum_buffer");
+    const at::Tensor t = kind == "model"
+                             ? c.model.at(models++).second
+                             : c.optimizer.state.at(std::stoul(key)).at("momentum_buffer");
     if (kind == "model") {
       EXPECT_EQ(key, c.model.at(models - 1).first);
     } else {

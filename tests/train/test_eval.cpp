@@ -12,8 +12,8 @@
 #include "dtrain/checkpoint.h"
 #include "dtrain/eval.h"
 #include "dtrain/models.h"
-#include "dtrain/weights.h"
 #include "dtrain/train.h"
+#include "dtrain/weights.h"
 #include "support/ranks.h"
 #include "train/fixtures.h"
 

@@ -20,9 +20,9 @@
 #include "dtrain/models.h"
 #include "dtrain/optim.h"
 #include "dtrain/train.h"
+#include "support/peer_version.h"
 #include "support/ranks.h"
 #include "train/fixtures.h"
-#include "support/peer_version.h"
 #include "train/python.h"
 
 namespace dtrain {

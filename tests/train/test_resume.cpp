@@ -7,11 +7,11 @@
 #include <mutex>
 #include <sstream>
 
-#include "support/shell.h"
 #include "dtrain/checkpoint.h"
 #include "dtrain/errors.h"
 #include "dtrain/train.h"
 #include "support/ranks.h"
+#include "support/shell.h"
 #include "train/fixtures.h"
 
 namespace dtrain {
@@ -182,8 +182,8 @@ NamedTensors Resume::adamw_cosine_resume_equals_straight(const std::string& amp)
   EXPECT_EQ(resumed.step, 24);
   const double model_diff = max_difference(straight.model, resumed.model);
   const double state_diff = max_difference(straight.optimizer, resumed.optimizer);
-  std::cout << "  amp " << amp << ": max difference after resume: model " << model_diff << ", AdamW state "
-            << state_diff << "\n";
+  std::cout << "  amp " << amp << ": max difference after resume: model " << model_diff
+            << ", AdamW state " << state_diff << "\n";
   EXPECT_LE(model_diff, 1e-6);
   EXPECT_LE(state_diff, 1e-6);
   // The lr of the last step is the schedule's, in the metrics too.

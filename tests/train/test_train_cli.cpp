@@ -10,9 +10,9 @@
 #include <torch/nn/module.h>
 #include <torch/utils.h>
 
-#include "support/shell.h"
 #include "dtrain/models.h"
 #include "dtrain/train.h"
+#include "support/shell.h"
 #include "train/fixtures.h"
 
 namespace dtrain {
