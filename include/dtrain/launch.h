@@ -149,7 +149,10 @@ struct LaunchOptions {
   /// DMLC_ROLE; workers also get DMLC_WORKER_ID=RANK and the torchrun
   /// variables. The scheduler and servers are watched like workers (output
   /// tagged "[scheduler]: " / "[server<r>]: ", a failure stops the group and
-  /// is named as the root cause, restarts restart them too). 0: none.
+  /// is named as the root cause, restarts restart them too). With
+  /// DMLC_PS_SNAPSHOT_DIR in the environment a dead server is first
+  /// restarted alone (up to 3 times per server) and reloads its snapshot
+  /// (docs/ps.md). 0: none.
   /// REQUIRES: >= 0; > 0 only on a single node (max_nodes == 1).
   int ps_servers = 0;
 };

@@ -72,7 +72,7 @@ class Timeline {
   using Clock = std::chrono::steady_clock;
   /// Track (tid) of the training loop's phases.
   static constexpr int kTrainTrack = 0;
-  /// Bucket i's allreduce is on track kBucketTrack + i.
+  /// Bucket i's allreduce (or push-pull) is on track kBucketTrack + i.
   static constexpr int kBucketTrack = 100;
 
   /// Creates (truncates) `path`. Throws InvalidArgument naming it when it

@@ -111,11 +111,13 @@ struct TrainOptions {
   /// Parameter-server training (docs/ps.md, dtrain/kvstore_ddp.h): empty
   /// (the default) reduces gradients with DDP's allreduce over the process
   /// group; "dist_sync", "dist_async", "dist_device_sync" or "local" sends
-  /// each DDP bucket through KVStore::create(kvstore) instead, pushed as it
-  /// fills during backward and pulled before backward returns (a
-  /// ddp.comm_hook other than allreduce_hook() is then InvalidArgument). The job's workers must be
-  /// the group's ranks
-  /// (`dtrain run --ps-servers S` sets DMLC_* and RANK/WORLD_SIZE alike).
+  /// each DDP bucket through create_kvstore(kvstore) (dtrain/kvstore_torch.h,
+  /// which forms dist_device_sync's node group) instead, pushed as it fills
+  /// during backward and pulled before backward returns (a ddp.comm_hook
+  /// other than allreduce_hook() is then InvalidArgument). The job's
+  /// workers must be the group's ranks (`dtrain run --ps-servers S` sets
+  /// DMLC_* and RANK/WORLD_SIZE alike); under dist_device_sync they are the
+  /// nodes.
   /// With DMLC_ROLE=scheduler or server, train() serves that role and exits
   /// the process (KVStore::create's contract).
   std::string kvstore;
@@ -186,7 +188,8 @@ struct TrainOptions {
   /// Chrome-trace timeline per rank (dtrain/timeline.h): the file of rank r
   /// is timeline_path_for_rank(timeline, r, world size). Spans: epoch N,
   /// data wait, forward, backward, optimizer step, evaluate, checkpoint, and
-  /// each DDP bucket's allreduce on its own track. Empty: none.
+  /// each DDP bucket's allreduce on its own track ("pushpull bucket i" under
+  /// a kvstore). Empty: none.
   std::string timeline;
   /// Prometheus endpoint (dtrain/metrics.h) on metrics_port + local rank of
   /// every rank, labelled with rank, node (DTRAIN_NODE_NAME, else the host

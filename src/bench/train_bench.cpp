@@ -117,7 +117,8 @@ TrainBenchResult run_train_bench(const TrainBenchOptions& o, const ProcessGroup&
   model->to(device);
   if (o.channels_last) to_channels_last(*model);
   DdpOptions dopt;
-  dopt.bucket_observer = timeline_bucket_observer(tl.get());
+  dopt.bucket_observer =
+      timeline_bucket_observer(tl.get(), o.kvstore.empty() ? "allreduce" : "pushpull");
   const TrainOptions kv_options = as_train_options(o);
   std::unique_ptr<detail::KvSync> kv =
       detail::KvSync::open(kv_options, pg, *model, kv_options.optimizer.lr);
