@@ -5,6 +5,7 @@
 #include <stdlib.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -92,6 +93,38 @@ TEST(Scaling, SvgIsWellFormedAndItsPointsEqualTheJson) {
             series["images_per_sec"][0]["cy"].get<double>());
   EXPECT_GT(series["images_per_sec"][2]["cx"].get<double>(),
             series["images_per_sec"][0]["cx"].get<double>());
+}
+
+TEST(Scaling, SvgRendersInHeadlessChromiumWithEveryPointWhereTheSvgPutsIt) {
+  const char* chromium = "/usr/bin/chromium";
+  if (!std::filesystem::exists(chromium))
+    GTEST_SKIP() << "no " << chromium << " (Debian's chromium)";
+  if (std::system("/usr/bin/python3 -c 'import PIL' 2>/dev/null") != 0)
+    GTEST_SKIP() << "no python3-pil to read the PNG";
+  ScalingTable t =
+      scaling_table_from_results({result(1, 400, 160), result(2, 760, 168), result(4, 1400, 183)});
+  char dir[] = "/tmp/dtrain-scaling-XXXXXX";
+  ASSERT_NE(::mkdtemp(dir), nullptr);
+  const std::string svg = std::string(dir) + "/scaling.svg";
+  std::ofstream(svg) << scaling_svg(t);
+  std::string out;
+  {
+    FILE* p = ::popen(("HOME=" + std::string(dir) +
+                       " timeout -k 5 120 /usr/bin/python3 " DTRAIN_SOURCE_DIR
+                       "/tests/bench/svg_render_check.py " +
+                       svg + " " + chromium + " " + dir + "/scaling.png")
+                          .c_str(),
+                      "r");
+    char buf[4096];
+    size_t n = 0;
+    while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+    ASSERT_EQ(::pclose(p), 0) << out;
+  }
+  std::filesystem::remove_all(dir);
+  nlohmann::json r = nlohmann::json::parse(out);
+  EXPECT_EQ(r["points"], 6) << out;  // images/sec and epoch time at 1, 2, 4 processes
+  EXPECT_TRUE(r["wrong"].empty()) << out;
+  EXPECT_GT(r["non_white"].get<int>(), 1000) << out;
 }
 
 }  // namespace
