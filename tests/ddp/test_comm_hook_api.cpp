@@ -25,9 +25,20 @@ class PublicApiHook : public CommHook {
   std::atomic<int> finished{0};
 };
 
+// Weights from a formula, not from LibTorch's process-wide generator, which
+// the rank threads would race on.
 torch::nn::Sequential make_net() {
-  torch::manual_seed(5);
-  return torch::nn::Sequential(torch::nn::Linear(6, 8), torch::nn::ReLU(), torch::nn::Linear(8, 3));
+  torch::nn::Sequential net(torch::nn::Linear(6, 8), torch::nn::ReLU(), torch::nn::Linear(8, 3));
+  torch::NoGradGuard no_grad;
+  int64_t offset = 0;
+  for (auto& p : net->parameters()) {
+    p.copy_(torch::arange(offset, offset + p.numel(), torch::kFloat)
+                .mul(0.37)
+                .sin()
+                .reshape(p.sizes()));
+    offset += p.numel();
+  }
+  return net;
 }
 
 // Gradients of one DDP step on rank-dependent data, parameter by parameter.
