@@ -15,6 +15,7 @@
 #include "dtrain/kvstore_torch.h"
 #include "dtrain/store.h"
 #include "ps/cluster.h"
+#include "support/ranks.h"  // Note [Flight recorder in rank threads]
 
 namespace dtrain {
 namespace {

@@ -2,6 +2,8 @@
 // Runs a function as N ranks, one thread each, over one in-memory store: the
 // multi-rank unit tests' harness (Gloo runs happily inside one process).
 
+#include <stdlib.h>
+
 #include <chrono>
 #include <exception>
 #include <functional>
@@ -13,6 +15,17 @@
 #include "dtrain/store.h"
 
 namespace dtrain::testing {
+
+// Note [Flight recorder in rank threads]
+// LibTorch 2.x records every c10d collective in a process-wide
+// FlightRecorder whose bookkeeping is not safe against collectives that
+// several process groups start at once from different threads: with ranks
+// (or whole nodes) as threads of one test, PyTorch 2.11 crashed in it
+// (std::map insert in FlightRecorder::recordWithResetEnabled under
+// ProcessGroupGloo::enqueue, about 1 run in 20 of PsDeviceSync). A real job
+// has one rank per process, so only the tests turn it off, before the first
+// process group exists; a value the user set is kept.
+inline const bool kFlightRecorderOff = ::setenv("TORCH_FR_BUFFER_SIZE", "0", 0) == 0;
 
 /// Calls fn(pg) on `world` threads, each with its own ProcessGroup of rank r,
 /// and rethrows the first exception (lowest rank first) after all joined.
