@@ -18,6 +18,7 @@
 #include "dtrain/errors.h"
 #include "dtrain/store.h"
 #include "launch/rendezvous/rendezvous.h"
+#include "support/http.h"
 
 namespace dtrain::detail {
 namespace {
@@ -372,17 +373,7 @@ TEST(RendezvousConfigTest, BaseRankAndWorldSizeArePrefixSums) {
 
 // ---- make_rendezvous -----------------------------------------------------------
 
-int free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-  socklen_t len = sizeof(a);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
+using dtrain::testing::free_port;
 
 TEST(MakeRendezvousTest, RejectsABadConfigNamingTheProblem) {
   auto message = [](RendezvousConfig c) {
