@@ -15,21 +15,9 @@
 
 #include "dtrain/kvstore.h"
 #include "ps/roles.h"
+#include "support/http.h"  // free_port
 
 namespace dtrain::testing {
-
-/// A port that was free a moment ago (bound to 127.0.0.1:0, then closed).
-inline int free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-  socklen_t len = sizeof(a);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
 
 inline ps::NodeOptions node_options(ps::Role role, int port, int servers, int workers) {
   ps::NodeOptions o;
