@@ -96,6 +96,10 @@ TEST(PsInterop, DtrainPsLiteWorkersAndPsLiteWorkersSharePsLitesServers) {
   run_mixed(kPsLite, kPsLite, {kClient, kPsLite}, 2);
 }
 
+TEST(PsInterop, DtrainPsLiteWorkersAndPsLiteWorkersUsePsLitesServersUnderDtrainsScheduler) {
+  run_mixed(kDtrain, kPsLite, {kClient, kPsLite}, 3);
+}
+
 TEST(PsInterop, DtrainPsLiteWorkersRunAgainstDtrainsSchedulerAndServers) {
   run_mixed(kDtrain, kDtrain, {kClient, kClient}, 2);  // no ps-lite needed
 }
