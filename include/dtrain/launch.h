@@ -145,16 +145,35 @@ struct LaunchOptions {
   /// the same program serves every role: KVStore::create serves the
   /// scheduler and server roles). Every process gets DMLC_PS_ROOT_URI=
   /// 127.0.0.1, DMLC_PS_ROOT_PORT (a free port, fresh each round),
-  /// DMLC_NUM_SERVER=ps_servers, DMLC_NUM_WORKER=nproc_per_node and
-  /// DMLC_ROLE; workers also get DMLC_WORKER_ID=RANK and the torchrun
-  /// variables. The scheduler and servers are watched like workers (output
-  /// tagged "[scheduler]: " / "[server<r>]: ", a failure stops the group and
-  /// is named as the root cause, restarts restart them too). With
+  /// DMLC_NUM_SERVER=ps_servers, DMLC_NUM_WORKER (see ps_worker_per) and
+  /// DMLC_ROLE; workers also get DMLC_WORKER_ID (see ps_worker_per) and the
+  /// torchrun variables, unchanged. The scheduler and servers are watched
+  /// like workers (output tagged "[scheduler]: " / "[server<r>]: ", a
+  /// failure stops the group and is named as the root cause, restarts
+  /// restart them too). With
   /// DMLC_PS_SNAPSHOT_DIR in the environment a dead server is first
   /// restarted alone (up to 3 times per server) and reloads its snapshot
   /// (docs/ps.md). 0: none.
   /// REQUIRES: >= 0; > 0 only on a single node (max_nodes == 1).
   int ps_servers = 0;
+
+  /// What a parameter-server job's ps-lite worker is (`dtrain run
+  /// --ps-worker-per process|node`), i.e. what DMLC_NUM_WORKER counts and
+  /// DMLC_WORKER_ID numbers:
+  ///   kProcess  every worker process (dist_sync, dist_async):
+  ///             DMLC_NUM_WORKER = WORLD_SIZE, DMLC_WORKER_ID = RANK;
+  ///   kNode     one per node (dist_device_sync, whose local rank 0 alone
+  ///             joins the job for its node; MXNet's one worker per
+  ///             machine): DMLC_NUM_WORKER = the number of nodes (1: the job
+  ///             is on one node), DMLC_WORKER_ID = the node's rank
+  ///             (GROUP_RANK) in every process of the node.
+  /// The launcher cannot tell which the program needs (the scheduler is
+  /// started before the program opens its store): a dist_device_sync worker
+  /// given kProcess's counts, or a dist_sync/dist_async worker given kNode's,
+  /// fails at once naming this option (docs/ps.md).
+  /// REQUIRES: kNode only with ps_servers > 0.
+  enum class PsWorkerPer { kProcess, kNode };
+  PsWorkerPer ps_worker_per = PsWorkerPer::kProcess;
 };
 
 /// How one worker ended.

@@ -148,7 +148,8 @@ void add_train(CLI::App& bench, int* exit_code) {
                   "Chrome trace per rank (FILE.rank<r>.json, or {rank} in FILE)");
   cmd->add_option("--kvstore,--kv-store", f->o.kvstore,
                   "Gradients through a parameter server instead of allreduce: local, dist_sync, "
-                  "dist_async, dist_device_sync (start with dtrain run --ps-servers S)");
+                  "dist_async, dist_device_sync (start with dtrain run --ps-servers S, and for "
+                  "dist_device_sync --ps-worker-per node)");
   cmd->add_option("--kvstore-optimizer", f->o.kvstore_optimizer,
                   "With --kvstore: worker (servers sum), server (servers run SGD), auto")
       ->capture_default_str()

@@ -5,6 +5,7 @@
 //              [--rdzv-id ID] [--rdzv-conf K=V,...] [--max-restarts K]
 //              [--node-rank R] [--master-addr A] [--master-port P]
 //              [--log-dir DIR] [--monitor-interval S] [--ps-servers S]
+//              [--ps-worker-per process|node]
 //              [--exit-barrier-timeout S] [--linger-timeout S]
 //              -- PROGRAM [ARGS...]
 //
@@ -40,6 +41,7 @@ struct RunFlags {
   double exit_barrier_timeout_s = 300;  // LaunchOptions' defaults
   double linger_timeout_s = 60;
   std::string log_dir;
+  std::string ps_worker_per = "process";  // LaunchOptions::ps_worker_per
   /// Never filled: declared so that CLI11 keeps "--" and what follows for
   /// remaining() instead of handing it back to the root app (see below).
   std::vector<std::string> program;
@@ -194,6 +196,12 @@ void add_run_command(CLI::App& root, int* exit_code) {
                   "DMLC_PS_ROOT_URI/PORT, DMLC_NUM_SERVER/WORKER set; 0: none")
       ->check(at_least(0))
       ->capture_default_str();
+  cmd->add_option("--ps-worker-per,--ps_worker_per", flags->ps_worker_per,
+                  "With --ps-servers: what DMLC_NUM_WORKER counts and DMLC_WORKER_ID numbers. "
+                  "process: every worker process (dist_sync, dist_async); node: one worker per "
+                  "node, its rank the node's (dist_device_sync)")
+      ->check(CLI::IsMember({"process", "node"}))
+      ->capture_default_str();
   // CLI11 (2.1) hands "--" back to the parent app unless a positional is still
   // open; this one rejects every value, so it never consumes an argument and
   // prefix_command() leaves "--" and the program in remaining().
@@ -215,6 +223,9 @@ void add_run_command(CLI::App& root, int* exit_code) {
     options.linger_timeout =
         std::chrono::milliseconds(static_cast<long long>(flags->linger_timeout_s * 1000));
     if (!flags->log_dir.empty()) options.log_dir = flags->log_dir;
+    if (flags->ps_worker_per == "node") {
+      options.ps_worker_per = LaunchOptions::PsWorkerPer::kNode;
+    }
     *exit_code = run_launcher(options);
   });
 }

@@ -313,7 +313,8 @@ void add_train_command(CLI::App& root, int* exit_code) {
   // Parameter server (docs/ps.md).
   cmd->add_option("--kvstore,--kv-store", o.kvstore,
                   "Gradients through a parameter server instead of allreduce: local, dist_sync, "
-                  "dist_async, dist_device_sync (start with dtrain run --ps-servers S)");
+                  "dist_async, dist_device_sync (start with dtrain run --ps-servers S, and for "
+                  "dist_device_sync --ps-worker-per node)");
   cmd->add_option("--staleness", o.kvstore_options.staleness,
                   "With --kvstore dist_async: how many pushes a worker may run ahead of the "
                   "slowest (SSP; 0: in step; -1: unbounded)")

@@ -60,6 +60,11 @@ LaunchOptions resolve_launch_options(const LaunchOptions& options) {
   if (o.ps_servers < 0) {
     throw InvalidArgument(cat("--ps-servers must not be negative, got ", o.ps_servers));
   }
+  if (o.ps_worker_per == LaunchOptions::PsWorkerPer::kNode && o.ps_servers == 0) {
+    throw InvalidArgument(
+        "--ps-worker-per node sets what a parameter-server job's DMLC_NUM_WORKER counts: add "
+        "--ps-servers S, or drop it");
+  }
   if (o.ps_servers > 0 && o.max_nodes > 1) {
     throw InvalidArgument(
         cat("--ps-servers starts a parameter-server job on one node only, not on ", o.max_nodes,

@@ -13,7 +13,9 @@
 //   close     the group meets, then rank 0 leaves the job.
 // Only local rank 0 is a ps-lite node, so DMLC_NUM_WORKER counts nodes and
 // DMLC_WORKER_ID, when set, is the node's rank (MXNet's convention: one
-// worker per machine). The servers run dist_sync over the node sums, so the
+// worker per machine; `dtrain run --ps-servers S --ps-worker-per node` sets
+// them so, and a process count fails at once: Note [Workers per node or
+// per process]). The servers run dist_sync over the node sums, so the
 // result equals dist_sync with one worker per process. rank() is the
 // process's rank, node_rank · local_size + local_rank, and num_workers() is
 // nodes · local_size, so data sharding works as with DDP; every node must
@@ -29,6 +31,8 @@
 #include <cstring>
 #include <exception>
 #include <map>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "common/strings.h"
@@ -178,7 +182,55 @@ class DeviceSyncKVStore : public KVStore {
   std::map<int, size_t> sizes_;  // key -> count, known to every process
 };
 
+std::optional<long long> int_variable(const EnvLookup& env, const char* name) {
+  const std::optional<std::string> text = env(name);
+  long long v = 0;
+  if (!text || !parse_int(*text, &v)) return std::nullopt;
+  return v;
+}
+
 }  // namespace
+
+// Note [Workers per node or per process]
+// dist_sync and dist_async have one ps-lite worker per process, so
+// DMLC_NUM_WORKER is the number of processes; dist_device_sync has one per
+// node (Note [Device sync]), so it is the number of nodes. A wrong count
+// does not fail by itself: the scheduler waits for workers that never
+// register (or for fewer than register) until a timeout. A worker started
+// by torchrun or `dtrain run` can tell the two apart exactly when a node
+// runs more than one process (LOCAL_WORLD_SIZE > 1): every node runs the
+// same number of processes, so the node count is WORLD_SIZE /
+// LOCAL_WORLD_SIZE, less than WORLD_SIZE. So DMLC_NUM_WORKER == WORLD_SIZE
+// is a process count, wrong for dist_device_sync, and DMLC_NUM_WORKER <
+// WORLD_SIZE leaves processes out, wrong for dist_sync/dist_async (which
+// may legitimately count more: several torchrun jobs joining one ps job).
+// Other counts are left to the scheduler (e.g. one torchrun job per
+// machine, each of WORLD_SIZE = LOCAL_WORLD_SIZE, joining one
+// dist_device_sync job). `dtrain run --ps-servers` counts processes unless
+// told --ps-worker-per node: it starts the scheduler before the program
+// chooses its store, so it cannot know; this check makes the wrong choice
+// an immediate error instead of a wait.
+void check_worker_count(const std::string& type, const EnvLookup& env) {
+  const auto num_worker = int_variable(env, "DMLC_NUM_WORKER");
+  const auto world = int_variable(env, "WORLD_SIZE");
+  const auto local = int_variable(env, "LOCAL_WORLD_SIZE");
+  if (!num_worker || !world || !local || *local <= 1) return;
+  if (type == "dist_device_sync" && *num_worker == *world) {
+    throw InvalidArgument(
+        cat("dist_device_sync has one ps worker per node, but DMLC_NUM_WORKER=", *num_worker,
+            " counts processes (WORLD_SIZE=", *world, ", LOCAL_WORLD_SIZE=", *local,
+            "): start the job with `dtrain run --ps-servers S --ps-worker-per node`, or set "
+            "DMLC_NUM_WORKER to the number of nodes (",
+            *world / *local, ") and DMLC_WORKER_ID to the node's rank"));
+  }
+  if ((type == "dist_sync" || type == "dist_async") && *num_worker < *world) {
+    throw InvalidArgument(cat(type, " has one ps worker per process, but DMLC_NUM_WORKER=",
+                              *num_worker, " is less than WORLD_SIZE=", *world,
+                              " (it counts nodes, as for dist_device_sync): drop "
+                              "`--ps-worker-per node` from dtrain run, or set DMLC_NUM_WORKER "
+                              "to the number of processes and DMLC_WORKER_ID to RANK"));
+  }
+}
 
 std::unique_ptr<KVStore> make_device_sync_store(const JobConfig& config,
                                                 std::shared_ptr<KVLocalGroup> group,

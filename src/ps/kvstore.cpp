@@ -154,6 +154,7 @@ std::unique_ptr<KVStore> KVStore::create(const std::string& type, KVStoreOptions
     case ps::Role::kWorker:
       break;
   }
+  ps::check_worker_count(type, lookup);  // Note [Workers per node or per process]
   if (type == "dist_device_sync") {
     return ps::make_device_sync_store(config, options.local_group, options.timeout);
   }

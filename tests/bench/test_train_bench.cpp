@@ -116,6 +116,21 @@ TEST(BenchTrain, TwoWorkersThroughTwoServersUnderDtrainRunPsServersReportTheKvst
       << r.output;
 }
 
+TEST(BenchTrain, TwoProcessesOfOneNodeThroughDistDeviceSyncUnderPsWorkerPerNodeReportTheKvstore) {
+  // One ps worker for the node: its two processes sum through Gloo first.
+  Result r =
+      dtrain("run --ps-servers 1 --nproc-per-node 2 --ps-worker-per node -- " DTRAIN_BINARY_DIR
+             "/dtrain bench train --model cnn --device cpu --batch-size 4 --steps 2 "
+             "--warmup-steps 1 --display-every 1 --threads 1 --kvstore dist_device_sync "
+             "--json");
+  expect_run(r, "cnn", 2, 28);
+  EXPECT_EQ(last_json(r.output)["kvstore"], "dist_device_sync");
+  EXPECT_NE(r.output.find(
+                "Gradients:   kvstore dist_device_sync (2 worker(s)), optimizer on the workers"),
+            std::string::npos)
+      << r.output;
+}
+
 TEST(BenchTrain, TensorboardGetsImagesPerSecLossAndLossScaleEveryNStepsAndTimelineTheSteps) {
   if (std::system("/usr/bin/python3 -c 'import tensorboard' >/dev/null 2>&1") != 0) {
     GTEST_SKIP() << "TensorBoard's EventAccumulator (python3 tensorboard) is not installed";

@@ -199,5 +199,33 @@ TEST(RunCommand, PsServersJobWithACrashingWorkerExitsOneNamingTheRootCause) {
   EXPECT_THAT(err, HasSubstr("dtrain run: scheduler (pid "));
 }
 
+TEST(RunCommand, PsWorkerPerNodeGivesTheWorkersTheNodeCountAndTheNodesRank) {
+  // What the two modes set is tested on dtrain::launch() (test_ps_launch.cpp).
+  ::testing::internal::CaptureStdout();
+  const int rc =
+      parse({"--ps-servers", "1", "--nproc-per-node", "2", "--ps-worker-per", "node", "--",
+             LAUNCH_TEST_WORKER, "env", "DMLC_NUM_WORKER", "env", "DMLC_WORKER_ID", "env", "RANK"});
+  const std::string out = ::testing::internal::GetCapturedStdout();
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_THAT(out, HasSubstr("[rank1]: DMLC_NUM_WORKER=1\n[rank1]: DMLC_WORKER_ID=0\n"
+                             "[rank1]: RANK=1\n"));
+  EXPECT_THAT(out, HasSubstr("[scheduler]: DMLC_NUM_WORKER=1\n"));
+}
+
+TEST(RunCommand, PsWorkerPerIsProcessOrNodeAndNodeNeedsPsServers) {
+  EXPECT_THAT(
+      [] {
+        parse({"--ps-servers", "1", "--ps-worker-per", "gpu", "--", "true"});
+      },
+      ::testing::Throws<CLI::ValidationError>());
+  ::testing::internal::CaptureStderr();
+  const int rc = parse({"--ps-worker-per", "node", "--", "true"});
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(rc, 2);
+  EXPECT_EQ(err,
+            "dtrain run: error: --ps-worker-per node sets what a parameter-server job's "
+            "DMLC_NUM_WORKER counts: add --ps-servers S, or drop it\n");
+}
+
 }  // namespace
 }  // namespace dtrain::cli

@@ -53,6 +53,18 @@ TEST(ResolveLaunchOptions, RejectsBadValuesNamingThem) {
               ::testing::ThrowsMessage<InvalidArgument>(HasSubstr("linger_timeout")));
 }
 
+TEST(ResolveLaunchOptions, PsWorkerPerNodeWithoutPsServersIsRefusedNamingPsServers) {
+  LaunchOptions o;
+  o.command = {"x"};
+  o.ps_worker_per = LaunchOptions::PsWorkerPer::kNode;
+  EXPECT_THAT([&] { resolve_launch_options(o); },
+              ::testing::ThrowsMessage<InvalidArgument>(
+                  HasSubstr("--ps-worker-per node sets what a parameter-server job's "
+                            "DMLC_NUM_WORKER counts: add --ps-servers S")));
+  o.ps_servers = 1;
+  EXPECT_EQ(resolve_launch_options(o).ps_worker_per, LaunchOptions::PsWorkerPer::kNode);
+}
+
 TEST(ResolveLaunchOptions, ExitBarrierAndLingerDefaultToTorchrunsAgentAndOneMinute) {
   const LaunchOptions o;
   EXPECT_EQ(o.exit_barrier_timeout, std::chrono::seconds(300));

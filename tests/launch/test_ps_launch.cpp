@@ -113,6 +113,48 @@ TEST(PsLaunch, WithASnapshotDirADeadServerIsRestartedAloneAndTheJobFinishes) {
   expect_nothing_left(result);
 }
 
+/// A --ps-servers job of 2 processes in which every role prints the
+/// variables below (LAUNCH_TEST_WORKER's `env` step); returns the output.
+std::string ps_variables(LaunchOptions::PsWorkerPer per) {
+  TempDir dir;
+  WorkerRun run(dir, 2, {});
+  run.options.ps_servers = 1;
+  run.options.ps_worker_per = per;
+  run.options.command = {LAUNCH_TEST_WORKER};
+  for (const char* name : {"DMLC_ROLE", "DMLC_NUM_WORKER", "DMLC_WORKER_ID", "RANK", "LOCAL_RANK",
+                           "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR"}) {
+    run.options.command.push_back("env");
+    run.options.command.push_back(name);
+  }
+  LaunchResult result = launch(run.options);
+  EXPECT_TRUE(result.succeeded()) << ::testing::PrintToString(result.summary()) << run.err();
+  expect_nothing_left(result);
+  return run.out();
+}
+
+TEST(PsLaunch, WorkerPerNodeCountsTheNodeInDmlcNumWorkerAndKeepsEachProcesssTorchrunVariables) {
+  const std::string out = ps_variables(LaunchOptions::PsWorkerPer::kNode);
+  for (const char* line :
+       {"[rank0]: DMLC_ROLE=worker\n", "[rank0]: DMLC_NUM_WORKER=1\n",
+        "[rank0]: DMLC_WORKER_ID=0\n", "[rank0]: RANK=0\n", "[rank1]: DMLC_NUM_WORKER=1\n",
+        "[rank1]: DMLC_WORKER_ID=0\n", "[rank1]: RANK=1\n", "[rank1]: LOCAL_RANK=1\n",
+        "[rank1]: WORLD_SIZE=2\n", "[rank1]: LOCAL_WORLD_SIZE=2\n", "[rank1]: GROUP_RANK=0\n",
+        "[rank1]: MASTER_ADDR=127.0.0.1\n", "[scheduler]: DMLC_NUM_WORKER=1\n",
+        "[scheduler]: DMLC_WORKER_ID is unset\n", "[server0]: DMLC_NUM_WORKER=1\n"}) {
+    EXPECT_THAT(out, HasSubstr(line));
+  }
+}
+
+TEST(PsLaunch, WorkerPerProcessCountsProcessesInDmlcNumWorkerAndNumbersThemByRank) {
+  const std::string out = ps_variables(LaunchOptions::PsWorkerPer::kProcess);
+  for (const char* line : {"[rank0]: DMLC_NUM_WORKER=2\n", "[rank0]: DMLC_WORKER_ID=0\n",
+                           "[rank1]: DMLC_NUM_WORKER=2\n", "[rank1]: DMLC_WORKER_ID=1\n",
+                           "[rank1]: RANK=1\n", "[rank1]: LOCAL_WORLD_SIZE=2\n",
+                           "[scheduler]: DMLC_NUM_WORKER=2\n", "[server0]: DMLC_NUM_WORKER=2\n"}) {
+    EXPECT_THAT(out, HasSubstr(line));
+  }
+}
+
 TEST(PsLaunch, PsServersOnSeveralNodesIsRefusedNamingTheAlternative) {
   LaunchOptions o;
   o.ps_servers = 1;

@@ -233,5 +233,54 @@ TEST(PsDeviceSync, AWorkerWithoutANodeGroupIsToldHowToMakeOne) {
   }
 }
 
+// One node of two processes as `dtrain run --ps-servers` starts it: the
+// torchrun variables and DMLC_NUM_WORKER = `num_worker`.
+Env one_node_env(int num_worker) {
+  Env env = dmlc_env(testing::free_port(), 1, 0);
+  env["DMLC_NUM_WORKER"] = std::to_string(num_worker);
+  env["RANK"] = "0";
+  env["WORLD_SIZE"] = "2";
+  env["LOCAL_RANK"] = "0";
+  env["LOCAL_WORLD_SIZE"] = "2";
+  env["GROUP_RANK"] = "0";
+  return env;
+}
+
+// Note [Workers per node or per process]: without the check the store would
+// be refused for want of a group (or, given one, wait for a second ps worker).
+TEST(PsDeviceSync, AWorkerWhoseDmlcNumWorkerCountsProcessesIsToldToUsePsWorkerPerNode) {
+  try {
+    KVStore::create("dist_device_sync", quiet_options(), lookup(one_node_env(2)));
+    FAIL() << "expected InvalidArgument";
+  } catch (const InvalidArgument& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "dist_device_sync has one ps worker per node, but DMLC_NUM_WORKER=2 counts "
+              "processes (WORLD_SIZE=2, LOCAL_WORLD_SIZE=2): start the job with `dtrain run "
+              "--ps-servers S --ps-worker-per node`, or set DMLC_NUM_WORKER to the number of "
+              "nodes (1) and DMLC_WORKER_ID to the node's rank");
+  }
+}
+
+// Without the check both processes would register as worker 0 of a job of
+// one worker (nothing listens at the scheduler's port here: the worker would
+// wait out its connect timeout).
+TEST(PsDeviceSync, ADistSyncWorkerWhoseDmlcNumWorkerCountsNodesIsToldToDropPsWorkerPerNode) {
+  KVStoreOptions o = quiet_options();
+  o.connect_timeout = std::chrono::seconds(2);
+  for (const char* type : {"dist_sync", "dist_async"}) {
+    try {
+      KVStore::create(type, o, lookup(one_node_env(1)));
+      FAIL() << "expected InvalidArgument for " << type;
+    } catch (const InvalidArgument& e) {
+      EXPECT_EQ(std::string(e.what()),
+                std::string(type) +
+                    " has one ps worker per process, but DMLC_NUM_WORKER=1 is less than "
+                    "WORLD_SIZE=2 (it counts nodes, as for dist_device_sync): drop "
+                    "`--ps-worker-per node` from dtrain run, or set DMLC_NUM_WORKER to the "
+                    "number of processes and DMLC_WORKER_ID to RANK");
+    }
+  }
+}
+
 }  // namespace
 }  // namespace dtrain

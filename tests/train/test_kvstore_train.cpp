@@ -295,5 +295,54 @@ TEST_F(KVStoreTraining, CliUnknownKvStoreIsAOneLineUsageErrorListingTheTypes) {
   }
 }
 
+// `dtrain run --ps-servers 1 --nproc-per-node 2 [run_flags] -- dtrain train
+// --kvstore <kvstore>` on the tiny dataset, 2 epochs (12 steps), small
+// buckets; checkpoints in dir_/<ckpt>.
+testing::ShellRun run_cli(const fs::path& dir, const std::string& run_flags,
+                          const std::string& kvstore, const std::string& ckpt) {
+  const std::string dtrain = DTRAIN_BINARY_DIR "/dtrain";
+  // `timeout` bounds the job; the launcher stops every role it started.
+  return testing::run_shell(
+      "PS_HEARTBEAT_TIMEOUT=30 timeout -k 10 300 " + dtrain +
+      " run --ps-servers 1 --nproc-per-node 2 " + run_flags + " -- " + dtrain +
+      " train --kvstore " + kvstore + " --model cnn --dataset mnist --data-dir " +
+      (dir / "data").string() + " --init-weights " + (dir / "init.pt").string() +
+      " --threads 1 --device cpu --batch-size 8 --epochs 2 --lr 0.05 --momentum 0.9 "
+      "--bucket-cap-mb 0.02 --quiet --checkpoint-dir " +
+      (dir / ckpt).string() + " 2>&1");
+}
+
+TEST_F(KVStoreTraining, CliDistDeviceSyncUnderDtrainRunPsWorkerPerNodeEndsWithDistSyncsWeights) {
+  const testing::ShellRun sync = run_cli(dir_, "", "dist_sync", "sync");
+  ASSERT_EQ(sync.code, 0) << sync.output;
+  const testing::ShellRun device = run_cli(dir_, "--ps-worker-per node", "dist_device_sync", "dev");
+  ASSERT_EQ(device.code, 0) << device.output;
+  EXPECT_NE(device.output.find("kvstore dist_device_sync (2 worker(s)), optimizer on the workers"),
+            std::string::npos)
+      << device.output;
+  const Checkpoint a = latest("sync"), b = latest("dev");
+  EXPECT_EQ(a.step, 12);
+  EXPECT_EQ(b.step, 12);
+  const double d = max_difference(a.model, b.model);
+  std::printf(
+      "dtrain run: dist_device_sync (one ps worker) vs dist_sync (two): max |w diff| %.3g\n", d);
+  EXPECT_LE(d, 1e-5);
+}
+
+TEST_F(KVStoreTraining,
+       CliDistDeviceSyncUnderDtrainRunCountingProcessesFailsNamingPsWorkerPerNode) {
+  // Without the check the scheduler would wait for a second ps worker until
+  // the workers' connect timeout.
+  const testing::ShellRun r = run_cli(dir_, "", "dist_device_sync", "dev");
+  EXPECT_EQ(r.code, 1) << r.output;
+  const std::string line =
+      "dtrain train: error: dist_device_sync has one ps worker per node, but DMLC_NUM_WORKER=2 "
+      "counts processes (WORLD_SIZE=2, LOCAL_WORLD_SIZE=2): start the job with `dtrain run "
+      "--ps-servers S --ps-worker-per node`, or set DMLC_NUM_WORKER to the number of nodes (1) "
+      "and DMLC_WORKER_ID to the node's rank\n";
+  EXPECT_NE(r.output.find("]: " + line), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("dtrain run: root cause: worker rank "), std::string::npos) << r.output;
+}
+
 }  // namespace
 }  // namespace dtrain

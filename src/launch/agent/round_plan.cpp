@@ -70,6 +70,15 @@ TempDir::~TempDir() {
 // state is not kept across rounds: workers init their keys again). With
 // DMLC_PS_SNAPSHOT_DIR set, a server that dies is first restarted alone, up
 // to kPsServerRestarts times, and the job goes on (docs/ps.md).
+//
+// What a ps worker is (LaunchOptions::ps_worker_per) decides only the
+// DMLC_NUM_WORKER every role gets and the workers' DMLC_WORKER_ID: with
+// kProcess every process is one (WORLD_SIZE, RANK), with kNode the node is
+// one (the number of nodes, GROUP_RANK), as dist_device_sync needs: its
+// local rank 0 alone registers with the scheduler (Note [Device sync]), so
+// a scheduler counting processes would wait for workers that never come.
+// The torchrun variables stay those of every process either way: the
+// node's processes still form their c10d groups over the launcher's store.
 constexpr int kPsServerRestarts = 3;
 
 RoundPlan plan_round(const LaunchOptions& o, const std::string& program,
@@ -77,7 +86,8 @@ RoundPlan plan_round(const LaunchOptions& o, const std::string& program,
                      int restarts, const std::string& error_root) {
   RoundPlan plan;
   JobInfo job{info.master_addr, info.master_port, o.run_id};
-  PsJob ps{0, o.ps_servers, o.nproc_per_node};
+  const bool worker_per_node = o.ps_worker_per == LaunchOptions::PsWorkerPer::kNode;
+  PsJob ps{0, o.ps_servers, worker_per_node ? info.num_nodes : info.world_size()};
   if (o.ps_servers > 0) ps.scheduler_port = pick_free_port();
   for (int local_rank = 0; local_rank < o.nproc_per_node; ++local_rank) {
     WorkerIdentity who;
@@ -96,7 +106,8 @@ RoundPlan plan_round(const LaunchOptions& o, const std::string& program,
     spec.process.argv = o.command;
     spec.process.env = worker_environment(base, who, job);
     if (o.ps_servers > 0) {
-      spec.process.env = ps_environment(spec.process.env, ps, "worker", who.rank);
+      const int ps_worker_id = worker_per_node ? info.node_rank : who.rank;
+      spec.process.env = ps_environment(spec.process.env, ps, "worker", ps_worker_id);
     }
     add_spec(plan, std::move(spec), o, attempt, error_root, std::to_string(local_rank));
   }

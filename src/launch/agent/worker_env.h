@@ -51,7 +51,8 @@ std::vector<std::string> worker_environment(const std::vector<std::string>& base
                                             const WorkerIdentity& worker, const JobInfo& job);
 
 /// Where the nodes of a parameter-server job (LaunchOptions::ps_servers)
-/// meet: the scheduler's port on 127.0.0.1 and the job's size.
+/// meet: the scheduler's port on 127.0.0.1 and the job's size, num_workers
+/// counting processes or nodes (LaunchOptions::ps_worker_per).
 struct PsJob {
   int scheduler_port = 0;
   int num_servers = 0;
@@ -61,7 +62,8 @@ struct PsJob {
 /// `base` with MXNet's variables for one node of `job` set (replacing
 /// entries with the same names): DMLC_ROLE=`role` ("scheduler", "server" or
 /// "worker"), DMLC_PS_ROOT_URI=127.0.0.1, DMLC_PS_ROOT_PORT,
-/// DMLC_NUM_SERVER, DMLC_NUM_WORKER, and for a worker DMLC_WORKER_ID=`rank`.
+/// DMLC_NUM_SERVER, DMLC_NUM_WORKER, and for a worker DMLC_WORKER_ID=`rank`
+/// (its process's rank, or its node's with LaunchOptions::PsWorkerPer::kNode).
 std::vector<std::string> ps_environment(const std::vector<std::string>& base, const PsJob& job,
                                         const std::string& role, int rank);
 
