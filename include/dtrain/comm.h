@@ -239,11 +239,17 @@ class ProcessGroup {
 };
 
 /// Forms the group described by `options` (after resolve_init_options for
-/// env://). Blocks until every rank joined or options.store_timeout passed.
+/// env://). Blocks until every rank's backend has connected to its peers
+/// (then a rank may use or destroy its group at once), or throws
+/// TimeoutError after options.store_timeout.
 ProcessGroup init_process_group(const InitOptions& options);
 
 /// Forms a group over an existing store (a rendezvous result, or a memory
-/// store shared by threads in tests); init_method is ignored. Collective.
+/// store shared by threads in tests); init_method is ignored. Collective;
+/// blocks like the overload above. Precondition: the store (or a
+/// prefix_store view of it) serves this group only: the backend's address
+/// keys are not versioned, so a second group over the same keys may read the
+/// first one's addresses.
 ProcessGroup init_process_group(StorePtr store, const InitOptions& options);
 
 /// init_process_group(resolve_init_options({}, process_env())).

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <iostream>
 
 #include <ATen/ATen.h>
@@ -187,6 +188,52 @@ std::shared_ptr<ProcessGroup::State> new_state(const InitOptions& options) {
   return state;
 }
 
+// Note [Formed means every rank connected]
+// Gloo's connectFullMesh returns on a rank as soon as that rank's own pairs
+// are connected, and the connecting side of a pair counts as connected once
+// the kernel has completed the TCP handshake with the peer's listening
+// socket, before the peer has accepted it. So a rank can finish forming, do
+// nothing collective (open_dataset(options, pg) only reads rank and size)
+// and destroy its group, closing its sockets, while a peer is still waiting
+// for another rank's address; that peer then accepts an already closed
+// connection and its formation fails with Gloo's "Connection closed by peer"
+// (and a third rank, left waiting for the failed one to connect, fails with
+// "Connect timeout" after 5 x the timeout). Ranks as threads of one loaded
+// test process met this in about 1 group in 25; a job whose rank leaves
+// right after forming meets it the same way. Hence init_process_group
+// returns only once every rank's backend has formed: each rank counts itself
+// in the group's store, the rank that completes the count publishes a key,
+// and every rank waits for that key (PyTorch's init_process_group ends with
+// the same store-based barrier). The count's generation keeps the barrier
+// right on a reused store, since a rank cannot start forming the next group
+// before the current one has formed (Gloo's own keys are not versioned,
+// hence the one-group-per-store precondition in comm.h).
+void wait_until_every_rank_formed(const ProcessGroup::State& state, const InitOptions& options) {
+  if (options.world_size == 1) return;
+  const int64_t world = options.world_size;
+  const std::string count_key = "formed";
+  int64_t generation = 0;
+  try {
+    const int64_t arrival = state.store->add(count_key, 1);
+    generation = (arrival - 1) / world;
+    const std::string done = cat("formed/", generation);
+    if (arrival == (generation + 1) * world) state.store->set(done, std::vector<uint8_t>{1});
+    state.store->wait({done}, options.store_timeout);
+  } catch (const std::exception& e) {
+    std::string arrived = "not all";
+    try {
+      const int64_t n = std::min(world, state.store->add(count_key, 0) - generation * world);
+      arrived = cat("only ", n, " of ", world);
+    } catch (const std::exception&) {
+    }
+    throw TimeoutError(cat("rank ", options.rank, " of ", options.world_size, ": ", arrived,
+                           " ranks formed the process group within ",
+                           options.store_timeout.count() / 1000.0, " s over ", options.init_method,
+                           " (", first_line(e.what()),
+                           "); check that every rank started and can reach the others"));
+  }
+}
+
 void form_group(ProcessGroup::State& state, StorePtr store, const InitOptions& options) {
   state.store = prefix_store("dtrain/pg", std::move(store));
   try {
@@ -200,6 +247,7 @@ void form_group(ProcessGroup::State& state, StorePtr store, const InitOptions& o
                            " (", first_line(e.what()),
                            "); check that every rank started and can reach the others"));
   }
+  wait_until_every_rank_formed(state, options);  // Note [Formed means every rank connected]
 }
 
 }  // namespace

@@ -27,12 +27,13 @@ namespace dtrain::testing {
 // process group exists; a value the user set is kept.
 inline const bool kFlightRecorderOff = ::setenv("TORCH_FR_BUFFER_SIZE", "0", 0) == 0;
 
-/// Calls fn(pg) on `world` threads, each with its own ProcessGroup of rank r,
-/// and rethrows the first exception (lowest rank first) after all joined.
-inline void run_ranks(int world, const std::function<void(const ProcessGroup&)>& fn,
-                      std::chrono::milliseconds timeout = std::chrono::seconds(30),
-                      const std::string& backend = "gloo") {
-  StorePtr store = make_memory_store();
+/// Calls fn(pg) on `world` threads, each with its own ProcessGroup of rank r
+/// formed over store_of(r) (one store, or views of one), and rethrows the
+/// first exception (lowest rank first) after all joined.
+inline void run_ranks_over(int world, const std::function<StorePtr(int rank)>& store_of,
+                           const std::function<void(const ProcessGroup&)>& fn,
+                           std::chrono::milliseconds timeout = std::chrono::seconds(30),
+                           const std::string& backend = "gloo") {
   std::vector<std::exception_ptr> errors(world);
   std::vector<std::thread> threads;
   for (int r = 0; r < world; ++r) {
@@ -47,7 +48,7 @@ inline void run_ranks(int world, const std::function<void(const ProcessGroup&)>&
         o.init_method = "memory://";
         o.backend = backend;
         o.local_rank = r;
-        ProcessGroup pg = init_process_group(store, o);
+        ProcessGroup pg = init_process_group(store_of(r), o);
         fn(pg);
       } catch (...) {
         errors[r] = std::current_exception();
@@ -58,6 +59,17 @@ inline void run_ranks(int world, const std::function<void(const ProcessGroup&)>&
   for (auto& e : errors) {
     if (e) std::rethrow_exception(e);
   }
+}
+
+/// Calls fn(pg) on `world` threads, each with its own ProcessGroup of rank r
+/// over one in-memory store, and rethrows the first exception (lowest rank
+/// first) after all joined.
+inline void run_ranks(int world, const std::function<void(const ProcessGroup&)>& fn,
+                      std::chrono::milliseconds timeout = std::chrono::seconds(30),
+                      const std::string& backend = "gloo") {
+  StorePtr store = make_memory_store();
+  run_ranks_over(
+      world, [&](int) { return store; }, fn, timeout, backend);
 }
 
 /// The message of the exception `fn` throws, or "" when it throws nothing.
