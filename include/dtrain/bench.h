@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -90,6 +91,8 @@ struct TrainBenchOptions {
   /// TrainOptions::kvstore_optimizer: "auto", "worker" or "server" (SGD with
   /// lr 0.01 and momentum 0.9 on the servers).
   std::string kvstore_optimizer = "auto";
+  /// TrainOptions::kvstore_instance: a store already open (null: opened).
+  std::shared_ptr<KVStore> kvstore_instance;
   /// Prometheus endpoint per rank on metrics_port + local rank, as
   /// TrainOptions::metrics_port (0: a free port, printed; -1: none): every
   /// step is recorded, the loss as last read at a display step.

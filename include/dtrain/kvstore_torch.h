@@ -14,6 +14,12 @@
 //
 //   auto kv = dtrain::create_kvstore("dist_device_sync");  // group from env
 //   // or: opts.local_group = dtrain::kv_local_group(pg); KVStore::create(..., opts)
+//
+// The workers' own c10d group when only DMLC_* is set (a Kubeflow MXJob pod,
+// no RANK / WORLD_SIZE / MASTER_ADDR): ranks from the kvstore's scheduler.
+//
+//   auto kv = dtrain::create_kvstore("dist_sync");
+//   dtrain::ProcessGroup pg = dtrain::kv_process_group(*kv, dtrain::InitOptions{});
 
 #include <ATen/core/Tensor.h>
 
@@ -27,6 +33,7 @@
 namespace dtrain {
 
 class ProcessGroup;  // dtrain/comm.h
+struct InitOptions;  // dtrain/comm.h
 
 namespace detail {
 
@@ -79,6 +86,24 @@ std::shared_ptr<KVLocalGroup> kv_local_group(const ProcessGroup& pg);
 /// when the node's processes do not all arrive within `timeout`. Collective.
 std::shared_ptr<KVLocalGroup> kv_local_group_from_env(const EnvLookup& env,
                                                       std::chrono::milliseconds timeout);
+
+/// The key kv_process_group() uses on the servers: programs must not use it.
+inline constexpr int kKVProcessGroupKey = 2147483000;
+
+/// The workers of a dist kvstore as a c10d process group, for processes that
+/// have only MXNet's DMLC_* variables (Note [Workers' group through the
+/// kvstore] in src/ps/worker_group.cpp): rank kv.rank(), size
+/// kv.num_workers(); worker 0 hosts the group's TCP store on a free port at
+/// the address it advertises to the parameter server (DMLC_NODE_HOST,
+/// DMLC_INTERFACE, ... read from `env`, empty: the process environment) and
+/// the others learn host:port through the kvstore (key kKVProcessGroupKey).
+/// From `options` it takes backend, timeout, store_timeout, local_rank,
+/// local_world_size and the Gloo address; rank, world_size and init_method
+/// are set here. One worker: the single-process group. Collective over the
+/// job's workers; blocks at most kv.timeout() for the address and
+/// options.store_timeout for the group, then throws TimeoutError naming
+/// host:port; StoreError when worker 0 cannot host the store.
+ProcessGroup kv_process_group(KVStore& kv, const InitOptions& options, const EnvLookup& env = {});
 
 /// KVStore::create, forming options.local_group with kv_local_group_from_env
 /// for a dist_device_sync worker (DMLC_ROLE=worker) that has none.

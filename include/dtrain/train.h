@@ -25,6 +25,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -116,8 +117,9 @@ struct TrainOptions {
   /// during backward and pulled before backward returns (a ddp.comm_hook
   /// other than allreduce_hook() is then InvalidArgument). The job's
   /// workers must be the group's ranks (`dtrain run --ps-servers S` sets
-  /// DMLC_* and RANK/WORLD_SIZE alike); under dist_device_sync they are the
-  /// nodes.
+  /// DMLC_* and RANK/WORLD_SIZE alike; with only DMLC_* form the group with
+  /// kv_process_group and pass the store as kvstore_instance); under
+  /// dist_device_sync they are the nodes.
   /// With DMLC_ROLE=scheduler or server, train() serves that role and exits
   /// the process (KVStore::create's contract).
   std::string kvstore;
@@ -133,6 +135,12 @@ struct TrainOptions {
   KVStoreOptions kvstore_options;
   /// Where the store reads DMLC_*; empty: the process environment.
   EnvLookup kvstore_env;
+  /// A store of type `kvstore` the caller already opened, used instead of
+  /// opening one (and closed by train() at the end): the one the workers'
+  /// group was formed from with kv_process_group (dtrain/kvstore_torch.h)
+  /// when only DMLC_* is set, as `dtrain train` does in an MXJob pod. Null
+  /// (the default): train() opens it with create_kvstore.
+  std::shared_ptr<KVStore> kvstore_instance;
   /// When not empty, rank 0 writes one JSON object per epoch here (keys
   /// epoch, train_loss, test_acc, images_per_sec, epoch_seconds,
   /// world_size); the file is created (truncated) before training starts,
@@ -244,6 +252,7 @@ struct TrainOptions {
   DTRAIN_SETTER(TrainOptions, kvstore_optimizer)
   DTRAIN_SETTER(TrainOptions, kvstore_options)
   DTRAIN_SETTER(TrainOptions, kvstore_env)
+  DTRAIN_SETTER(TrainOptions, kvstore_instance)
   DTRAIN_SETTER(TrainOptions, tensorboard)
   DTRAIN_SETTER(TrainOptions, tensorboard_every)
   DTRAIN_SETTER(TrainOptions, tensorboard_histograms)

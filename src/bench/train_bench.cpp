@@ -48,6 +48,7 @@ TrainOptions as_train_options(const TrainBenchOptions& o) {
   t.amp = o.amp;
   t.kvstore = o.kvstore;
   t.kvstore_optimizer = o.kvstore_optimizer;
+  t.kvstore_instance = o.kvstore_instance;
   return t;
 }
 

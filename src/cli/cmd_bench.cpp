@@ -149,7 +149,8 @@ void add_train(CLI::App& bench, int* exit_code) {
   cmd->add_option("--kvstore,--kv-store", f->o.kvstore,
                   "Gradients through a parameter server instead of allreduce: local, dist_sync, "
                   "dist_async, dist_device_sync (start with dtrain run --ps-servers S, and for "
-                  "dist_device_sync --ps-worker-per node)");
+                  "dist_device_sync --ps-worker-per node; or run this same command in every "
+                  "process with DMLC_* set, as an MXJob does)");
   cmd->add_option("--kvstore-optimizer", f->o.kvstore_optimizer,
                   "With --kvstore: worker (servers sum), server (servers run SGD), auto")
       ->capture_default_str()
@@ -166,20 +167,23 @@ void add_train(CLI::App& bench, int* exit_code) {
         *exit_code = 0;
         return;
       }
-    } catch (const InvalidArgument& e) {
-      *exit_code = report_error("dtrain bench train", e, 2);
-      return;
-    } catch (const std::exception& e) {
-      *exit_code = report_error("dtrain bench train", e);
-      return;
-    }
-    *exit_code = with_group("train", [&](const ProcessGroup& pg) {
-      TrainBenchResult r = run_train_bench(f->o, pg, [](const std::string& line) {
+      // With only DMLC_* (an MXJob pod) the kvstore ranks the group; it
+      // unwinds with `o` on an error (cmd_train.cpp does the same).
+      TrainBenchOptions o = f->o;
+      ProcessGroup pg =
+          join_training_group(o.kvstore, KVStoreOptions{}, resolve_init_options({}, process_env()),
+                              &o.kvstore_instance);
+      TrainBenchResult r = run_train_bench(o, pg, [](const std::string& line) {
         std::printf("%s\n", line.c_str());
         std::fflush(stdout);
       });
       if (pg.rank() == 0 && f->json) std::cout << to_json(r) << std::endl;
-    });
+      *exit_code = 0;
+    } catch (const InvalidArgument& e) {
+      *exit_code = report_error("dtrain bench train", e, 2);
+    } catch (const std::exception& e) {
+      *exit_code = report_error("dtrain bench train", e);
+    }
   });
 }
 

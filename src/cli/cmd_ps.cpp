@@ -19,6 +19,7 @@
 #include "dtrain/comm.h"
 #include "dtrain/errors.h"
 #include "dtrain/kvstore.h"
+#include "dtrain/kvstore_torch.h"
 
 namespace dtrain::cli {
 namespace {
@@ -52,16 +53,31 @@ int serve(const std::string& role, const PsFlags& f) {
   }
 }
 
+bool is_dist_kvstore(const std::string& kvstore) {
+  return kvstore == "dist_sync" || kvstore == "dist_async" || kvstore == "dist_device_sync";
+}
+
 }  // namespace
 
 bool serve_kvstore_role(const std::string& kvstore) {
-  if (kvstore != "dist_sync" && kvstore != "dist_async" && kvstore != "dist_device_sync") {
-    return false;  // not a dist store (or an unknown one, which train's checks name)
-  }
+  // Not a dist store (or an unknown one, which train's checks name): no role.
+  if (!is_dist_kvstore(kvstore)) return false;
   const std::optional<std::string> role = process_env()("DMLC_ROLE");
   if (!role || (*role != "scheduler" && *role != "server")) return false;
   serve_ps_role(*role, KVStoreOptions{});
   return true;
+}
+
+ProcessGroup join_training_group(const std::string& kvstore, const KVStoreOptions& kv_options,
+                                 const InitOptions& init, std::shared_ptr<KVStore>* kv) {
+  if (init.init_method != "env://") return init_process_group(init);
+  if (!is_dist_kvstore(kvstore) || process_env()("DMLC_ROLE").value_or("") != "worker") {
+    return ProcessGroup();
+  }
+  // Only DMLC_* (an MXJob pod): the kvstore's scheduler ranks the workers
+  // (Note [Workers' group through the kvstore] in src/ps/worker_group.cpp).
+  *kv = create_kvstore(kvstore, kv_options);
+  return kv_process_group(**kv, init);
 }
 
 void add_ps_command(CLI::App& root, int* exit_code) {

@@ -40,10 +40,15 @@ struct EvalFlags {
   GroupFlags group;
 };
 
-ProcessGroup join_group(const GroupFlags& f) {
+InitOptions group_init(const GroupFlags& f) {
   InitOptions init = resolve_init_options({}, process_env());
   init.backend = f.backend;
   init.timeout = std::chrono::milliseconds(static_cast<int64_t>(f.timeout_s * 1000));
+  return init;
+}
+
+ProcessGroup join_group(const GroupFlags& f) {
+  InitOptions init = group_init(f);
   return init.init_method == "env://" ? ProcessGroup() : init_process_group(init);
 }
 
@@ -117,7 +122,10 @@ int run_train(const TrainFlags& f) {
                                            : TrainOptions::Progress::kLines;
     validate(o);  // before joining the group: bad flags never leave peers waiting
     if (serve_kvstore_role(o.kvstore)) return 0;  // a ps scheduler or server
-    ProcessGroup pg = join_group(f.group);
+    // With only DMLC_* (an MXJob pod) the kvstore is opened here and ranks
+    // the group; train() then uses it (and the store unwinds with `o`).
+    ProcessGroup pg =
+        join_training_group(o.kvstore, o.kvstore_options, group_init(f.group), &o.kvstore_instance);
     train(o, pg, &std::cout);
     return 0;
   } catch (const InvalidArgument& e) {
@@ -314,7 +322,8 @@ void add_train_command(CLI::App& root, int* exit_code) {
   cmd->add_option("--kvstore,--kv-store", o.kvstore,
                   "Gradients through a parameter server instead of allreduce: local, dist_sync, "
                   "dist_async, dist_device_sync (start with dtrain run --ps-servers S, and for "
-                  "dist_device_sync --ps-worker-per node)");
+                  "dist_device_sync --ps-worker-per node; or run this same command in every "
+                  "process with DMLC_* set, as an MXJob does)");
   cmd->add_option("--staleness", o.kvstore_options.staleness,
                   "With --kvstore dist_async: how many pushes a worker may run ahead of the "
                   "slowest (SSP; 0: in step; -1: unbounded)")

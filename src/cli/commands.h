@@ -6,11 +6,19 @@
 // options, call the library, map exceptions to exit codes.
 
 #include <exception>
+#include <memory>
 #include <string>
 
 namespace CLI {
 class App;
 }
+
+namespace dtrain {
+class KVStore;
+class ProcessGroup;
+struct InitOptions;
+struct KVStoreOptions;
+}  // namespace dtrain
 
 namespace dtrain::cli {
 
@@ -35,5 +43,15 @@ int report_error(const std::string& who, const std::exception& e, int exit_code 
 /// exits 0); otherwise (a worker, no DMLC_ROLE, no dist store) returns false
 /// at once. Throws as serve_ps_role() (dtrain/kvstore.h). cmd_ps.cpp.
 bool serve_kvstore_role(const std::string& kvstore);
+
+/// The group `dtrain train|bench train` runs over, given `init` resolved from
+/// the environment (resolve_init_options): a launcher's (torchrun, dtrain
+/// run, mpirun, srun) as init_process_group forms it; with none (env://), a
+/// worker of a dist `kvstore` (DMLC_ROLE=worker, e.g. an MXJob pod with only
+/// DMLC_*) opens the store with `kv_options` into *kv and forms the workers'
+/// group from it (kv_process_group, dtrain/kvstore_torch.h); otherwise the
+/// single-process group. Throws as those. cmd_ps.cpp.
+ProcessGroup join_training_group(const std::string& kvstore, const KVStoreOptions& kv_options,
+                                 const InitOptions& init, std::shared_ptr<KVStore>* kv);
 
 }  // namespace dtrain::cli

@@ -238,7 +238,13 @@ std::unique_ptr<KvSync> KvSync::open(const TrainOptions& o, const ProcessGroup& 
   if (o.kvstore.empty()) return nullptr;
   // create_kvstore forms dist_device_sync's node group from the launcher's
   // variables unless kvstore_options.local_group brings one.
-  std::shared_ptr<KVStore> kv = create_kvstore(o.kvstore, o.kvstore_options, o.kvstore_env);
+  std::shared_ptr<KVStore> kv = o.kvstore_instance
+                                    ? o.kvstore_instance
+                                    : create_kvstore(o.kvstore, o.kvstore_options, o.kvstore_env);
+  if (kv->type() != o.kvstore) {
+    throw InvalidArgument(cat("kvstore_instance is a ", kv->type(), " store but --kvstore is ",
+                              o.kvstore, "; pass one of the same type"));
+  }
   // dist_device_sync's workers are per node (docs/ps.md); the others are pg's ranks.
   if (o.kvstore != "dist_device_sync" &&
       (kv->num_workers() != pg.size() || kv->rank() != pg.rank())) {
@@ -247,7 +253,7 @@ std::unique_ptr<KvSync> KvSync::open(const TrainOptions& o, const ProcessGroup& 
             kv->num_workers(), " (DMLC_WORKER_ID, DMLC_NUM_WORKER) but the process group rank ",
             pg.rank(), " of ", pg.size(),
             " (RANK, WORLD_SIZE); they must agree: start the job with `dtrain run --ps-servers S`, "
-            "which sets both"));
+            "which sets both, or with DMLC_* alone (an MXJob)"));
   }
   auto sync = std::unique_ptr<KvSync>(new KvSync());
   const KVUpdate update = kvstore_update(o);

@@ -51,9 +51,11 @@ class Job {
       std::remove(c.log.c_str());
     }
   }
-  /// Starts `program` (default: tests/ps/ps_node) with exactly `env`.
+  /// Starts `program` (default: tests/ps/ps_node) with exactly `env` and
+  /// the arguments `args`.
   Child& spawn(const std::string& name, const Env& env,
-               const std::string& program = std::string(DTRAIN_BINARY_DIR) + "/tests/ps/ps_node") {
+               const std::string& program = std::string(DTRAIN_BINARY_DIR) + "/tests/ps/ps_node",
+               std::vector<std::string> args = {}) {
     Child c;
     c.name = name;
     static int serial = 0;
@@ -71,8 +73,10 @@ class Job {
       std::vector<char*> envp;
       for (auto& v : vars) envp.push_back(v.data());
       envp.push_back(nullptr);
-      char* argv[] = {const_cast<char*>(program.c_str()), nullptr};
-      ::execve(program.c_str(), argv, envp.data());
+      std::vector<char*> argv{const_cast<char*>(program.c_str())};
+      for (auto& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      ::execve(program.c_str(), argv.data(), envp.data());
       ::_exit(127);
     }
     c.pid = pid;

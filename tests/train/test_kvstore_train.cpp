@@ -1,7 +1,8 @@
 // dtrain::train() with --kvstore: DDP's buckets through a parameter-server
 // job (scheduler, servers and workers as threads of this process, on
 // loopback) against DDP's allreduce over the same data; resume under a
-// kvstore; bad --kvstore values.
+// kvstore; bad --kvstore values; and `dtrain train|bench train --kvstore` as
+// an MXJob runs them: the same command in every process, with only DMLC_*.
 #include <ATen/ATen.h>
 
 #include <cstdio>
@@ -21,6 +22,7 @@
 #include "dtrain/train.h"
 #include "dtrain/weights.h"
 #include "ps/cluster.h"
+#include "ps/processes.h"
 #include "support/ranks.h"
 #include "support/shell.h"
 #include "train/fixtures.h"
@@ -280,6 +282,89 @@ TEST_F(KVStoreTraining, ACompressingCommHookWithAKvstoreIsAnInvalidArgumentNotIg
             "the comm hook; drop one of them");
   o.ddp.comm_hook = comm_hook_by_name("none");  // allreduce: what the CLI passes by default
   EXPECT_EQ(testing::error_of([&] { validate(o); }), "");
+}
+
+// An MXJob: a scheduler, `servers` servers and `workers` workers, each
+// running `dtrain ARGS` with only MXNet's variables (no RANK, WORLD_SIZE,
+// MASTER_ADDR, DMLC_WORKER_ID). Returns the workers' output, after checking
+// that every process exited 0 within the time limit.
+std::string run_mxjob(const std::vector<std::string>& args, int servers, int workers) {
+  const int port = testing::free_port();
+  testing::Job job;
+  for (int i = 0; i < 1 + servers + workers; ++i) {
+    const std::string role = i == 0 ? "scheduler" : i <= servers ? "server" : "worker";
+    testing::Env env = testing::job_env(role, port, servers, workers);
+    env["PS_HEARTBEAT_TIMEOUT"] = "30";  // a loaded 2-core machine starves processes
+    job.spawn(role + std::to_string(i), env, DTRAIN_BINARY_DIR "/dtrain", args);
+  }
+  const bool ended = job.wait_all(std::chrono::seconds(240));
+  std::string workers_output;
+  for (const testing::Child& c : job.children()) {
+    const std::string out = testing::read_file(c.log);
+    EXPECT_TRUE(c.reaped) << c.name << " still ran after 240 s:\n" << out;
+    EXPECT_TRUE(c.reaped && WIFEXITED(c.status) && WEXITSTATUS(c.status) == 0)
+        << c.name << " ended with status " << c.status << ":\n"
+        << out;
+    if (c.name.rfind("worker", 0) == 0) workers_output += out;
+  }
+  EXPECT_TRUE(ended);
+  return workers_output;
+}
+
+TEST_F(KVStoreTraining, TheSameDtrainTrainCommandInEveryProcessWithOnlyDmlcVariablesEndsAsDdp) {
+  TrainOptions ddp = options("ddp", 2);
+  run(ddp, 2);
+  // Exactly ddp's options, as flags.
+  const std::string output = run_mxjob({"train",
+                                        "--kvstore",
+                                        "dist_sync",
+                                        "--model",
+                                        "cnn",
+                                        "--dataset",
+                                        "mnist",
+                                        "--data-dir",
+                                        (dir_ / "data").string(),
+                                        "--epochs",
+                                        "2",
+                                        "--batch-size",
+                                        "8",
+                                        "--eval-batch-size",
+                                        "32",
+                                        "--lr",
+                                        "0.05",
+                                        "--momentum",
+                                        "0.9",
+                                        "--threads",
+                                        "1",
+                                        "--device",
+                                        "cpu",
+                                        "--checkpoint-dir",
+                                        (dir_ / "kv").string(),
+                                        "--init-weights",
+                                        (dir_ / "init.pt").string(),
+                                        "-q"},
+                                       /*servers=*/2, /*workers=*/2);
+  EXPECT_NE(output.find("2 rank(s)"), std::string::npos) << output;
+  EXPECT_NE(output.find("kvstore dist_sync (2 worker(s)), optimizer on the workers"),
+            std::string::npos)
+      << output;
+  const Checkpoint a = latest("ddp"), b = latest("kv");
+  EXPECT_EQ(b.step, 12);
+  const double d = max_difference(a.model, b.model);
+  std::printf("DMLC_*-only dtrain train processes vs DDP allreduce: max |w difference| %.3g\n", d);
+  EXPECT_LE(d, 1e-5);
+}
+
+TEST_F(KVStoreTraining, TheSameDtrainBenchTrainCommandInEveryProcessWithOnlyDmlcVariablesRuns) {
+  const std::string output =
+      run_mxjob({"bench", "train", "--kvstore", "dist_sync", "--model", "cnn", "--device", "cpu",
+                 "--batch-size", "4", "--steps", "2", "--warmup-steps", "1", "--display-every", "1",
+                 "--threads", "1"},
+                /*servers=*/1, /*workers=*/2);
+  EXPECT_NE(output.find("Processes:   2 (gloo)"), std::string::npos) << output;
+  EXPECT_NE(output.find("Gradients:   kvstore dist_sync (2 worker(s)), optimizer on the workers"),
+            std::string::npos)
+      << output;
 }
 
 TEST_F(KVStoreTraining, CliUnknownKvStoreIsAOneLineUsageErrorListingTheTypes) {
