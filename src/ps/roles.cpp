@@ -48,7 +48,8 @@ void run_server(const NodeOptions& options) {
     }
   });
   node.set_tick_handler([&] {
-    if (server) server->tick(std::chrono::steady_clock::now());
+    std::lock_guard<std::mutex> lock(mu);  // run_server's thread may be in make()
+    if (server && !broken) server->tick(std::chrono::steady_clock::now());
   });
   node.start();
   {
