@@ -243,7 +243,7 @@ wire() {
 d=[x-y for x,y in zip(a,b)]; print(json.dumps([[d[2*i],d[2*i+1]] for i in range(len(d)//2)]))' "$1" "$2"
 }
 
-PS_ENV=(OMP_NUM_THREADS=1 PS_HEARTBEAT_TIMEOUT=30)
+PS_ENV=(OMP_NUM_THREADS=1)
 PS_TORCHRUN_ENV=0  # 1: workers also get torchrun's variables (training phase)
 # ps_job TAG S WORKERS SCHED_CMD SERVER_CMD -- WORKER_CMD...: one PS job; WAIT_RC, WIRE
 ps_job() {

@@ -15,9 +15,10 @@
 //
 // Thread safety: a KVStore may be used from one thread at a time; handles
 // may be waited on from any thread. Blocking: every call that waits has a
-// deadline (KVStoreOptions::timeout) and fails with TimeoutError naming the
-// key and operation; a dead node fails every pending call with
-// PeerLostError naming its role, rank and host.
+// deadline (KVStoreOptions::timeout; close(): finalize_timeout) and fails
+// with TimeoutError naming the key and operation (close(): the nodes that
+// did not close); a dead node fails every pending call with PeerLostError
+// naming its role, rank and host.
 
 #include <chrono>
 #include <cstdint>
@@ -104,10 +105,13 @@ class KVLocalGroup {
 };
 
 struct KVStoreOptions {
-  /// Deadline of every push, pull, pushpull, init, barrier and close.
+  /// Deadline of every push, pull, pushpull, init, barrier and server
+  /// command (close() has finalize_timeout).
   std::chrono::milliseconds timeout{120000};
   /// Heartbeat period and the silence after which a node is declared dead
   /// (env: PS_HEARTBEAT_INTERVAL, PS_HEARTBEAT_TIMEOUT, in seconds).
+  /// Heartbeats do not wait for message handling (a server busy summing a
+  /// big key still heartbeats), so the timeout need not cover it.
   std::chrono::milliseconds heartbeat_interval{1000};
   std::chrono::milliseconds heartbeat_timeout{5000};
   /// How long a node waits for the scheduler's node table at start.
@@ -123,6 +127,15 @@ struct KVStoreOptions {
   /// With recovery on, how long the scheduler waits for a dead server's
   /// replacement before ending the job (env: PS_RECOVERY_TIMEOUT, seconds).
   std::chrono::milliseconds recovery_timeout{60000};
+  /// The job's end: once the first worker has called close(), every other
+  /// node must reach it within this long, or the scheduler ends the job and
+  /// every close() throws TimeoutError naming the nodes that did not (a
+  /// worker alive but hung, or never closing); workers whose scheduler says
+  /// nothing give up after finalize_timeout + heartbeat_timeout. Generous by
+  /// default, since workers may legitimately finish apart (an uneven last
+  /// epoch, a slower dist_async worker). Read by the scheduler and the
+  /// workers (env: PS_FINALIZE_TIMEOUT, seconds).
+  std::chrono::milliseconds finalize_timeout{600000};
   /// Where log lines go; empty: stderr.
   std::function<void(const std::string&)> log;
   /// SSP for dist_async (Note [Stale synchronous parallel] in src/ps/ssp.h):
@@ -148,6 +161,7 @@ struct KVStoreOptions {
   DTRAIN_SETTER(KVStoreOptions, log)
   DTRAIN_SETTER(KVStoreOptions, snapshot_dir)
   DTRAIN_SETTER(KVStoreOptions, recovery_timeout)
+  DTRAIN_SETTER(KVStoreOptions, finalize_timeout)
   DTRAIN_SETTER(KVStoreOptions, staleness)
   DTRAIN_SETTER(KVStoreOptions, local_group)
 };
@@ -223,8 +237,9 @@ class KVStore {
   /// Leaves the job: the servers and the scheduler stop counting this
   /// worker (so workers that run longer, e.g. an uneven last epoch, are not
   /// held up), rank 0 sends MXNet's stop command, and the worker waits in
-  /// the final barrier until every node has finished (bounded by failure
-  /// detection, not by `timeout`). Pending handles must be waited on first.
+  /// the final barrier until every node has finished: bounded by failure
+  /// detection and KVStoreOptions::finalize_timeout (TimeoutError naming the
+  /// nodes that did not close). Pending handles must be waited on first.
   /// Called by the destructor when not called before, except while an
   /// exception unwinds: then the worker just leaves, and the others fail
   /// within the heartbeat timeout naming it rather than wait.

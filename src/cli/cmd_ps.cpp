@@ -7,6 +7,7 @@
 // recovery on (docs/ps.md): a server writes its shard there and a restarted
 // server takes a dead one's place; given to the scheduler it waits
 // --recovery-timeout for that replacement instead of ending the job.
+// --finalize-timeout bounds the job's end (Note [Final barrier deadline]).
 // The job comes from DMLC_* (DMLC_ROLE is not needed: the subcommand is the
 // role). Exit 0 when the job ends, 1 when a node died or the network
 // failed, 2 for bad flags or DMLC_* variables.
@@ -30,6 +31,7 @@ struct PsFlags {
   double connect_timeout = 60.0;
   std::string snapshot_dir;
   double recovery_timeout = 60.0;
+  double finalize_timeout = 600.0;
 };
 
 std::chrono::milliseconds millis(double seconds) {
@@ -44,6 +46,7 @@ int serve(const std::string& role, const PsFlags& f) {
     o.connect_timeout = millis(f.connect_timeout);
     o.snapshot_dir = f.snapshot_dir;
     o.recovery_timeout = millis(f.recovery_timeout);
+    o.finalize_timeout = millis(f.finalize_timeout);
     serve_ps_role(role, o);
     return 0;
   } catch (const InvalidArgument& e) {
@@ -107,6 +110,12 @@ void add_ps_command(CLI::App& root, int* exit_code) {
     sub->add_option("--recovery-timeout", f->recovery_timeout,
                     "With --snapshot-dir: seconds the scheduler waits for a dead server's "
                     "replacement; PS_RECOVERY_TIMEOUT overrides")
+        ->capture_default_str()
+        ->check(CLI::PositiveNumber);
+    sub->add_option("--finalize-timeout", f->finalize_timeout,
+                    "Scheduler: seconds the job's end waits, after the first worker closed, for "
+                    "every other node to close before failing naming them; PS_FINALIZE_TIMEOUT "
+                    "overrides")
         ->capture_default_str()
         ->check(CLI::PositiveNumber);
     const std::string r = role;

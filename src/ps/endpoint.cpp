@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <iostream>
+#include <optional>
 
 #include "common/strings.h"
 #include "dtrain/errors.h"
@@ -19,6 +20,9 @@ constexpr Millis kTick{50};
 constexpr Millis kWaitLogPeriod{5000};
 // The body prefix of a TERMINATE that reports a dead node.
 constexpr std::string_view kLostPrefix = "dtrain-lost: ";
+// The body prefix of a TERMINATE that reports a passed deadline (Note [Final
+// barrier deadline]).
+constexpr std::string_view kTimeoutPrefix = "dtrain-timeout: ";
 // The body of a worker's HEARTBEAT that says it has finished (Note [Leaving
 // early]); ps-lite's scheduler takes it for a plain heartbeat.
 constexpr std::string_view kLeaveBody = "dtrain-leave";
@@ -29,6 +33,12 @@ double seconds(Millis d) { return static_cast<double>(d.count()) / 1000.0; }
 
 std::string host_port(const NodeInfo& n) { return cat(n.hostname, ":", n.port); }
 
+// now + d, saturating (d may be Millis::max(): never).
+Clock::time_point deadline_after(Clock::time_point now, Millis d) {
+  const auto left = std::chrono::duration_cast<Millis>(Clock::time_point::max() - now);
+  return d >= left ? Clock::time_point::max() : now + d;
+}
+
 }  // namespace
 
 Endpoint::Endpoint(NodeOptions options) : options_(std::move(options)) {}
@@ -36,6 +46,11 @@ Endpoint::Endpoint(NodeOptions options) : options_(std::move(options)) {}
 Endpoint::~Endpoint() {
   stop_ = true;
   if (thread_.joinable()) thread_.join();
+  {
+    std::lock_guard<std::mutex> lock(queue_mu_);  // no lost wake-up
+    queue_cv_.notify_all();
+  }
+  if (handler_thread_.joinable()) handler_thread_.join();
   if (!failure().empty()) van_.set_linger(200);  // Note [No hang at exit] (van.cpp)
 }
 
@@ -114,6 +129,7 @@ void Endpoint::start() {
     van_.send(kScheduler, add);
   }
   last_ack_ = Clock::now();
+  if (handler_ || tick_) handler_thread_ = std::thread([this] { handler_loop(); });
   thread_ = std::thread([this] { receive_loop(); });
 
   std::unique_lock<std::mutex> lock(mu_);
@@ -132,6 +148,7 @@ void Endpoint::start() {
                           " s; is the scheduler running there (DMLC_PS_ROOT_URI, "
                           "DMLC_PS_ROOT_PORT) and are all nodes started?");
       failure_ = why;
+      failure_timed_out_ = true;
       throw TimeoutError(why);
     }
     if (now >= next_log) {
@@ -148,7 +165,7 @@ void Endpoint::start() {
     }
     cv_.wait_until(lock, std::min(deadline, next_log));
   }
-  if (!failure_.empty()) throw PeerLostError(failure_);
+  if (!failure_.empty()) throw_failure();
 }
 
 void Endpoint::barrier(int group, Millis timeout) {
@@ -156,7 +173,7 @@ void Endpoint::barrier(int group, Millis timeout) {
   uint64_t generation = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (!failure_.empty()) throw PeerLostError(failure_);
+    if (!failure_.empty()) throw_failure();
     generation = barrier_generation_;
   }
   Message req;
@@ -175,7 +192,7 @@ void Endpoint::barrier(int group, Millis timeout) {
     throw TimeoutError(cat(describe(), ": barrier of group ", group, " did not complete within ",
                            seconds(timeout), " s; a node of the group has not reached it"));
   }
-  if (!failure_.empty()) throw PeerLostError(failure_);
+  if (!failure_.empty()) throw_failure();
   // Everyone joins exactly two barriers of all groups, at start and at the
   // end (ps-lite's Start and Finalize): after the second, silence is no
   // longer death (Note [Failure detection]).
@@ -206,14 +223,20 @@ std::string Endpoint::failure() const {
 
 void Endpoint::check_failure() const {
   std::lock_guard<std::mutex> lock(mu_);
-  if (!failure_.empty()) throw PeerLostError(failure_);
+  if (!failure_.empty()) throw_failure();
 }
 
-void Endpoint::fail(const std::string& why) {
+void Endpoint::throw_failure() const {
+  if (failure_timed_out_) throw TimeoutError(failure_);
+  throw PeerLostError(failure_);
+}
+
+void Endpoint::fail(const std::string& why, bool timed_out) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!failure_.empty() || finished_) return;
     failure_ = why;
+    failure_timed_out_ = timed_out;
   }
   cv_.notify_all();
   log(why);
@@ -233,7 +256,7 @@ void Endpoint::receive_loop() {
         handle_control(got->msg);
         replay_early_data();
       } else if (handler_ && known(got->msg.meta.sender)) {
-        handler_(got->msg);  // data only from nodes of the table
+        queue_data(std::move(got->msg));  // data only from nodes of the table
       } else {
         keep_early_data(std::move(got->msg));
       }
@@ -246,6 +269,34 @@ void Endpoint::receive_loop() {
       }
     }
     periodic(Clock::now());
+  }
+}
+
+// Note [Handlers off the receive thread].
+void Endpoint::queue_data(Message&& msg) {
+  {
+    std::lock_guard<std::mutex> lock(queue_mu_);
+    queue_.push_back(std::move(msg));
+  }
+  queue_cv_.notify_one();
+}
+
+void Endpoint::handler_loop() {
+  while (!stop_) {
+    std::optional<Message> msg;
+    {
+      std::unique_lock<std::mutex> lock(queue_mu_);
+      queue_cv_.wait_for(lock, kTick, [&] { return stop_ || !queue_.empty(); });
+      if (stop_) return;
+      if (!queue_.empty()) {
+        msg = std::move(queue_.front());
+        queue_.pop_front();
+      }
+    }
+    if (msg && handler_) {
+      if (options_.before_data) options_.before_data(*msg);
+      handler_(*msg);
+    }
     if (tick_) tick_();
   }
 }
@@ -265,6 +316,10 @@ void Endpoint::handle_control(Message& msg) {
     case Command::kTerminate:
       if (m.sender == kScheduler && options_.role != Role::kScheduler) {
         const std::string_view body = m.body;
+        if (body.substr(0, kTimeoutPrefix.size()) == kTimeoutPrefix) {
+          fail(std::string(body.substr(kTimeoutPrefix.size())), /*timed_out=*/true);
+          break;
+        }
         fail(body.substr(0, kLostPrefix.size()) == kLostPrefix
                  ? std::string(body.substr(kLostPrefix.size()))
                  : cat("the scheduler ended the job: ",
@@ -406,6 +461,13 @@ void Endpoint::handle_barrier(Message& msg) {
   }
   ++barrier_count_[group];
   barrier_senders_[group].insert(sender);
+  // Note [Final barrier deadline]: the first worker in the final barrier
+  // (the start barrier is released once) starts the clock.
+  if (group == kAllGroups && all_barriers_done_ == 1 && is_worker_id(sender) &&
+      first_in_final_ == kEmpty) {
+    first_in_final_ = sender;
+    final_deadline_ = deadline_after(Clock::now(), options_.finalize_timeout);
+  }
   try_release(group, msg.meta.app_id, msg.meta.customer_id);
 }
 
@@ -460,6 +522,7 @@ void Endpoint::periodic(Clock::time_point now) {
     std::lock_guard<std::mutex> lock(mu_);
     if (!ready_ || finished_ || !failure_.empty()) return;
   }
+  if (options_.role == Role::kScheduler && final_barrier_expired(now)) return;
   if (options_.heartbeat_interval.count() <= 0) return;
   if (options_.role != Role::kScheduler) {
     if (now >= next_heartbeat_) {
@@ -494,10 +557,30 @@ void Endpoint::periodic(Clock::time_point now) {
   if (options_.recovery()) check_recovery(now);
 }
 
-void Endpoint::terminate_job(int id, const std::string& why) {
+// Note [Final barrier deadline].
+bool Endpoint::final_barrier_expired(Clock::time_point now) {
+  if (first_in_final_ == kEmpty || now < final_deadline_) return false;
+  std::vector<std::string> late;
+  const std::set<int>& arrived = barrier_senders_[kAllGroups];
+  for (int id : group_ids(kAllGroups)) {
+    if (!arrived.count(id)) late.push_back(describe(id));
+  }
+  if (late.empty()) return false;  // released at the last arrival
+  terminate_job(
+      kEmpty,
+      cat("the job's end timed out: ", join(late, ", "), late.size() == 1 ? " has" : " have",
+          " not reached the final barrier (", "KVStore::close()) within ",
+          seconds(options_.finalize_timeout), " s after ", describe(first_in_final_),
+          " did: alive but hung, or never calling close(); ending the job (raise "
+          "PS_FINALIZE_TIMEOUT if workers finish that far apart)"),
+      /*timed_out=*/true);
+  return true;
+}
+
+void Endpoint::terminate_job(int id, const std::string& why, bool timed_out) {
   Message term;
   term.meta.control.cmd = Command::kTerminate;
-  term.meta.body = cat(kLostPrefix, why);
+  term.meta.body = cat(timed_out ? kTimeoutPrefix : kLostPrefix, why);
   std::vector<int> others;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -508,7 +591,7 @@ void Endpoint::terminate_job(int id, const std::string& why) {
     term.meta.timestamp = new_timestamp();
     van_.send(other, term);
   }
-  fail(why);
+  fail(why, timed_out);
 }
 
 }  // namespace dtrain::ps

@@ -41,10 +41,50 @@
 // node has entered the final barrier's release, so a normal end is never
 // mistaken for a death. With a snapshot directory a dead *server* is
 // waited for instead, bounded (Note [Node recovery], recovery.cpp).
+// Heartbeats and their acknowledgements are independent of handler work
+// (Note [Handlers off the receive thread]).
+//
+// Note [Handlers off the receive thread]
+// The receive thread reads the ROUTER, handles the control messages (node
+// table, barriers, heartbeats and their acknowledgements, TERMINATE), sends
+// this node's heartbeats and checks the deadlines; it never runs the data
+// handler. Data messages go through a queue (a mutex and a condition
+// variable) to the handler thread, ps-lite's customer thread, which runs the
+// data handler and the tick. So a node whose handler is busy for longer than
+// heartbeat_timeout (a big key's sum, a snapshot write of a big shard, a
+// starved CPU) still heartbeats and still hears the scheduler's
+// acknowledgements; when both ran on one thread such a node was declared
+// dead. A heartbeat thread alone, as ps-lite has, would not do here: the
+// acknowledgements arrive on the ROUTER too, so a node whose receive thread
+// sat in a handler would declare the scheduler dead instead. ZeroMQ sockets
+// are not thread-safe: the ROUTER is used by the receive thread only, every
+// DEALER only under the Van's mutex, held for a non-blocking zmq_send and
+// never across a wait on the network; the handler thread reaches sockets
+// only through Van::send, so the queue needs no ZeroMQ pipe. The messages of
+// one sender are handled in the order received; a control message (a
+// barrier's release) may overtake data received before it, which nothing
+// relies on: every request is matched to its answer by timestamp and waited
+// on through its handle. A handler that hangs for good keeps its node
+// heartbeating: the workers' deadline on every push and pull
+// (KVStoreOptions::timeout) bounds it, naming the key and the server.
+//
+// Note [Final barrier deadline]
+// Servers and the scheduler wait in the final barrier for the whole job, so
+// it cannot have a fixed deadline. Instead the scheduler starts one when the
+// first worker reaches it (KVStore::close()): finalize_timeout later (default
+// 600 s, PS_FINALIZE_TIMEOUT) it ends the job, telling every node (TERMINATE
+// with a "dtrain-timeout:" body, so they fail with TimeoutError) which nodes
+// have not arrived: a worker that is alive, heartbeating, but hung or never
+// calling close() no longer holds everyone forever. The generous default
+// covers workers that legitimately finish apart (an uneven last epoch, a
+// slower dist_async worker). Workers also bound their own wait, by
+// finalize_timeout + heartbeat_timeout (the scheduler's verdict arrives
+// first), in case the scheduler is ps-lite's, which has no such deadline.
 
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -91,13 +131,22 @@ struct NodeOptions {
   std::string snapshot_dir;
   Millis recovery_timeout{60000};
   bool recovery() const { return !snapshot_dir.empty(); }
+  /// Note [Final barrier deadline]: how long the job's end waits, after the
+  /// first worker reached the final barrier, for every other node
+  /// (PS_FINALIZE_TIMEOUT). Millis::max(): no deadline.
+  Millis finalize_timeout{600000};
+  /// Test hook: called on the handler thread before each data message is
+  /// handled (tests stall a server's handler with it). Empty: none.
+  std::function<void(const Message&)> before_data;
   /// Log prefix and destination; empty prefix: derived from role and rank.
   std::function<void(const std::string&)> log;
 };
 
 class Endpoint {
  public:
-  /// Handles a data message (no control) on the receive thread. Must not block.
+  /// Handles a data message (no control) on the handler thread (Note
+  /// [Handlers off the receive thread]). May take long (heartbeats go on),
+  /// but must not wait on the network.
   using DataHandler = std::function<void(Message&)>;
 
   explicit Endpoint(NodeOptions options);
@@ -107,8 +156,9 @@ class Endpoint {
 
   /// Must be set before start().
   void set_data_handler(DataHandler handler) { handler_ = std::move(handler); }
-  /// Called on the receive thread after each message and at least every
-  /// 50 ms (servers' SSP deadlines). Must not block. Set before start().
+  /// Called on the handler thread, as the data handler, after each data
+  /// message and at least every 50 ms (servers' SSP deadlines). Must not
+  /// wait on the network. Set before start().
   void set_tick_handler(std::function<void()> tick) { tick_ = std::move(tick); }
 
   /// Registers with the scheduler and waits (connect_timeout) for the node
@@ -118,8 +168,11 @@ class Endpoint {
 
   /// Blocks until every node of `group` (a sum of kScheduler, kServerGroup,
   /// kWorkerGroup) has called barrier(group). Throws TimeoutError after
-  /// `timeout` (Millis::max(): no deadline, only failure detection) and
-  /// PeerLostError when a node dies. One barrier at a time per node.
+  /// `timeout` (Millis::max(): no deadline of its own; failure detection and
+  /// the scheduler's final-barrier deadline still end it), PeerLostError when
+  /// a node dies, and TimeoutError naming the late nodes when the scheduler
+  /// ends the job over its final-barrier deadline (Note [Final barrier
+  /// deadline]). One barrier at a time per node.
   void barrier(int group, Millis timeout);
 
   /// Worker: tells the scheduler this worker has finished, so the remaining
@@ -135,9 +188,11 @@ class Endpoint {
 
   /// The failure text ("" while healthy), and a wait for one.
   std::string failure() const;
-  /// Throws PeerLostError with the failure text, if any.
+  /// Throws the failure, if any: PeerLostError with its text, or
+  /// TimeoutError when the scheduler ended the job over a deadline.
   void check_failure() const;
-  /// Called once, on the receive thread, when a failure is first recorded.
+  /// Called once when a failure is first recorded: on the receive thread, or
+  /// on the handler thread for a handler's abort().
   void set_failure_callback(std::function<void(const std::string&)> cb) {
     on_failure_ = std::move(cb);
   }
@@ -163,18 +218,24 @@ class Endpoint {
 
  private:
   void receive_loop();
+  void handler_loop();             // Note [Handlers off the receive thread]
+  void queue_data(Message&& msg);  // to the handler thread
+  void throw_failure() const;      // under mu_, failure_ not empty
   void handle_control(Message& msg);
   void handle_add_node(Message& msg);
   void handle_barrier(Message& msg);
   void handle_heartbeat(Message& msg);
   void periodic(std::chrono::steady_clock::time_point now);
-  void fail(const std::string& why);
+  bool final_barrier_expired(std::chrono::steady_clock::time_point now);  // scheduler
+  void fail(const std::string& why, bool timed_out = false);
   void log(const std::string& line) const;
   int group_size(int group) const;
   bool known(int id) const;                                  // in the node table
   void try_release(int group, int app_id, int customer_id);  // scheduler
   std::vector<int> group_ids(int group) const;
-  void terminate_job(int dead_id, const std::string& why);  // scheduler
+  // Scheduler: TERMINATE to every node but `dead_id` (kEmpty: to all);
+  // `timed_out`: a deadline passed (TimeoutError), not a death.
+  void terminate_job(int dead_id, const std::string& why, bool timed_out = false);
   // Note [Node recovery], recovery.cpp.
   void handle_late_add_node(const NodeInfo& node);  // scheduler
   void server_lost(int id, std::chrono::steady_clock::time_point now);
@@ -196,13 +257,19 @@ class Endpoint {
   int bound_port_ = 0;
   std::thread thread_;
   std::atomic<bool> stop_{false};
+  // Note [Handlers off the receive thread]: data messages to the handler thread.
+  std::thread handler_thread_;
+  std::mutex queue_mu_;  // guards queue_
+  std::condition_variable queue_cv_;
+  std::deque<Message> queue_;
 
   mutable std::mutex mu_;  // guards everything below
   std::condition_variable cv_;
   bool ready_ = false;
   bool finished_ = false;
   std::string failure_;
-  std::map<int, NodeInfo> nodes_;  // id -> node (after the table)
+  bool failure_timed_out_ = false;  // failure_ is a deadline (TimeoutError)
+  std::map<int, NodeInfo> nodes_;   // id -> node (after the table)
   uint64_t barrier_generation_ = 0;
   std::mutex barrier_mu_;  // one barrier at a time
 
@@ -217,6 +284,10 @@ class Endpoint {
   std::chrono::steady_clock::time_point next_heartbeat_{};
   int all_barriers_done_ = 0;  // scheduler: released group-7 barriers; the 2nd is the final one
   int my_all_barriers_ = 0;    // this node's completed group-7 barriers (under barrier_mu_)
+  // Scheduler, Note [Final barrier deadline]: the first worker in the final
+  // barrier and when the others must have joined it (unset: none yet).
+  int first_in_final_ = kEmpty;
+  std::chrono::steady_clock::time_point final_deadline_{};
   // Scheduler, Note [Node recovery]: dead servers -> when declared dead;
   // replacements waiting for one -> when they registered.
   std::map<int, std::chrono::steady_clock::time_point> dead_servers_;

@@ -13,8 +13,9 @@
 // heartbeats off) and MXNet's MXNET_KVSTORE_BIGARRAY_BOUND override the
 // options. DMLC_PS_SNAPSHOT_DIR (dtrain's) turns server snapshots and node
 // recovery on, PS_RECOVERY_TIMEOUT bounds the wait for a replacement (Note
-// [Node recovery]). Every malformed or missing variable is one InvalidArgument line
-// naming it.
+// [Node recovery]), PS_FINALIZE_TIMEOUT the job's end (Note [Final barrier
+// deadline]; both seconds, dtrain's). Every malformed or missing variable is
+// one InvalidArgument line naming it.
 #include "ps/env.h"
 
 #include <arpa/inet.h>
@@ -109,6 +110,7 @@ JobConfig job_config_from_env(const KVStoreOptions& base, const EnvLookup& env,
   n.log = base.log;
   n.snapshot_dir = base.snapshot_dir;
   n.recovery_timeout = base.recovery_timeout;
+  n.finalize_timeout = base.finalize_timeout;
   c.bigarray_bound = base.bigarray_bound;
 
   const std::string launch_fix = "set it as MXNet's launch.py or an MXJob does (docs/ps.md)";
@@ -170,6 +172,9 @@ JobConfig job_config_from_env(const KVStoreOptions& base, const EnvLookup& env,
   if (auto dir = env("DMLC_PS_SNAPSHOT_DIR"); dir && !dir->empty()) n.snapshot_dir = *dir;
   if (auto s = optional_int(env, "PS_RECOVERY_TIMEOUT", 1, 86400)) {
     n.recovery_timeout = std::chrono::seconds(*s);
+  }
+  if (auto s = optional_int(env, "PS_FINALIZE_TIMEOUT", 1, 86400)) {
+    n.finalize_timeout = std::chrono::seconds(*s);
   }
   if (auto b = optional_int(env, "MXNET_KVSTORE_BIGARRAY_BOUND", 1, 1LL << 40)) {
     c.bigarray_bound = static_cast<size_t>(*b);

@@ -18,7 +18,7 @@ struct JobConfig {
 /// Reads DMLC_ROLE, DMLC_PS_ROOT_URI, DMLC_PS_ROOT_PORT, DMLC_NUM_SERVER,
 /// DMLC_NUM_WORKER, DMLC_INTERFACE, DMLC_NODE_HOST, DMLC_WORKER_ID,
 /// DMLC_USE_KUBERNETES, DMLC_PS_SNAPSHOT_DIR, PS_HEARTBEAT_INTERVAL,
-/// PS_HEARTBEAT_TIMEOUT, PS_RECOVERY_TIMEOUT and
+/// PS_HEARTBEAT_TIMEOUT, PS_RECOVERY_TIMEOUT, PS_FINALIZE_TIMEOUT and
 /// MXNET_KVSTORE_BIGARRAY_BOUND over the defaults in `base`. `role`, when
 /// not empty, replaces DMLC_ROLE. Throws InvalidArgument with one line naming
 /// the variable, its value and the fix.

@@ -1,5 +1,5 @@
 #pragma once
-// KVHandle's shared state: completed by the receive thread, waited on by
+// KVHandle's shared state: completed by the node's threads, waited on by
 // the caller.
 
 #include <condition_variable>

@@ -142,7 +142,7 @@ void Endpoint::replay_early_data() {
   std::vector<Message> early;
   early.swap(early_data_);
   for (Message& msg : early) {
-    if (handler_ && known(msg.meta.sender)) handler_(msg);
+    if (handler_ && known(msg.meta.sender)) queue_data(std::move(msg));
   }
 }
 

@@ -11,7 +11,9 @@ void run_scheduler(const NodeOptions& options) {
   Endpoint node(options);
   node.start();
   node.barrier(kAllGroups, options.connect_timeout);  // ps-lite's Start
-  node.barrier(kAllGroups, Millis::max());            // ps-lite's Finalize
+  // ps-lite's Finalize: it lasts the whole job, so no deadline of its own;
+  // ended by failure detection or Note [Final barrier deadline].
+  node.barrier(kAllGroups, Millis::max());
   node.finish();
 }
 
@@ -20,7 +22,7 @@ void run_server(const NodeOptions& options) {
   // when the node table (and so this server's rank) is known; requests
   // before it are dropped. With recovery on it then removes (new job) or
   // loads (a replacement, Note [Node recovery]) the rank's snapshot.
-  // Declared before the node, so the node's receive thread ends first.
+  // Declared before the node, so the node's threads end first.
   std::mutex mu;  // guards server and broken; held over file I/O, never the network
   std::unique_ptr<KVServer> server;
   bool broken = false;
@@ -46,7 +48,8 @@ void run_server(const NodeOptions& options) {
     }
   });
   node.set_tick_handler([&] {
-    if (server) server->tick(std::chrono::steady_clock::now());
+    std::lock_guard<std::mutex> lock(mu);  // run_server's thread may be in make()
+    if (server && !broken) server->tick(std::chrono::steady_clock::now());
   });
   node.start();
   {
@@ -56,6 +59,8 @@ void run_server(const NodeOptions& options) {
   node.check_failure();
   // A replacement skips the start barrier: the others passed it long ago.
   if (!node.recovered()) node.barrier(kAllGroups, options.connect_timeout);
+  // The whole job: bounded by failure detection (the scheduler's
+  // acknowledgements) and the scheduler's Note [Final barrier deadline].
   node.barrier(kAllGroups, Millis::max());
   node.finish();
 }

@@ -95,7 +95,7 @@ class KVServer {
   /// Handles one request (data or simple_app). Never throws on bad input.
   void handle(const Message& msg);
   /// Refuses pulls SSP has held past their limit (Note [SSP deadline]).
-  /// Called on the receive thread, between messages.
+  /// Called on the handler thread, between messages.
   void tick(SteadyTime now);
 
   bool sync_mode() const { return sync_; }

@@ -84,7 +84,7 @@ std::string encode_snapshot(const SnapshotKey& k);
 void write_file_atomically(const std::string& path, std::string_view bytes);
 
 /// The directory of one server's snapshot. Not thread-safe: used from the
-/// server's receive thread only.
+/// server's handler thread only.
 class SnapshotDir {
  public:
   /// `root`/server<rank>, created if missing. Throws StoreError naming it.

@@ -26,7 +26,7 @@
 // So the server refuses a pull held longer than the limit rank 0 sent:
 // KVStoreOptions::timeout minus a margin (the smaller of 1 s and a quarter
 // of it), i.e. before the puller's own deadline, naming the key, the clocks
-// and the slowest worker. The server checks deadlines on its receive loop's
+// and the slowest worker. The server checks deadlines on its handler thread's
 // tick (Endpoint's tick handler: each message, at least every 50 ms).
 
 #include <chrono>
@@ -55,7 +55,7 @@ struct HeldPull {
 };
 
 /// The servers' side of SSP (Note [Stale synchronous parallel]). Not
-/// thread-safe: used from the server's receive thread.
+/// thread-safe: used from the server's handler thread.
 class StalenessGate {
  public:
   explicit StalenessGate(int num_workers) : num_workers_(num_workers), left_(num_workers, false) {}

@@ -157,8 +157,9 @@ class DistKVStore : public KVStore {
   }
 
   // Note [Leaving early] (endpoint.h): the servers and the scheduler stop
-  // counting this worker, then it waits for the others in the final barrier
-  // (bounded by the others' progress: failure detection, not a timeout).
+  // counting this worker, then it waits for the others in the final barrier,
+  // bounded by Note [Final barrier deadline]: the scheduler's verdict naming
+  // the late nodes, or this worker's own deadline if it never comes.
   void close() override {
     if (closed_) return;
     closed_ = true;
@@ -174,7 +175,19 @@ class DistKVStore : public KVStore {
     }
     node_.leave_worker_group();
     if (rank() == 0) command(ServerCommand::kStopServer, "");  // MXNet's servers need it
-    node_.barrier(kAllGroups, Millis::max());
+    const NodeOptions& o = config_.node;
+    const Millis bound = o.finalize_timeout >= Millis::max() - o.heartbeat_timeout
+                             ? Millis::max()
+                             : o.finalize_timeout + o.heartbeat_timeout;
+    try {
+      node_.barrier(kAllGroups, bound);
+    } catch (const TimeoutError&) {
+      node_.check_failure();  // the scheduler's verdict, naming the late nodes
+      throw TimeoutError(cat(node_.describe(), ": the job's final barrier did not complete within ",
+                             seconds(bound),
+                             " s: another node has not called close() and the scheduler did not "
+                             "say which (PS_FINALIZE_TIMEOUT)"));
+    }
     node_.finish();
   }
 
@@ -369,7 +382,7 @@ class DistKVStore : public KVStore {
     log(cat("re-sent ", again.size(), " unanswered requests to ", node_.describe(id)));
   }
 
-  // The receive thread: match a response to its request by timestamp.
+  // The handler thread: match a response to its request by timestamp.
   void on_response(Message& msg) {
     const Meta& m = msg.meta;
     if (m.request) return;
@@ -446,7 +459,7 @@ class DistKVStore : public KVStore {
   std::map<int, std::pair<size_t, std::vector<Part>>> keys_;  // key -> (count, parts)
   std::mutex mu_;                                             // guards pending_
   std::map<int, Request> pending_;
-  Endpoint node_;  // last: its receive thread ends before the members above go
+  Endpoint node_;  // last: its threads end before the members above go
 };
 
 }  // namespace

@@ -34,17 +34,25 @@ inline ps::NodeOptions node_options(ps::Role role, int port, int servers, int wo
 
 /// Adjusts worker thread `w`'s configuration and kvstore timeout.
 using WorkerSetup = std::function<void(int w, ps::JobConfig&, std::chrono::milliseconds& timeout)>;
+/// Adjusts every node's options (before a worker's WorkerSetup).
+using NodeSetup = std::function<void(ps::NodeOptions&)>;
 
 /// Runs the job; worker(kv) runs on each worker thread (then close()). Rethrows
 /// the first failure of any node after all have ended.
 inline void run_job(int servers, int workers, bool sync, size_t bigarray_bound,
-                    const std::function<void(KVStore&)>& worker, const WorkerSetup& setup = {}) {
+                    const std::function<void(KVStore&)>& worker, const WorkerSetup& setup = {},
+                    const NodeSetup& node_setup = {}) {
   const int port = free_port();
+  auto options = [&](ps::Role role) {
+    ps::NodeOptions o = node_options(role, port, servers, workers);
+    if (node_setup) node_setup(o);
+    return o;
+  };
   std::vector<std::exception_ptr> errors(1 + servers + workers);
   std::vector<std::thread> threads;
   threads.emplace_back([&] {
     try {
-      ps::run_scheduler(node_options(ps::Role::kScheduler, port, servers, workers));
+      ps::run_scheduler(options(ps::Role::kScheduler));
     } catch (...) {
       errors[0] = std::current_exception();
     }
@@ -52,7 +60,7 @@ inline void run_job(int servers, int workers, bool sync, size_t bigarray_bound,
   for (int s = 0; s < servers; ++s) {
     threads.emplace_back([&, s] {
       try {
-        ps::run_server(node_options(ps::Role::kServer, port, servers, workers));
+        ps::run_server(options(ps::Role::kServer));
       } catch (...) {
         errors[1 + s] = std::current_exception();
       }
@@ -62,7 +70,7 @@ inline void run_job(int servers, int workers, bool sync, size_t bigarray_bound,
     threads.emplace_back([&, w] {
       try {
         ps::JobConfig c;
-        c.node = node_options(ps::Role::kWorker, port, servers, workers);
+        c.node = options(ps::Role::kWorker);
         c.bigarray_bound = bigarray_bound;
         std::chrono::milliseconds timeout = std::chrono::seconds(20);
         if (setup) setup(w, c, timeout);

@@ -116,6 +116,9 @@ class Job {
   std::deque<Child> children_;
 };
 
+// The heartbeat timeout of job_env's processes, in seconds.
+constexpr int kJobHeartbeatTimeoutSeconds = 3;
+
 inline Env job_env(const std::string& role, int port, int servers, int workers) {
   return {{"DMLC_ROLE", role},
           {"DMLC_PS_ROOT_URI", "127.0.0.1"},
@@ -123,7 +126,7 @@ inline Env job_env(const std::string& role, int port, int servers, int workers) 
           {"DMLC_NUM_SERVER", std::to_string(servers)},
           {"DMLC_NUM_WORKER", std::to_string(workers)},
           {"PS_HEARTBEAT_INTERVAL", "1"},
-          {"PS_HEARTBEAT_TIMEOUT", "3"}};
+          {"PS_HEARTBEAT_TIMEOUT", std::to_string(kJobHeartbeatTimeoutSeconds)}};
 }
 
 }  // namespace dtrain::testing

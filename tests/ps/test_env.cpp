@@ -44,6 +44,7 @@ TEST(PsEnv, ALaunchersVariablesBecomeNodeOptions) {
   Env env = worker_env();
   env["DMLC_WORKER_ID"] = "2";
   env["PS_HEARTBEAT_TIMEOUT"] = "7";
+  env["PS_FINALIZE_TIMEOUT"] = "42";
   env["MXNET_KVSTORE_BIGARRAY_BOUND"] = "123";
   const JobConfig c = job_config_from_env(KVStoreOptions{}, lookup(env));
   EXPECT_EQ(c.node.role, Role::kWorker);
@@ -54,6 +55,7 @@ TEST(PsEnv, ALaunchersVariablesBecomeNodeOptions) {
   EXPECT_EQ(c.node.worker_id, 2);
   EXPECT_EQ(c.node.host, "127.0.0.1");  // a loopback scheduler: a local job
   EXPECT_EQ(c.node.heartbeat_timeout, std::chrono::seconds(7));
+  EXPECT_EQ(c.node.finalize_timeout, std::chrono::seconds(42));
   EXPECT_EQ(c.bigarray_bound, 123u);
   EXPECT_FALSE(c.node.bind_any);
 }
@@ -94,6 +96,9 @@ TEST(PsEnv, EachMissingOrMalformedVariableIsNamed) {
   env = worker_env();
   env["DMLC_USE_KUBERNETES"] = "yes";
   EXPECT_NE(error_for(env).find("DMLC_USE_KUBERNETES='yes'"), std::string::npos);
+  env = worker_env();
+  env["PS_FINALIZE_TIMEOUT"] = "0";
+  EXPECT_NE(error_for(env).find("PS_FINALIZE_TIMEOUT=0 is outside [1, 86400]"), std::string::npos);
 }
 
 TEST(PsEnv, NoServersWithADistStoreIsAnError) {
