@@ -97,7 +97,8 @@ class LocalKVStore : public KVStore {
     m.add_data(&ps_key, 1, DataType::kUint64);
     if (push) {
       const int32_t len = static_cast<int32_t>(push->count * esize);
-      m.add_data(static_cast<const char*>(push->data), push->count * esize, DataType::kChar);
+      // Borrowed for the synchronous in-process call: the server copies it.
+      m.add_frame(Frame::share(nullptr, push->data, push->count * esize), DataType::kChar);
       m.add_data(&len, 1, DataType::kInt32);
     } else {
       static const char kNothing = 0;
@@ -105,6 +106,7 @@ class LocalKVStore : public KVStore {
     }
     call(m, cat(op, " of key ", key));
     if (pull) std::memcpy(pull->data, reply_.data.at(1).data(), pull->count * esize);
+    reply_ = Message();  // releases the stored value (Note [Replies share the stored value])
   }
   void call(Message& m, const std::string& what) {
     m.meta.request = true;

@@ -350,6 +350,25 @@ std::optional<Meta> decode_meta(std::string_view bytes, std::string* error) {
   return m;
 }
 
+Frame::Frame(std::string bytes) {
+  if (bytes.empty()) return;
+  auto owned = std::make_shared<const std::string>(std::move(bytes));
+  data_ = owned->data();
+  size_ = owned->size();
+  owner_ = std::move(owned);
+}
+
+Frame::Frame(const char* data, size_t n) : Frame(std::string(data, n)) {}
+
+Frame Frame::share(std::shared_ptr<const void> owner, const void* data, size_t n) {
+  Frame f;
+  if (n == 0) return f;
+  f.owner_ = std::move(owner);
+  f.data_ = static_cast<const char*>(data);
+  f.size_ = n;
+  return f;
+}
+
 std::string identity(int id) { return cat("ps", id); }
 
 int parse_identity(std::string_view s) {

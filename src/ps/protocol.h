@@ -23,6 +23,7 @@
 
 #include <climits>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -110,18 +111,65 @@ struct Meta {
   int sender = kEmpty;
 };
 
+// Note [Frames share their bytes]
+// A data frame is a read-only view of bytes with a shared owner that keeps
+// them alive, as ps-lite's SArray is: copying a Frame (a Message kept for
+// re-sending, the W replies of a round) copies no bytes. The Van sends big
+// frames straight from the owner's memory (zmq_msg_init_data, the owner
+// released in ZeroMQ's free callback) and receives each frame as the
+// ZeroMQ message itself (the owner closes it), so a value crosses a hop
+// without user-space copies; see Note [Copies per hop] in van.cpp. The bytes
+// may sit at any address (ZeroMQ packs small received messages into one
+// buffer): read multi-byte values with memcpy, never through a cast pointer.
+// Owners must not change the bytes while a Frame may still be sent: a
+// worker's pushed array until its handle completes (dtrain/kvstore.h), the
+// server's stored values by copy-on-write (Note [Replies share the stored
+// value] in server.cpp).
+
+/// The bytes of one data frame, shared (Note [Frames share their bytes]).
+/// Copies are cheap and share the bytes; a Frame is immutable.
+class Frame {
+ public:
+  Frame() = default;
+  /// Takes `bytes` over (no copy).
+  Frame(std::string bytes);  // NOLINT(google-explicit-constructor): frames read as strings
+  /// Copies `n` bytes at `data`.
+  Frame(const char* data, size_t n);
+  /// Shares `n` bytes at `data`, which `owner` keeps alive and unchanged
+  /// for as long as any copy of the Frame exists. A null owner borrows the
+  /// bytes: only for a Frame that dies before they do (an in-process call);
+  /// the Van copies such a frame when it sends it.
+  static Frame share(std::shared_ptr<const void> owner, const void* data, size_t n);
+
+  const char* data() const { return data_; }
+  size_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+  std::string_view view() const { return {data_, size_}; }
+  /// What keeps the bytes alive (null for an empty frame).
+  const std::shared_ptr<const void>& owner() const { return owner_; }
+
+ private:
+  std::shared_ptr<const void> owner_;
+  const char* data_ = "";
+  size_t size_ = 0;
+};
+
 /// A message: meta plus raw data frames (keys, values, lengths).
 struct Message {
   Meta meta;
-  std::vector<std::string> data;
+  std::vector<Frame> data;
 
-  /// Appends a frame of `n` elements of type T, recording its DataType and
-  /// adding its bytes to meta.data_size (as ps-lite's AddData does).
+  /// Appends a frame of `n` elements of type T (copied), recording its
+  /// DataType and adding its bytes to meta.data_size (as ps-lite's AddData).
   template <typename T>
   void add_data(const T* values, size_t n, DataType type) {
+    add_frame(Frame(reinterpret_cast<const char*>(values), n * sizeof(T)), type);
+  }
+  /// Appends `frame` without copying its bytes (as add_data otherwise).
+  void add_frame(Frame frame, DataType type) {
     meta.data_type.push_back(type);
-    data.emplace_back(reinterpret_cast<const char*>(values), n * sizeof(T));
-    meta.data_size += static_cast<int>(n * sizeof(T));
+    meta.data_size += static_cast<int>(frame.size());
+    data.push_back(std::move(frame));
   }
 };
 

@@ -1,6 +1,7 @@
 // Note [Which handle answers], Note [MXNet's server] (server.h).
 #include "ps/server.h"
 
+#include <atomic>
 #include <cmath>
 #include <cstring>
 
@@ -19,13 +20,15 @@ namespace {
 size_t dtype_size(int dtype) { return dtype == kMshadowFloat16 ? 2 : 4; }
 
 template <typename T>
-bool frame_as(const std::string& frame, std::vector<T>* out) {
+bool frame_as(const Frame& frame, std::vector<T>* out) {
   if (frame.size() % sizeof(T) != 0) return false;
   out->resize(frame.size() / sizeof(T));
   if (!frame.empty()) std::memcpy(out->data(), frame.data(), frame.size());
   return true;
 }
 
+// Received bytes may sit at any address (Note [Frames share their bytes]):
+// values are read with memcpy, which compilers turn into unaligned loads.
 void to_float(const char* bytes, size_t n, int dtype, float* out) {
   if (dtype == kMshadowFloat32) {
     std::memcpy(out, bytes, n * 4);
@@ -36,6 +39,34 @@ void to_float(const char* bytes, size_t n, int dtype, float* out) {
     std::memcpy(&h, bytes + 2 * i, 2);
     out[i] = half_to_float(h);
   }
+}
+
+// out[i] += the i-th value of `bytes`: a sync round sums straight from the
+// received frames (Note [Copies per hop] in van.cpp).
+void add_float(const char* bytes, size_t n, int dtype, float* out) {
+  if (dtype == kMshadowFloat32) {
+    for (size_t i = 0; i < n; ++i) {
+      float v;
+      std::memcpy(&v, bytes + 4 * i, 4);
+      out[i] += v;
+    }
+    return;
+  }
+  for (size_t i = 0; i < n; ++i) {
+    uint16_t h;
+    std::memcpy(&h, bytes + 2 * i, 2);
+    out[i] += half_to_float(h);
+  }
+}
+
+// True when nothing but `p` holds its vector, which may then be written:
+// ZeroMQ's I/O threads drop their references when a reply has left, and the
+// fence orders their reads of the bytes before our writes.
+template <typename T>
+bool sole_owner(const std::shared_ptr<T>& p) {
+  if (p.use_count() != 1) return false;
+  std::atomic_thread_fence(std::memory_order_acquire);
+  return true;
 }
 
 std::string from_float(const std::vector<float>& v, int dtype) {
@@ -88,7 +119,27 @@ void KVServer::release_held() {
 
 const std::vector<float>* KVServer::stored(int key) const {
   auto it = store_.find(key);
-  return it == store_.end() ? nullptr : &it->second;
+  return it == store_.end() ? nullptr : it->second.get();
+}
+
+// Note [Replies share the stored value]
+// A pull's answer is sent from the stored vector itself: the reply's frame
+// holds a reference (Note [Frames share their bytes]) until ZeroMQ has
+// written it, so W pulls of a round cost no copies. The value then must not
+// change while a reply still holds it, and it changes at the next update,
+// which can come before ZeroMQ has sent an earlier answer (a slow peer, a
+// queue to a dead one). Two ways out: send a snapshot (one copy per pull,
+// W per round), or copy on write (a copy only when an update finds a reply
+// still holding the value). Copy on write is chosen: in dist_sync the
+// workers can only push again after they received the round's answers, so
+// by the next update ZeroMQ has normally released every reference and the
+// update runs in place; and a round without an optimizer does not even
+// write: the summed buffer becomes the stored value (a pointer swap), and
+// the old value becomes the next round's sum buffer once nothing holds it.
+std::vector<float>& KVServer::writable(int key) {
+  std::shared_ptr<std::vector<float>>& v = store_[key];
+  if (!sole_owner(v)) v = std::make_shared<std::vector<float>>(*v);
+  return *v;
 }
 
 void KVServer::refuse(const Meta& req, const std::string& why) {
@@ -181,26 +232,34 @@ void KVServer::handle_command(const Message& msg) {
 
 void KVServer::handle_pslite_default(const Message& msg) {
   const Meta& m = msg.meta;
-  std::vector<uint64_t> keys;
-  std::vector<float> vals;
-  if (!frame_as(msg.data[0], &keys) || !frame_as(msg.data[1], &vals)) {
+  const Frame& keys = msg.data[0];
+  const Frame& vals = msg.data[1];
+  if (keys.size() % sizeof(uint64_t) != 0 || vals.size() % sizeof(float) != 0) {
     return refuse(m, "a keys or values frame is not a whole number of elements");
   }
-  if (m.push && vals.size() != keys.size()) {
-    return refuse(m, cat("ps-lite's default handle takes one value per key; got ", keys.size(),
-                         " keys and ", vals.size(), " values"));
+  const size_t n = keys.size() / sizeof(uint64_t);
+  if (m.push && vals.size() / sizeof(float) != n) {
+    return refuse(m, cat("ps-lite's default handle takes one value per key; got ", n, " keys and ",
+                         vals.size() / sizeof(float), " values"));
   }
-  std::vector<float> out;
-  for (size_t i = 0; i < keys.size(); ++i) {
-    float& v = default_store_[keys[i]];
-    if (m.push) v += vals[i];
-    if (m.pull) out.push_back(v);
+  // Read from the received frames (Note [Copies per hop] in van.cpp).
+  auto out = std::make_shared<std::vector<float>>(m.pull ? n : 0);
+  for (size_t i = 0; i < n; ++i) {
+    uint64_t k;
+    std::memcpy(&k, keys.data() + i * sizeof(k), sizeof(k));
+    float& v = default_store_[k];
+    if (m.push) {
+      float add;
+      std::memcpy(&add, vals.data() + i * sizeof(add), sizeof(add));
+      v += add;
+    }
+    if (m.pull) (*out)[i] = v;
   }
   Message res;
   res.meta = reply_meta(m);
   if (m.pull) {
-    res.add_data(keys.data(), keys.size(), DataType::kUint64);
-    res.add_data(out.data(), out.size(), DataType::kFloat);
+    res.add_frame(keys, DataType::kUint64);  // the request's keys, shared
+    res.add_frame(Frame::share(out, out->data(), out->size() * sizeof(float)), DataType::kFloat);
   }
   reply_(m.sender, res);
 }
@@ -257,7 +316,8 @@ void KVServer::handle_mxnet(const Message& msg) {
     }
     std::vector<float> recved(original);
     dequantize_2bit(msg.data[1].data(), original, threshold_, recved.data());
-    return accept_push(m, key, ps_key, kMshadowFloat32, std::move(recved));
+    return accept_push(m, key, ps_key, kMshadowFloat32,
+                       reinterpret_cast<const char*>(recved.data()), recved.size());
   }
   if (keys.size() != 1) return refuse(m, "a default push carries one key");
   const size_t elem = dtype_size(dtype);
@@ -265,9 +325,7 @@ void KVServer::handle_mxnet(const Message& msg) {
     return refuse(m, cat("key ", key, ": ", msg.data[1].size(), " bytes is not a whole number of ",
                          elem == 2 ? "float16" : "float32", " values"));
   }
-  std::vector<float> recved(msg.data[1].size() / elem);
-  to_float(msg.data[1].data(), recved.size(), dtype, recved.data());
-  accept_push(m, key, ps_key, dtype, std::move(recved));
+  accept_push(m, key, ps_key, dtype, msg.data[1].data(), msg.data[1].size() / elem);
 }
 
 bool KVServer::admit_pull(const Meta& m, int key, uint64_t ps_key, int dtype) {
@@ -288,33 +346,41 @@ bool KVServer::request_type_ok(int head, int* request_type, int* dtype) const {
   return *request_type == 2 && *dtype == kMshadowFloat32;
 }
 
-void KVServer::accept_push(const Meta& m, int key, uint64_t ps_key, int dtype,
-                           std::vector<float> recved) {
+void KVServer::accept_push(const Meta& m, int key, uint64_t ps_key, int dtype, const char* values,
+                           size_t count) {
   if (snapshot_ && duplicate_push(m, key, ps_key, dtype)) return;
   auto it = store_.find(key);
   if (it == store_.end()) {  // the first push initialises
-    store_[key] = std::move(recved);
+    auto init = std::make_shared<std::vector<float>>(count);
+    to_float(values, count, dtype, init->data());
+    store_[key] = std::move(init);
     save_key(key);
     return respond(m, ps_key, dtype, m.pull);
   }
-  if (it->second.size() != recved.size()) {
-    return refuse(m,
-                  cat("key ", key, " holds ", it->second.size(), " values here but the push has ",
-                      recved.size(), "; every push of a key must have its init size"));
+  if (it->second->size() != count) {
+    return refuse(
+        m, cat("key ", key, " holds ", it->second->size(), " values here but the push has ", count,
+               "; every push of a key must have its init size"));
   }
   if (!sync_) {
-    apply(key, recved, false);
+    std::vector<float> recved(count);
+    to_float(values, count, dtype, recved.data());
+    apply(key, recved);
     save_key(key);
     if (is_worker_id(m.sender)) ssp_.pushed(key, id_to_rank(m.sender));
     release_held();
     if (m.pull && !admit_pull(m, key, ps_key, dtype)) return;  // held by SSP
     return respond(m, ps_key, dtype, m.pull);
   }
+  // Summed straight from the frame into the round's buffer, which is reused
+  // from round to round (Note [Replies share the stored value]).
   UpdateBuf& buf = updates_[key];
   if (buf.requests.empty()) {
-    buf.merged = std::move(recved);
+    if (!buf.merged || !sole_owner(buf.merged)) buf.merged = std::make_shared<std::vector<float>>();
+    buf.merged->resize(count);
+    to_float(values, count, dtype, buf.merged->data());
   } else {
-    for (size_t i = 0; i < recved.size(); ++i) buf.merged[i] += recved[i];
+    add_float(values, count, dtype, buf.merged->data());
   }
   buf.requests.push_back(Pending{m, ps_key, dtype});
   if (static_cast<int>(buf.requests.size()) >= active_workers()) complete_round(key);
@@ -322,21 +388,23 @@ void KVServer::accept_push(const Meta& m, int key, uint64_t ps_key, int dtype,
 
 void KVServer::complete_round(int key) {
   UpdateBuf& buf = updates_[key];
-  apply(key, buf.merged, true);
+  if (has_optimizer_) {
+    apply(key, *buf.merged);
+  } else {
+    // dist_sync without optimizer stores the round's sum (MXNet): the sum
+    // buffer becomes the value, the old value the next sum buffer.
+    store_[key].swap(buf.merged);
+  }
   save_key(key);  // Note [Server snapshots]: before any answer of the round
   std::vector<Pending> done = std::move(buf.requests);
   buf.requests.clear();
   for (const auto& p : done) respond(p.meta, p.ps_key, p.dtype, p.meta.pull);
 }
 
-void KVServer::apply(int key, const std::vector<float>& update, bool sum_round) {
-  std::vector<float>& w = store_[key];
-  if (!has_optimizer_) {
-    if (sum_round) {
-      w = update;  // dist_sync without optimizer: the round's sum (MXNet)
-    } else {
-      for (size_t i = 0; i < w.size(); ++i) w[i] += update[i];
-    }
+void KVServer::apply(int key, const std::vector<float>& update) {
+  std::vector<float>& w = writable(key);
+  if (!has_optimizer_) {  // dist_async: each push adds
+    for (size_t i = 0; i < w.size(); ++i) w[i] += update[i];
     return;
   }
   const auto& o = optimizer_;
@@ -354,14 +422,16 @@ void KVServer::respond(const Meta& req, uint64_t ps_key, int dtype, bool with_da
   Message res;
   res.meta = reply_meta(req);
   if (with_data) {
-    const std::string bytes = from_float(
-        store_[static_cast<int>(ps_key - key_range_begin(options_.rank, options_.num_servers))],
-        dtype);
+    auto& value =
+        store_[static_cast<int>(ps_key - key_range_begin(options_.rank, options_.num_servers))];
+    if (!value) value = std::make_shared<std::vector<float>>();
+    // Note [Replies share the stored value]; fp16 answers are converted.
+    Frame bytes = dtype == kMshadowFloat32
+                      ? Frame::share(value, value->data(), value->size() * sizeof(float))
+                      : Frame(from_float(*value, dtype));
     const int32_t len = static_cast<int32_t>(bytes.size());
     res.add_data(&ps_key, 1, DataType::kUint64);
-    res.meta.data_type.push_back(DataType::kChar);
-    res.data.push_back(bytes);
-    res.meta.data_size += len;
+    res.add_frame(std::move(bytes), DataType::kChar);
     res.add_data(&len, 1, DataType::kInt32);
   }
   reply_(req.sender, res);

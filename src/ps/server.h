@@ -119,15 +119,20 @@ class KVServer {
     int dtype;
   };
   struct UpdateBuf {
-    std::vector<float> merged;
+    // The round's sum; shared with stored values (Note [Replies share the
+    // stored value] in server.cpp).
+    std::shared_ptr<std::vector<float>> merged;
     std::vector<Pending> requests;
   };
   void handle_command(const Message& msg);
   void handle_mxnet(const Message& msg);
   void handle_pslite_default(const Message& msg);
   bool request_type_ok(int head, int* request_type, int* dtype) const;
-  void accept_push(const Meta& m, int key, uint64_t ps_key, int dtype, std::vector<float> recved);
-  void apply(int key, const std::vector<float>& update, bool sum_round);
+  // `values`: `count` values of mshadow `dtype`, at any alignment.
+  void accept_push(const Meta& m, int key, uint64_t ps_key, int dtype, const char* values,
+                   size_t count);
+  void apply(int key, const std::vector<float>& update);  // async push, or optimizer step
+  std::vector<float>& writable(int key);                  // copy on write (server.cpp)
   int active_workers() const { return options_.num_workers - static_cast<int>(departed_.size()); }
   void complete_round(int key);
   void respond(const Meta& req, uint64_t ps_key, int dtype, bool with_data);
@@ -148,7 +153,9 @@ class KVServer {
   int compression_ = 0;  // kCompressionNone or kCompressionTwoBit (compression.h)
   float threshold_ = 0.5f;
   OptimizerSpec optimizer_;
-  std::unordered_map<int, std::vector<float>> store_;
+  // Shared with replies ZeroMQ is still sending (Note [Replies share the
+  // stored value] in server.cpp): write only through writable().
+  std::unordered_map<int, std::shared_ptr<std::vector<float>>> store_;
   std::unordered_map<int, std::vector<float>> momentum_;
   std::unordered_map<int, UpdateBuf> updates_;
   std::unordered_map<uint64_t, float> default_store_;  // ps-lite's default handle

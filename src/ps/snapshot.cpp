@@ -328,7 +328,7 @@ void KVServer::enable_snapshots(const std::string& dir, bool reload) {
   threshold_ = s.threshold;
   departed_ = s.departed;
   for (auto& k : loaded.keys) {
-    store_[k.key] = std::move(k.value);
+    store_[k.key] = std::make_shared<std::vector<float>>(std::move(k.value));
     if (!k.momentum.empty()) momentum_[k.key] = std::move(k.momentum);
     last_push_[k.key] = std::move(k.last_push);
     updates_applied_[k.key] = k.updates;
@@ -360,7 +360,7 @@ void KVServer::save_key(int key) {
   SnapshotKey k;
   k.key = key;
   k.updates = ++updates_applied_[key];
-  k.value = store_[key];
+  k.value = *store_[key];
   if (auto it = momentum_.find(key); it != momentum_.end()) k.momentum = it->second;
   if (auto it = last_push_.find(key); it != last_push_.end()) k.last_push = it->second;
   snapshot_->save(k);

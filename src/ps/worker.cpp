@@ -8,6 +8,16 @@
 // (kMaxKey/S·rank), so servers recover `key` and ps-lite's range slicing
 // routes it. Values travel as bytes (CHAR) with their byte length, the dtype
 // in the command head (Note [MXNet's server]).
+//
+// Note [Pushed arrays]
+// ConstValues is a raw view whose caller may reuse the array as soon as the
+// call returns (dtrain/kvstore.h), so each part of a push is copied once,
+// when the call is made, into a buffer its frame owns; the Van sends that
+// buffer without a further copy (Note [Copies per hop] in van.cpp), and a
+// message kept for re-sending (Note [Node recovery]) shares it. Sending the
+// caller's array itself would need an owner in ConstValues and the promise
+// not to write it until the handle completes (ps-lite's SArray, MXNet's
+// engine dependencies): a public API change, not made here.
 #include <cmath>
 #include <cstring>
 #include <exception>
@@ -294,7 +304,8 @@ class DistKVStore : public KVStore {
         msg.add_data(&p.ps_key, 1, DataType::kUint64);
         const char* bytes = static_cast<const char*>(push->data) + p.offset * elem_size(dtype);
         const int32_t len = static_cast<int32_t>(p.count * elem_size(dtype));
-        msg.add_data(bytes, static_cast<size_t>(len), DataType::kChar);
+        msg.add_frame(Frame(bytes, static_cast<size_t>(len)),
+                      DataType::kChar);  // Note [Pushed arrays]
         msg.add_data(&len, 1, DataType::kInt32);
       } else {
         static const char kNothing = 0;  // a pull's empty values frame
@@ -321,7 +332,7 @@ class DistKVStore : public KVStore {
     quantize_2bit(grad + p.offset, residual + p.offset, p.count, threshold_, bytes.data());
     msg.meta.head = data_command(2, kMshadowFloat32);
     msg.add_data(keys, 2, DataType::kUint64);
-    msg.add_data(bytes.data(), bytes.size(), DataType::kChar);
+    msg.add_frame(Frame(std::move(bytes)), DataType::kChar);
     msg.add_data(lens, 2, DataType::kInt32);
   }
 

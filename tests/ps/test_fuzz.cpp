@@ -54,7 +54,7 @@ void send_garbage(void* ctx, int port, const std::string& identity, std::mt19937
       std::string meta = ps::encode_meta(m);
       for (int k = 0; k < 2; ++k) meta[rng() % meta.size()] ^= static_cast<char>(1 << (rng() % 8));
       frames.push_back(meta);
-      for (size_t d = 0; d < rng() % 5; ++d) frames.push_back(valid.data[d % 3]);
+      for (size_t d = 0; d < rng() % 5; ++d) frames.emplace_back(valid.data[d % 3].view());
     }
     if (frames.empty()) frames.push_back("");
     for (size_t f = 0; f < frames.size(); ++f) {

@@ -97,6 +97,36 @@ TEST(PsServer, SyncModeAnswersPushesOnlyAfterEveryWorkerPushedThenStoresTheSum) 
   EXPECT_EQ(*h.server.stored(4), (std::vector<float>{111, 222}));
 }
 
+// Note [Replies share the stored value]: the harness keeps every reply, as
+// ZeroMQ holds one until it is sent; later updates must not change them.
+TEST(PsServer, RepliesStillHeldKeepTheValuesTheyAnsweredWithWhileTheKeyIsUpdated) {
+  ServerHarness sync(2);
+  sync.command(ServerCommand::kSyncMode);
+  sync.server.handle(sync.request(0, true, false, 3, {0, 0}));  // init
+  sync.sent.clear();
+  for (float round = 1; round <= 3; ++round) {  // rounds store the sum: buffers swap
+    sync.server.handle(sync.request(0, true, true, 3, {round, 0}));
+    sync.server.handle(sync.request(1, true, true, 3, {round, 1}));
+  }
+  ASSERT_EQ(sync.sent.size(), 6u);
+  for (size_t i = 0; i < 6; ++i) {
+    const float round = static_cast<float>(i / 2 + 1);
+    EXPECT_EQ(ServerHarness::values(sync.sent[i].msg), (std::vector<float>{2 * round, 1}))
+        << "reply " << i;
+  }
+
+  ServerHarness async(1);
+  async.server.handle(async.request(0, true, true, 1, {5}));  // init, answered with 5
+  async.server.handle(async.request(0, true, true, 1, {1}));  // in place unless held
+  async.command(ServerCommand::kController, "sgd lr=1 momentum=0 wd=0 rescale_grad=1");
+  async.server.handle(async.request(0, true, true, 1, {2}));  // the optimizer: 6 - 2
+  ASSERT_EQ(async.sent.size(), 4u);
+  EXPECT_EQ(ServerHarness::values(async.sent[0].msg), std::vector<float>{5});
+  EXPECT_EQ(ServerHarness::values(async.sent[1].msg), std::vector<float>{6});
+  EXPECT_EQ(ServerHarness::values(async.sent[3].msg), std::vector<float>{4});
+  EXPECT_EQ(*async.server.stored(1), std::vector<float>{4});
+}
+
 TEST(PsServer, AsyncModeAppliesEachPushAtOnce) {
   ServerHarness h(3);
   h.server.handle(h.request(0, true, false, 1, {5}));  // init
@@ -131,8 +161,8 @@ TEST(PsServer, Float16CommandsAreConvertedToTheFp32MasterCopy) {
   m.meta.head = data_command(0, kMshadowFloat16);
   const uint16_t half[2] = {float_to_half(1.5f), float_to_half(-2.0f)};
   const int32_t len = 4;
-  m.data[1].assign(reinterpret_cast<const char*>(half), 4);
-  m.data.at(2).assign(reinterpret_cast<const char*>(&len), 4);
+  m.data[1] = Frame(reinterpret_cast<const char*>(half), 4);
+  m.data.at(2) = Frame(reinterpret_cast<const char*>(&len), 4);
   h.server.handle(m);
   ASSERT_NE(h.server.stored(2), nullptr);
   EXPECT_EQ(*h.server.stored(2), (std::vector<float>{1.5f, -2.0f}));
@@ -157,7 +187,7 @@ TEST(PsServer, PsLiteFloatClientsGetTheAccumulatingDefaultHandle) {
   Message pull = push;
   pull.meta.push = false;
   pull.meta.pull = true;
-  pull.data[1].clear();
+  pull.data[1] = Frame();
   h.server.handle(pull);
   ASSERT_EQ(h.sent.size(), 3u);
   EXPECT_EQ(ServerHarness::values(h.sent[2].msg), (std::vector<float>{3.0f, 4.0f}));
@@ -188,9 +218,13 @@ TEST(PsServer, MutatedRequestsNeverCrashTheServer) {
   for (int i = 0; i < 5000; ++i) {
     Message m = h.request(rng() % 2, rng() % 2, rng() % 2, static_cast<int>(rng() % 3), {1, 2, 3});
     switch (rng() % 5) {
-      case 0:
-        m.data[rng() % m.data.size()].resize(rng() % 20);
+      case 0: {
+        Frame& f = m.data[rng() % m.data.size()];
+        std::string bytes(f.view());
+        bytes.resize(rng() % 20);
+        f = Frame(std::move(bytes));
         break;
+      }
       case 1:
         m.meta.head = static_cast<int>(rng()) - 1000;
         break;
