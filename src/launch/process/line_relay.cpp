@@ -25,20 +25,32 @@ Fd open_log_file(const std::string& path) {
   return Fd(fd);
 }
 
-LineRelay::LineRelay(std::string prefix, int dest_fd, Fd log)
-    : prefix_(std::move(prefix)), dest_fd_(dest_fd), log_(std::move(log)) {}
+LineRelay::LineRelay(std::string prefix, int dest_fd, Fd log, bool pass_redraws)
+    : prefix_(std::move(prefix)),
+      dest_fd_(dest_fd),
+      log_(std::move(log)),
+      pass_redraws_(pass_redraws) {}
 
 void LineRelay::feed(std::string_view data) {
   std::string out, raw;
+  const char* ends = pass_redraws_ ? "\n\r" : "\n";
   while (!data.empty()) {
-    size_t nl = data.find('\n');
-    if (nl == std::string_view::npos) {
+    size_t end = data.find_first_of(ends);
+    if (end == std::string_view::npos) {
       pending_.append(data);
       data = {};
     } else {
-      pending_.append(data.substr(0, nl));
-      data.remove_prefix(nl + 1);
-      emit(pending_, out, raw);
+      pending_.append(data.substr(0, end));
+      const char c = data[end];
+      data.remove_prefix(end + 1);
+      if (c == '\n') {
+        emit(pending_, out, raw);
+      } else {
+        // "text\r" shows the text before the next redraw replaces it.
+        if (pending_.size() > drawn_size_) draw(out);
+        after_cr_ = true;
+        drawn_size_ = 0;
+      }
       pending_.clear();
     }
     while (pending_.size() >= kMaxLine) {
@@ -46,19 +58,30 @@ void LineRelay::feed(std::string_view data) {
       pending_.erase(0, kMaxLine);
     }
   }
+  if (after_cr_ && pending_.size() > drawn_size_) draw(out);
   flush(out, raw);
 }
 
 void LineRelay::finish() {
-  if (pending_.empty()) return;
+  if (pending_.empty() && !drawn_) return;
   std::string out, raw;
   emit(pending_, out, raw);
   pending_.clear();
   flush(out, raw);
 }
 
+void LineRelay::draw(std::string& out) {
+  if (dest_fd_ < 0) return;
+  out.push_back('\r');
+  out.append(prefix_);
+  out.append(pending_);
+  drawn_ = true;
+  drawn_size_ = pending_.size();
+}
+
 void LineRelay::emit(std::string_view line, std::string& out, std::string& raw) {
   if (dest_fd_ >= 0) {
+    if (drawn_) out.push_back('\r');  // over the line drawn in place
     out.append(prefix_);
     out.append(line);
     out.push_back('\n');
@@ -67,6 +90,8 @@ void LineRelay::emit(std::string_view line, std::string& out, std::string& raw) 
     raw.append(line);
     raw.push_back('\n');
   }
+  after_cr_ = drawn_ = false;
+  drawn_size_ = 0;
 }
 
 void LineRelay::flush(const std::string& out, const std::string& raw) {

@@ -26,12 +26,21 @@ Fd open_log_file(const std::string& path);
 /// written whole, so lines of different relays interleave but never mix. A
 /// line longer than kMaxLine is cut into several. After a write error the
 /// destination is dropped and input is discarded. Not thread-safe.
+///
+/// With `pass_redraws` (for a destination that is a terminal), a carriage
+/// return passes through as a terminal would show it: the text after it is
+/// drawn at once as "\r" + prefix + text, without a newline, and drawn again
+/// as it grows or is replaced by the next "\r"; the line that finally ends
+/// with "\n" is written over it ("\r" + prefix + line + "\n"). So a
+/// worker's progress line, redrawn in place, stays in place with its tag.
+/// The log file gets only the final lines (the text after their last "\r").
+/// Without it, "\r" is an ordinary byte of the line.
 class LineRelay {
  public:
   static constexpr size_t kMaxLine = 64 * 1024;
 
   /// `dest_fd` is borrowed; `log` is owned (may be invalid: no log file).
-  LineRelay(std::string prefix, int dest_fd, Fd log = Fd());
+  LineRelay(std::string prefix, int dest_fd, Fd log = Fd(), bool pass_redraws = false);
 
   /// Appends `data` and writes every completed line.
   void feed(std::string_view data);
@@ -40,12 +49,19 @@ class LineRelay {
 
  private:
   void emit(std::string_view line, std::string& out, std::string& raw);
+  void draw(std::string& out);
   void flush(const std::string& out, const std::string& raw);
 
   std::string prefix_;
   int dest_fd_;
   Fd log_;
+  bool pass_redraws_;
   std::string pending_;
+  /// pending_ follows a "\r" of this line (pass_redraws_ only).
+  bool after_cr_ = false;
+  /// A partial line of ours is on the destination, and how much of pending_ it shows.
+  bool drawn_ = false;
+  size_t drawn_size_ = 0;
 };
 
 }  // namespace dtrain::detail
