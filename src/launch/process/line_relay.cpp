@@ -25,6 +25,25 @@ Fd open_log_file(const std::string& path) {
   return Fd(fd);
 }
 
+namespace {
+
+// How much of a line being redrawn can go to the terminal now: all of it,
+// unless it ends inside an escape sequence (a lone ESC, or ESC [ and
+// parameters without the final byte) that the next read completes. Half a
+// sequence followed by our "\r[rank0]: " would read as another command.
+size_t drawable_size(std::string_view text) {
+  const size_t esc = text.rfind('\x1b');
+  if (esc == std::string_view::npos) return text.size();
+  if (esc + 1 == text.size()) return esc;
+  if (text[esc + 1] != '[') return text.size();
+  for (size_t i = esc + 2; i < text.size(); ++i) {
+    if (text[i] >= 0x40 && text[i] <= 0x7e) return text.size();
+  }
+  return esc;
+}
+
+}  // namespace
+
 LineRelay::LineRelay(std::string prefix, int dest_fd, Fd log, bool pass_redraws)
     : prefix_(std::move(prefix)),
       dest_fd_(dest_fd),
@@ -47,7 +66,7 @@ void LineRelay::feed(std::string_view data) {
         emit(pending_, out, raw);
       } else {
         // "text\r" shows the text before the next redraw replaces it.
-        if (pending_.size() > drawn_size_) draw(out);
+        draw(out);
         after_cr_ = true;
         drawn_size_ = 0;
       }
@@ -58,7 +77,7 @@ void LineRelay::feed(std::string_view data) {
       pending_.erase(0, kMaxLine);
     }
   }
-  if (after_cr_ && pending_.size() > drawn_size_) draw(out);
+  if (after_cr_) draw(out);
   flush(out, raw);
 }
 
@@ -71,12 +90,13 @@ void LineRelay::finish() {
 }
 
 void LineRelay::draw(std::string& out) {
-  if (dest_fd_ < 0) return;
+  const size_t size = drawable_size(pending_);
+  if (dest_fd_ < 0 || size <= drawn_size_) return;  // nothing new to show
   out.push_back('\r');
   out.append(prefix_);
-  out.append(pending_);
+  out.append(pending_, 0, size);
   drawn_ = true;
-  drawn_size_ = pending_.size();
+  drawn_size_ = size;
 }
 
 void LineRelay::emit(std::string_view line, std::string& out, std::string& raw) {

@@ -33,6 +33,7 @@ Fd open_log_file(const std::string& path);
 /// as it grows or is replaced by the next "\r"; the line that finally ends
 /// with "\n" is written over it ("\r" + prefix + line + "\n"). So a
 /// worker's progress line, redrawn in place, stays in place with its tag.
+/// A redraw that ends inside an escape sequence waits for the rest of it.
 /// The log file gets only the final lines (the text after their last "\r").
 /// Without it, "\r" is an ordinary byte of the line.
 class LineRelay {
@@ -59,7 +60,8 @@ class LineRelay {
   std::string pending_;
   /// pending_ follows a "\r" of this line (pass_redraws_ only).
   bool after_cr_ = false;
-  /// A partial line of ours is on the destination, and how much of pending_ it shows.
+  /// A partial line of ours is on the destination, and how much of pending_ it shows
+  /// (never half an escape sequence).
   bool drawn_ = false;
   size_t drawn_size_ = 0;
 };

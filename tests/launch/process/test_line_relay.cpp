@@ -84,6 +84,17 @@ TEST_F(LineRelayTest, TextBeforeACarriageReturnIsDrawnAndCrLfEndsTheLine) {
   EXPECT_EQ(drain(), "\r> 10%\r> 20%\r> done\r> \n");
 }
 
+TEST_F(LineRelayTest, ARedrawSplitInsideAnEscapeSequenceWaitsForTheRestOfIt) {
+  LineRelay relay("> ", dest_.get(), Fd(), true);
+  relay.feed("\r  step 1\x1b");
+  relay.feed("[");
+  relay.feed("K");
+  relay.feed("\r\x1b[2");
+  relay.feed("K\n");
+  relay.finish();
+  EXPECT_EQ(drain(), "\r>   step 1\r>   step 1\x1b[K\r> \x1b[2K\n");
+}
+
 TEST_F(LineRelayTest, KeepsCarriageReturnsInsideTheLineWithoutRedraws) {
   LineRelay relay("> ", dest_.get());
   relay.feed("a\rb\n");
