@@ -41,13 +41,13 @@ struct Stream {
 /// straight to `dest` (no prefix and no log file). A relay to a terminal
 /// passes redraws in place through (Note [Progress under dtrain run]).
 int attach(Stream& stream, Fd& child_end, const std::string& prefix, int dest,
-           const std::string& log_path, bool tag) {
+           const std::string& log_path, bool tag, const std::shared_ptr<TerminalLine>& terminal) {
   if (!tag && log_path.empty()) return dest;
   Pipe pipe = make_pipe();
   ::fcntl(pipe.read.get(), F_SETFL, ::fcntl(pipe.read.get(), F_GETFL) | O_NONBLOCK);
   Fd log = log_path.empty() ? Fd() : open_log_file(log_path);
   stream.relay = std::make_unique<LineRelay>(tag ? prefix : "", dest, std::move(log),
-                                             dest >= 0 && ::isatty(dest) == 1);
+                                             dest >= 0 && ::isatty(dest) == 1 ? terminal : nullptr);
   stream.fd = std::move(pipe.read);
   child_end = std::move(pipe.write);
   return child_end.get();
@@ -141,8 +141,9 @@ void WorkerGroup::start_process(Worker& w) {
                                                   : cat("[", spec.role, spec.rank, "]: ");
   // On a restart a stream with a relay keeps it (tag, log file) on a new pipe.
   auto wire = [&](Stream& stream, Fd& child_end, int dest, const std::string& log) {
-    return stream.relay ? reattach(stream, child_end)
-                        : attach(stream, child_end, prefix, dest, log, options_.tag_output);
+    return stream.relay
+               ? reattach(stream, child_end)
+               : attach(stream, child_end, prefix, dest, log, options_.tag_output, terminal_);
   };
   Fd child_out, child_err;  // the child's ends, closed here once it has started
   spec.process.stdout_fd = wire(w.out, child_out, options_.stdout_fd, spec.stdout_log);

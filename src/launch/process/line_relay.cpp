@@ -44,15 +44,20 @@ size_t drawable_size(std::string_view text) {
 
 }  // namespace
 
-LineRelay::LineRelay(std::string prefix, int dest_fd, Fd log, bool pass_redraws)
+LineRelay::LineRelay(std::string prefix, int dest_fd, Fd log,
+                     std::shared_ptr<TerminalLine> terminal)
     : prefix_(std::move(prefix)),
       dest_fd_(dest_fd),
       log_(std::move(log)),
-      pass_redraws_(pass_redraws) {}
+      terminal_(std::move(terminal)) {}
+
+LineRelay::~LineRelay() {
+  if (terminal_ && terminal_->drawn_by == this) terminal_->drawn_by = nullptr;
+}
 
 void LineRelay::feed(std::string_view data) {
   std::string out, raw;
-  const char* ends = pass_redraws_ ? "\n\r" : "\n";
+  const char* ends = terminal_ ? "\n\r" : "\n";
   while (!data.empty()) {
     size_t end = data.find_first_of(ends);
     if (end == std::string_view::npos) {
@@ -92,6 +97,8 @@ void LineRelay::finish() {
 void LineRelay::draw(std::string& out) {
   const size_t size = drawable_size(pending_);
   if (dest_fd_ < 0 || size <= drawn_size_) return;  // nothing new to show
+  take_terminal(out);
+  terminal_->drawn_by = this;
   out.push_back('\r');
   out.append(prefix_);
   out.append(pending_, 0, size);
@@ -101,6 +108,7 @@ void LineRelay::draw(std::string& out) {
 
 void LineRelay::emit(std::string_view line, std::string& out, std::string& raw) {
   if (dest_fd_ >= 0) {
+    take_terminal(out);
     if (drawn_) out.push_back('\r');  // over the line drawn in place
     out.append(prefix_);
     out.append(line);
@@ -112,6 +120,18 @@ void LineRelay::emit(std::string_view line, std::string& out, std::string& raw) 
   }
   after_cr_ = drawn_ = false;
   drawn_size_ = 0;
+  if (terminal_ && terminal_->drawn_by == this) terminal_->drawn_by = nullptr;
+}
+
+void LineRelay::take_terminal(std::string& out) {
+  if (!terminal_ || !terminal_->drawn_by || terminal_->drawn_by == this) return;
+  LineRelay* other = terminal_->drawn_by;
+  out.push_back('\n');
+  // Its line stays as it was; what it draws next (more of that text, or the
+  // next redraw) starts on a line of its own.
+  other->drawn_ = false;
+  other->drawn_size_ = drawable_size(other->pending_);
+  terminal_->drawn_by = nullptr;
 }
 
 void LineRelay::flush(const std::string& out, const std::string& raw) {

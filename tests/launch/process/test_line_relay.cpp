@@ -19,6 +19,7 @@ class LineRelayTest : public ::testing::Test {
  protected:
   LineRelayTest() : dest_(open_log_file(dir_.file("dest"))) {}
   std::string drain() { return read_file(dir_.file("dest")); }
+  static std::shared_ptr<TerminalLine> terminal() { return std::make_shared<TerminalLine>(); }
   TempDir dir_;
   Fd dest_;
 };
@@ -55,7 +56,7 @@ TEST_F(LineRelayTest, WritesUnprefixedLinesToTheLogFile) {
 // fed in the pieces a pipe may deliver.
 TEST_F(LineRelayTest, PassesRedrawsInPlaceThroughWithThePrefixWhenAskedTo) {
   {
-    LineRelay relay("[rank0]: ", dest_.get(), open_log_file(dir_.file("log")), true);
+    LineRelay relay("[rank0]: ", dest_.get(), open_log_file(dir_.file("log")), terminal());
     relay.feed("header\n\r  step 1/3\x1b[K");
     relay.feed("\r  step 2/3\x1b[K\r  st");
     relay.feed("ep 3/3\x1b[K");
@@ -77,7 +78,7 @@ TEST_F(LineRelayTest, PassesRedrawsInPlaceThroughWithThePrefixWhenAskedTo) {
 }
 
 TEST_F(LineRelayTest, TextBeforeACarriageReturnIsDrawnAndCrLfEndsTheLine) {
-  LineRelay relay("> ", dest_.get(), Fd(), true);
+  LineRelay relay("> ", dest_.get(), Fd(), terminal());
   relay.feed("10%\r20%\r");
   relay.feed("done\r\n");
   relay.finish();
@@ -85,7 +86,7 @@ TEST_F(LineRelayTest, TextBeforeACarriageReturnIsDrawnAndCrLfEndsTheLine) {
 }
 
 TEST_F(LineRelayTest, ARedrawSplitInsideAnEscapeSequenceWaitsForTheRestOfIt) {
-  LineRelay relay("> ", dest_.get(), Fd(), true);
+  LineRelay relay("> ", dest_.get(), Fd(), terminal());
   relay.feed("\r  step 1\x1b");
   relay.feed("[");
   relay.feed("K");
@@ -93,6 +94,25 @@ TEST_F(LineRelayTest, ARedrawSplitInsideAnEscapeSequenceWaitsForTheRestOfIt) {
   relay.feed("K\n");
   relay.finish();
   EXPECT_EQ(drain(), "\r>   step 1\r>   step 1\x1b[K\r> \x1b[2K\n");
+}
+
+TEST_F(LineRelayTest, AnotherRelaysOutputEndsTheLineDrawnInPlaceFirst) {
+  auto shared = terminal();
+  LineRelay rank0("[rank0]: ", dest_.get(), Fd(), shared);
+  LineRelay rank1("[rank1]: ", dest_.get(), Fd(), shared);
+  rank0.feed("\r  step 1/3");
+  rank1.feed("warning\n");
+  rank0.feed("\r  step 2/3");
+  rank1.feed("\rrank 1 draws too");
+  rank0.feed("\n");
+  rank1.finish();
+  EXPECT_EQ(drain(),
+            "\r[rank0]:   step 1/3"
+            "\n[rank1]: warning\n"
+            "\r[rank0]:   step 2/3"
+            "\n\r[rank1]: rank 1 draws too"
+            "\n[rank0]:   step 2/3\n"
+            "[rank1]: rank 1 draws too\n");
 }
 
 TEST_F(LineRelayTest, KeepsCarriageReturnsInsideTheLineWithoutRedraws) {
