@@ -166,10 +166,10 @@ struct DatasetSplits {
   std::unique_ptr<Loader> train;
   std::unique_ptr<Loader> test;
   int64_t num_classes = 0;
-  /// Shape of one input sample: {C, H, W}.
+  /// Shape of one model input: {C, H, W} (after `normalize`).
   std::vector<int64_t> sample_shape;
-  /// Normalises both splits' uint8 inputs (apply it after moving a batch to
-  /// its device); empty when the loaders hand over normalised floats.
+  /// Turns both splits' batches into model inputs where they are (after the copy to a device):
+  /// normalises uint8 pixels, resizes to image_size; empty when the batches are the inputs.
   InputTransform normalize;
 };
 
@@ -197,8 +197,8 @@ struct DatasetOptions {
   /// A corrupt or unreadable sample is an error instead of being skipped,
   /// counted and named in a warning (image datasets).
   bool strict = false;
-  /// Training crop and evaluation size of the folder datasets (imagefolder,
-  /// packed); 0: 224, as for ImageNet.
+  /// Input size: the folder datasets' crop and synthetic samples' size (0: 224); the others
+  /// (mnist 28, cifar10 32, stl10 96) are resized per batch as torchvision's Resize (0: keep).
   int64_t image_size = 0;
   /// The image datasets hand over uint8 pixels, a quarter of the bytes to
   /// copy to a GPU, and DatasetSplits::normalize turns them into the same

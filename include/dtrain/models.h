@@ -88,7 +88,7 @@ int64_t count_parameters(const std::string& name, const ModelOptions& options);
 /// Creates a model by name, initialised from the current default generator (seed it for
 /// reproducible weights). Throws InvalidArgument for an unknown name (listing the valid
 /// names), for non-positive options, and for an image_size below the model's minimum (naming
-/// it and the default size).
+/// it, the --image-size flag that resizes the inputs, and the default size).
 std::shared_ptr<ImageClassifier> make_model(const std::string& name, const ModelOptions& options);
 
 /// Names make_model() accepts.

@@ -168,8 +168,8 @@ struct TrainOptions {
   ///   kLines    "  epoch E/N step S/T  images/sec X  loss L  ETA m:ss" every
   ///             progress_every_steps steps or progress_every_seconds seconds
   ///             (whichever comes first; 0 disables that trigger)
-  ///   kInPlace  the same line redrawn in place ("\r", at most 10 times a
-  ///             second), for a terminal; erased before the epoch line
+  ///   kInPlace  the same line redrawn in place ("\r", at most 10 times a second), for a
+  ///             terminal (under dtrain run: the launcher's); erased before the epoch line
   /// images/sec is rank 0's rate x world size; loss is rank 0's mean so far.
   enum class Progress { kNone, kLines, kInPlace };
   Progress progress = Progress::kLines;

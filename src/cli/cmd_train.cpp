@@ -40,6 +40,13 @@ struct EvalFlags {
   GroupFlags group;
 };
 
+// Whether progress can be redrawn in place: stdout is a terminal, or the
+// launcher's is and it relays our redraws (Note [Progress under dtrain run],
+// src/launch/agent/worker_group.cpp).
+bool stdout_is_terminal() {
+  return ::isatty(STDOUT_FILENO) == 1 || process_env()("DTRAIN_STDOUT_IS_TTY") == "1";
+}
+
 InitOptions group_init(const GroupFlags& f) {
   InitOptions init = resolve_init_options({}, process_env());
   init.backend = f.backend;
@@ -117,9 +124,9 @@ int run_train(const TrainFlags& f) {
     }
     if (!f.norm_weight_decay.empty()) o.optimizer.norm_weight_decay = f.norm_weight_decay[0];
     if (!f.bias_weight_decay.empty()) o.optimizer.bias_weight_decay = f.bias_weight_decay[0];
-    o.progress = f.quiet                   ? TrainOptions::Progress::kNone
-                 : ::isatty(STDOUT_FILENO) ? TrainOptions::Progress::kInPlace
-                                           : TrainOptions::Progress::kLines;
+    o.progress = f.quiet                ? TrainOptions::Progress::kNone
+                 : stdout_is_terminal() ? TrainOptions::Progress::kInPlace
+                                        : TrainOptions::Progress::kLines;
     validate(o);  // before joining the group: bad flags never leave peers waiting
     if (serve_kvstore_role(o.kvstore)) return 0;  // a ps scheduler or server
     // With only DMLC_* (an MXJob pod) the kvstore is opened here and ranks
@@ -155,7 +162,9 @@ void add_common_flags(CLI::App* cmd, std::string& model, DatasetOptions& data, s
   cmd->add_option("--dataset", data.name, "Dataset: " + join(dataset_names(), ", "))
       ->capture_default_str();
   cmd->add_option("--data-dir", data.data_dir, "Dataset directory (default per dataset)");
-  cmd->add_option("--image-size", data.image_size, "Crop size for imagefolder/packed (0: 224)")
+  cmd->add_option("--image-size", data.image_size,
+                  "Input size: imagefolder/packed crop (0: 224), synthetic size (0: 224), "
+                  "other datasets resized to it like torchvision's Resize (0: as stored)")
       ->capture_default_str()
       ->check(non_negative());
   cmd->add_flag("--strict", data.strict,
@@ -266,11 +275,13 @@ void add_train_command(CLI::App& root, int* exit_code) {
   cmd->add_option("--metrics-file", o.metrics_file, "Write one JSON object per epoch here");
   cmd->add_flag("-q,--quiet", flags->quiet, "No progress lines within an epoch");
   cmd->add_option("--progress-steps", o.progress_every_steps,
-                  "Without a terminal: a progress line every N steps (0: never)")
+                  "Without a terminal (here or, under dtrain run, the launcher's): a "
+                  "progress line every N steps (0: never)")
       ->capture_default_str()
       ->check(non_negative());
   cmd->add_option("--progress-seconds", o.progress_every_seconds,
-                  "Without a terminal: a progress line every T seconds (0: never)")
+                  "Without a terminal (as for --progress-steps): a progress line every T "
+                  "seconds (0: never)")
       ->capture_default_str()
       ->check(non_negative());
   // Observability (docs/observability.md).

@@ -112,13 +112,43 @@ void require_share(const LoaderOptions& split, const char* which) {
   }
 }
 
+// Note [Resizing to --image-size]
+// Every dataset honours DatasetOptions::image_size. The folder datasets crop
+// to it in their loaders (RandomResizedCrop / Resize + CenterCrop) and
+// synthetic data is made at that size; a dataset whose images have one fixed
+// size (fashion-mnist, mnist 28, cifar10 32, stl10 96, synthetic with an
+// explicit CxHxW) is resized per batch after normalisation, on whatever
+// device the batch is on: torchvision's Resize((size, size)) on tensors with
+// antialias=True, i.e. interpolate(bilinear, align_corners=False,
+// antialias=True), which PIL's bilinear resize also computes (up to its 8-bit
+// rounding). Resizing is linear with weights summing to 1, so resizing the
+// normalised floats equals normalising the resized pixels. A whole split is
+// never resized up front: 60,000 Fashion-MNIST images at 224 px would take 12 GB.
+DatasetSplits fit_image_size(DatasetSplits s, const DatasetOptions& o) {
+  const int64_t size = o.image_size;
+  if (size == 0 || s.sample_shape.size() != 3 ||
+      (s.sample_shape[1] == size && s.sample_shape[2] == size)) {
+    return s;
+  }
+  s.normalize = [before = std::move(s.normalize), size](const at::Tensor& batch) {
+    const at::Tensor x = before ? before(batch) : batch;
+    return at::_upsample_bilinear2d_aa(x, {size, size}, /*align_corners=*/false);
+  };
+  s.sample_shape[1] = s.sample_shape[2] = size;
+  return s;
+}
+
 }  // namespace
 
 DatasetSplits open_dataset(const DatasetOptions& options) {
   require_share(options.train, "train");
   require_share(options.test, "test");
+  if (options.image_size < 0) {
+    throw InvalidArgument(cat("dataset '", options.name, "': image_size ", options.image_size,
+                              " is negative; give a size in pixels, or 0 for the dataset's own"));
+  }
   for (const auto& e : data::all_entries()) {
-    if (options.name == e.name) return e.open(options);
+    if (options.name == e.name) return fit_image_size(e.open(options), options);
   }
   throw InvalidArgument(
       cat("unknown dataset '", options.name, "'; valid datasets: ", join(dataset_names(), ", ")));

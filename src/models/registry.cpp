@@ -100,8 +100,11 @@ const Entry& checked(const std::string& name, const ModelOptions& o) {
   if (o.image_size < e.min_image_size) {
     throw InvalidArgument(cat("model '", name, "' needs images of at least ", e.min_image_size, "x",
                               e.min_image_size, ", got ", o.image_size, "x", o.image_size,
-                              " (its default is ", e.default_image_size,
-                              "); resize the images, e.g. --image-size ", e.default_image_size));
+                              "; resize them to at least that, e.g. with --image-size ",
+                              e.min_image_size,
+                              " (dtrain train, eval and bench; every dataset "
+                              "honours it), or to the model's default ",
+                              e.default_image_size));
   }
   return e;
 }

@@ -64,8 +64,11 @@ TEST(ModelRegistry, ImageBelowTheMinimumIsRefusedNamingTheMinimum) {
   o.image_size = 28;
   EXPECT_THROW(make_model("vgg16", o), InvalidArgument);
   const std::string err = testing::error_of([&] { make_model("vgg16", o); });
-  EXPECT_NE(err.find("model 'vgg16' needs images of at least 32x32, got 28x28"), std::string::npos)
+  EXPECT_NE(err.find("model 'vgg16' needs images of at least 32x32, got 28x28; resize them to "
+                     "at least that, e.g. with --image-size 32 "),
+            std::string::npos)
       << err;
+  EXPECT_NE(err.find("or to the model's default 224"), std::string::npos) << err;
   o.image_size = 3;
   EXPECT_NE(testing::error_of([&] { make_model("cnn", o); }).find("at least 4x4"),
             std::string::npos);

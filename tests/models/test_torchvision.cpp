@@ -2,11 +2,13 @@
 // built), state_dict keys, order and shapes, eval-mode logits (and training-mode logits from
 // the same seed) with torchvision's weights loaded into dtrain, and torchvision's logits with
 // dtrain's weights loaded into it (load_state_dict strict=True). One Python process serves a whole
-// family; 2 images of 32 px.
+// family; 2 images of 32 px. The initialisation as constructed: each state_dict entry's
+// statistics against torchvision's (Note [Initialisation statistics]).
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -154,6 +156,102 @@ class Torchvision : public ::testing::Test {
   fs::path dir_;
   bool same_release = true;  ///< training-mode logits compared (see peer_version.h)
 };
+
+// Note [Initialisation statistics]
+// Independent draws cannot be compared value by value, so each state_dict entry's
+// distribution is (over its first 2^20 elements, to spare memory): its size, mean, standard
+// deviation and (from 10,000 elements) kurtosis against the same entry of torchvision's model, as
+// constructed. For n draws of standard deviation s two samples' means differ by about s*sqrt(2/n),
+// their standard deviations by about s/sqrt(n) (normal; less for uniform) and their kurtoses by
+// sqrt(48/n) (normal: 3; uniform: 1.8); each is allowed 6 of those. That tells Kaiming-normal
+// fan_out from fan_in (a factor sqrt(2) in std for a 3x3 conv doubling its channels), N(0, 0.01)
+// from other scales, normal from uniform. A uniform entry's largest magnitude (its bound) must also
+// agree within 40/n of it (the chance that n draws all miss the top 20/n is e^-20). Constant
+// entries (BatchNorm 1 / 0, zero biases, running statistics, counters) must be equal exactly.
+constexpr int64_t kInitSample = 1 << 20;  // elements of an entry compared (the first ones)
+
+struct InitStats {
+  int64_t n = 0;
+  double mean = 0, std = 0, min = 0, max = 0, kurtosis = 0;
+};
+
+InitStats stats_of(const at::Tensor& value) {
+  const at::Tensor t = value.detach().flatten().slice(0, 0, kInitSample).to(at::kDouble);
+  InitStats s;
+  s.n = t.numel();
+  s.mean = t.mean().item<double>();
+  const at::Tensor d = t - s.mean;
+  s.std = d.pow(2).mean().sqrt().item<double>();
+  s.kurtosis = s.std > 0 ? (d.pow(4).mean().item<double>() / std::pow(s.std, 4)) : 0.0;
+  s.min = t.min().item<double>();
+  s.max = t.max().item<double>();
+  return s;
+}
+
+// The largest statistic difference in units of its tolerance, per entry.
+double compare_init(const std::string& key, const InitStats& ours, const InitStats& ref) {
+  EXPECT_EQ(ours.n, ref.n) << key;
+  if (ref.std == 0) {
+    EXPECT_EQ(ours.std, 0.0) << key << " is constant in torchvision";
+    EXPECT_EQ(ours.mean, ref.mean) << key;
+    return ours.std == 0 && ours.mean == ref.mean ? 0.0 : 1e9;
+  }
+  const double n = static_cast<double>(ref.n), s = std::max(ours.std, ref.std);
+  double worst = std::max(std::abs(ours.mean - ref.mean) / (6 * s * std::sqrt(2 / n)),
+                          std::abs(ours.std - ref.std) / (6 * s / std::sqrt(n)));
+  if (ref.n >= 10000) {
+    worst = std::max(worst, std::abs(ours.kurtosis - ref.kurtosis) / (6 * std::sqrt(48 / n)));
+  }
+  if (ref.kurtosis < 2.2 && ref.n >= 1000) {  // uniform: compare the bounds
+    const double bound = std::max(-ref.min, ref.max);
+    worst = std::max(worst, std::abs(std::max(-ours.min, ours.max) - bound) / (bound * 40 / n));
+  }
+  EXPECT_LE(worst, 1.0) << key << ": n " << ours.n << ", mean " << ours.mean << " vs " << ref.mean
+                        << ", std " << ours.std << " vs " << ref.std << ", kurtosis "
+                        << ours.kurtosis << " vs " << ref.kurtosis << ", range [" << ours.min
+                        << ", " << ours.max << "] vs [" << ref.min << ", " << ref.max << "]";
+  return worst;
+}
+
+// Both models with their own initialisation, 1000 classes, from different seeds: with the
+// same seed the two draw the very same numbers (same generator, same order of draws), which
+// would make any comparison of statistics pass trivially.
+void check_initialisation(testing::PythonPeer& peer, const std::string& name, const fs::path& dir) {
+  const std::string file = (dir / (name + ".init.txt")).string();
+  ASSERT_EQ(peer.ask("init " + name + " 1 " + file), "ok");
+  torch::manual_seed(2);
+  ModelOptions o;
+  o.in_channels = 3;
+  o.num_classes = 1000;
+  o.image_size = model_info(name).default_image_size;
+  const NamedTensors state = state_dict(*make_model(name, o));
+  std::ifstream in(file);
+  std::string key;
+  InitStats ref;
+  size_t i = 0, random = 0;
+  double worst = 0;
+  while (in >> key >> ref.n >> ref.mean >> ref.std >> ref.min >> ref.max >> ref.kurtosis) {
+    ASSERT_LT(i, state.size()) << "dtrain's state_dict ends before '" << key << "'";
+    ASSERT_EQ(state[i].first, key);
+    worst = std::max(worst, compare_init(key, stats_of(state[i].second), ref));
+    random += ref.std > 0;
+    ++i;
+  }
+  EXPECT_EQ(i, state.size());
+  std::printf("%-16s %zu entries (%zu random): largest difference %.2f of its tolerance\n",
+              name.c_str(), i, random, worst);
+}
+
+TEST_F(Torchvision, InitialisationStatisticsEqualTorchvisionsPerStateDictEntry) {
+  testing::PythonPeer peer;
+  // ResNet: Kaiming-normal fan_out convs, BN 1/0 (zero_init_residual=False), the fc's
+  // default Linear init; VGG: conv biases 0, Linear N(0, 0.01); EfficientNet: Linear
+  // U(+-1/sqrt(out)), SE convs with biases.
+  for (const std::string name : {"resnet50", "vgg11_bn", "efficientnet_b0"}) {
+    SCOPED_TRACE(name);
+    check_initialisation(peer, name, dir_);
+  }
+}
 
 TEST_F(Torchvision, ResNetsEqualTorchvisionInCountKeysShapesAndLogitsBothWays) {
   check_family({"resnet18", "resnet34", "resnet50", "resnet101", "resnet152"});

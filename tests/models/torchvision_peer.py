@@ -15,6 +15,11 @@ command per line on stdin, one answer line on stdout ("ok ..." or "error ..."):
                         built when the names match, a new one otherwise) with strict=True,
                         writes {"logits": eval logits on IO's "x", "n": 0} to OUT
   checkpoint NAME CKPT  loads torch.load(CKPT)["model"] into torchvision NAME, strict=True
+  init NAME SEED OUT    torchvision NAME (1000 classes) as constructed after
+                        manual_seed(SEED) (its own initialisation); writes OUT: "key numel mean std min max
+                        kurtosis" per state_dict entry (float64 statistics of its first 2^20
+                        elements, numel counting those; std and kurtosis are the population's,
+                        kurtosis 0 for a constant tensor)
   forms DIR             writes bench/peer/cnn.py's Net (dtrain's `cnn`) in several torch.save
                         forms: ordered.pt, plain.pt, legacy.pt, module.pt, wrapped.pt, ddp.pt,
                         and its eval logits on ones(2, 1, 28, 28) with plain.pt's weights in
@@ -94,6 +99,22 @@ def checkpoint(name, path):
     return "ok"
 
 
+def init(name, seed, out):
+    torch.manual_seed(seed)
+    last.clear()
+    model = build(name)
+    last.update(name=name, model=model)
+    with open(out, "w") as f:
+        for k, v in model.state_dict().items():
+            t = v.detach().flatten()[:1 << 20].double()
+            mean = t.mean()
+            std = (t - mean).pow(2).mean().sqrt()
+            kurt = ((t - mean).pow(4).mean() / std.pow(4)).item() if std > 0 else 0.0
+            f.write("%s %d %.17g %.17g %.17g %.17g %.17g\n" % (
+                k, t.numel(), mean.item(), std.item(), t.min().item(), t.max().item(), kurt))
+    return "ok"
+
+
 def forms(out_dir):
     from cnn import Net
 
@@ -112,7 +133,7 @@ def forms(out_dir):
     return "ok"
 
 
-COMMANDS = {"ref": ref, "check": check, "checkpoint": checkpoint, "forms": forms}
+COMMANDS = {"ref": ref, "check": check, "checkpoint": checkpoint, "init": init, "forms": forms}
 
 for line in sys.stdin:
     words = line.split()

@@ -1,7 +1,10 @@
 // dtrain::train() with --checkpoint-dir: a run that stops and resumes ends
 // where an uninterrupted one does; resuming works across world sizes; bad
-// checkpoints are skipped with a log line; the CLI flags.
+// checkpoints are skipped with a log line; the CLI flags. fp16 with its loss
+// scaler on a GPU (skipped without one).
 #include <ATen/ATen.h>
+#include <ATen/Context.h>
+#include <torch/cuda.h>
 
 #include <cstdio>
 #include <mutex>
@@ -65,7 +68,8 @@ class Resume : public testing::ScratchDir {
   }
 
   // Returns the uninterrupted run's final model.
-  NamedTensors adamw_cosine_resume_equals_straight(const std::string& amp);
+  NamedTensors adamw_cosine_resume_equals_straight(const std::string& amp,
+                                                   const std::string& device = "cpu");
 
   Checkpoint latest(const std::string& ckpt) const {
     auto found = load_latest_checkpoint((dir_ / ckpt).string());
@@ -143,11 +147,13 @@ TEST_F(Resume, TwoEpochsStraightEqualOneEpochThenAResumedSecond) {
 }
 
 // AdamW (two weight-decay groups) + cosine with warm-up + label smoothing +
-// clipping, optionally under bf16 autocast: straight vs. stopped after step 7
-// and resumed.
-NamedTensors Resume::adamw_cosine_resume_equals_straight(const std::string& amp) {
+// clipping, optionally under bf16 or fp16 autocast: straight vs. stopped after
+// step 7 and resumed. Under fp16 the loss scaler's state continues too.
+NamedTensors Resume::adamw_cosine_resume_equals_straight(const std::string& amp,
+                                                         const std::string& device) {
   TrainOptions o = options(amp + "-straight", 2);
   o.amp = amp;
+  o.device = device;
   o.optimizer.name = "adamw";
   o.optimizer.lr = 2e-3;
   o.optimizer.weight_decay = 0.05;
@@ -168,7 +174,13 @@ NamedTensors Resume::adamw_cosine_resume_equals_straight(const std::string& amp)
     return {};
   }
   EXPECT_DOUBLE_EQ(straight.optimizer.groups[1].weight_decay, 0.0);
-  EXPECT_EQ(straight.optimizer.state.at(0).at("step").item<double>(), 24.0);
+  const double adamw_steps = straight.optimizer.state.at(0).at("step").item<double>();
+  if (amp == "fp16") {  // a step whose gradients overflowed is skipped
+    EXPECT_GT(adamw_steps, 0.0);
+    EXPECT_LE(adamw_steps, 24.0);
+  } else {
+    EXPECT_EQ(adamw_steps, 24.0);
+  }
 
   o.checkpoint_dir = (dir_ / (amp + "-resumed")).string();
   o.metrics_file = (dir_ / "resumed.jsonl").string();
@@ -176,7 +188,8 @@ NamedTensors Resume::adamw_cosine_resume_equals_straight(const std::string& amp)
   o.keep_checkpoints = 10;
   run(o);
   crash_after(amp + "-resumed", 7);
-  const std::string log = run(o);
+  std::vector<EpochMetrics> resumed_history;
+  const std::string log = run(o, 1, &resumed_history);
   EXPECT_NE(log.find("(epoch 1, step 7)"), std::string::npos) << log;
   const Checkpoint resumed = latest(amp + "-resumed");
   EXPECT_EQ(resumed.step, 24);
@@ -195,7 +208,23 @@ NamedTensors Resume::adamw_cosine_resume_equals_straight(const std::string& amp)
   EXPECT_DOUBLE_EQ(straight_history[1].lr, lr_at(s, 23));
   EXPECT_DOUBLE_EQ(resumed.optimizer.groups[0].lr, lr_at(s, 23));
   EXPECT_NE(testing::read_text(o.metrics_file).find("\"lr\":"), std::string::npos);
-  EXPECT_NE(testing::read_text(o.metrics_file).find("\"loss_scale\":null"), std::string::npos);
+  if (amp == "fp16") {
+    // The scale and its growth tracker went on from the step-7 checkpoint:
+    // a fresh scaler (2^16, tracker 0) would end elsewhere.
+    EXPECT_EQ(testing::read_text(o.metrics_file).find("\"loss_scale\":null"), std::string::npos);
+    if (!straight.scaler || !resumed.scaler || resumed_history.empty()) {
+      ADD_FAILURE() << "no loss scaler state in the checkpoints or no resumed epoch";
+      return {};
+    }
+    std::cout << "  fp16 loss scale after 24 steps: " << straight.scaler->scale << " (tracker "
+              << straight.scaler->growth_tracker << ")\n";
+    EXPECT_EQ(resumed.scaler->scale, straight.scaler->scale);
+    EXPECT_EQ(resumed.scaler->growth_tracker, straight.scaler->growth_tracker);
+    EXPECT_GT(straight_history[1].loss_scale, 0);
+    EXPECT_EQ(resumed_history.back().loss_scale, straight_history[1].loss_scale);
+  } else {
+    EXPECT_NE(testing::read_text(o.metrics_file).find("\"loss_scale\":null"), std::string::npos);
+  }
   EXPECT_NE(testing::read_text(o.metrics_file).find("\"test_top5\":"), std::string::npos);
   return straight.model;
 }
@@ -208,6 +237,21 @@ TEST_F(Resume, TheSameUnderBf16AutocastEqualsTheUninterruptedRun) {
   const NamedTensors bf16 = adamw_cosine_resume_equals_straight("bf16");
   const NamedTensors fp32 = adamw_cosine_resume_equals_straight("none");
   EXPECT_GT(max_difference(bf16, fp32), 1e-4) << "autocast changed the arithmetic";
+}
+
+// fp16 needs CUDA (skipped without a GPU). cuDNN is made deterministic so that
+// the two runs compute the same gradients and overflow at the same steps.
+class ResumeOnGpu : public Resume {};
+
+TEST_F(ResumeOnGpu, Fp16WithLossScalingResumedMidEpochEqualsTheUninterruptedRun) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no GPU visible to LibTorch";
+  at::Context& ctx = at::globalContext();
+  const bool deterministic = ctx.deterministicCuDNN(), benchmark = ctx.benchmarkCuDNN();
+  ctx.setDeterministicCuDNN(true);
+  ctx.setBenchmarkCuDNN(false);
+  adamw_cosine_resume_equals_straight("fp16", "cuda");
+  ctx.setDeterministicCuDNN(deterministic);
+  ctx.setBenchmarkCuDNN(benchmark);
 }
 
 TEST_F(Resume, MidEpochResumeOnTwoRanksReproducesTheUninterruptedRun) {

@@ -1,19 +1,26 @@
 // `dtrain train` and `dtrain eval` from the command line: bad flags are one
-// line naming the fix (exit 2), progress lines and --quiet, eval over a
-// checkpoint. channels-last (library) gives NCHW's results.
+// line naming the fix (exit 2), progress lines (by steps, by time, redrawn in
+// place under `dtrain run` on a terminal) and --quiet, eval over a
+// checkpoint, --image-size on every dataset (resizing as torchvision's Resize
+// does). channels-last (library) gives NCHW's results, on the CPU and a GPU.
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstdlib>
 
 #include <ATen/ATen.h>
+#include <ATen/Context.h>
 #include <torch/cuda.h>
 #include <torch/nn/module.h>
 #include <torch/utils.h>
 
+#include "dtrain/comm.h"
+#include "dtrain/data.h"
 #include "dtrain/models.h"
 #include "dtrain/train.h"
 #include "support/shell.h"
 #include "train/fixtures.h"
+#include "train/python.h"
 
 namespace dtrain {
 namespace {
@@ -82,6 +89,81 @@ TEST_F(TrainCli, ProgressLinesEveryNStepsWithoutATerminalAndNoneWithQuiet) {
   EXPECT_EQ(r.output.find(" step "), std::string::npos) << r.output;
 }
 
+// Every step takes far longer than a microsecond, so the time trigger fires
+// after each step and the step trigger (1000) never does: no timing race.
+TEST_F(TrainCli, ProgressLinesEveryTSecondsWithoutATerminal) {
+  Shell r =
+      dtrain_cli("train " + data_ + " --epochs 1 --progress-steps 1000 --progress-seconds 1e-6");
+  ASSERT_EQ(r.code, 0) << r.output;
+  for (int step = 1; step <= 11; ++step) {
+    EXPECT_NE(r.output.find("  epoch 1/1 step " + std::to_string(step) + "/12  images/sec "),
+              std::string::npos)
+        << step << ":\n"
+        << r.output;
+  }
+  EXPECT_EQ(r.output.find("step 12/12"), std::string::npos) << "the epoch line follows";
+  EXPECT_EQ(r.output.find('\r'), std::string::npos) << r.output;
+}
+
+// `script` (util-linux, in Debian's essential bsdutils) gives the launcher a
+// terminal; its output is what the terminal received ("\n" becomes "\r\n").
+TEST_F(TrainCli, ProgressIsRedrawnInPlaceWithTheRankTagUnderDtrainRunOnATerminal) {
+  if (std::system("command -v script >/dev/null 2>&1") != 0) {
+    GTEST_SKIP() << "no 'script' (util-linux) to give the launcher a terminal";
+  }
+  const std::string dtrain = DTRAIN_BINARY_DIR "/dtrain";
+  const std::string run = dtrain + " run --nproc-per-node 1 -- " + dtrain + " train " + data_ +
+                          " --epochs 1 --progress-steps 5";
+  Shell r =
+      testing::run_shell("timeout -k 5 120 script -qec '" + run + "' /dev/null </dev/null 2>&1");
+  ASSERT_EQ(r.code, 0) << r.output;
+  // The last step is always drawn (the others at most every 0.1 s), then erased.
+  EXPECT_NE(r.output.find("\r[rank0]:   epoch 1/1 step 12/12  images/sec "), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("\x1b[K\r[rank0]: \x1b[K"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("\r[rank0]: \x1b[Kepoch 1/1  train_loss "), std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("\n[rank0]:   epoch 1/1 step 5/12"), std::string::npos)
+      << "no plain progress lines on a terminal";
+
+  // Without a terminal the same run prints plain lines.
+  r = testing::run_shell("timeout -k 5 120 " + run + " 2>&1");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("[rank0]:   epoch 1/1 step 5/12  images/sec "), std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find('\r'), std::string::npos) << r.output;
+}
+
+// vgg16's minimum is 32x32; the tiny dataset's images are 12x12.
+TEST_F(TrainCli, Vgg16OnImagesBelowItsMinimumNamesImageSizeAndThatFixTrains) {
+  testing::write_tiny_dataset(dir_ / "small", 16, 8);  // 2 steps of 8
+  const std::string args = "train --model vgg16 --dataset mnist --data-dir " +
+                           (dir_ / "small").string() +
+                           " --threads 1 --device cpu --batch-size 8 --epochs 1 --quiet";
+  Shell r = dtrain_cli(args);
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("dtrain train: error: model 'vgg16' needs images of at least 32x32, got "
+                          "12x12; resize them to at least that, e.g. with --image-size 32 "),
+            std::string::npos)
+      << r.output;
+  r = dtrain_cli(args + " --image-size 32");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("epoch 1/1  train_loss "), std::string::npos) << r.output;
+}
+
+// The refusal names the size the model was given, so it shows what each
+// dataset made of --image-size 16.
+TEST_F(TrainCli, ImageSizeIsHonouredByFixedSizeAndSyntheticDatasets) {
+  for (const std::string& dataset :
+       {data_, std::string("--dataset synthetic --threads 1 --device cpu"),
+        std::string("--dataset synthetic --data-dir 3x40x40:10:16 --threads 1 --device cpu")}) {
+    Shell r = dtrain_cli("train --model vgg16 " + dataset + " --image-size 16");
+    EXPECT_EQ(r.code, 2) << dataset << ": " << r.output;
+    EXPECT_NE(r.output.find("needs images of at least 32x32, got 16x16"), std::string::npos)
+        << dataset << ": " << r.output;
+  }
+}
+
 TEST_F(TrainCli, EvalOfATrainedCheckpointPrintsTop1Top5AndLossOverTheWholeSplit) {
   const std::string ckpt = (dir_ / "c").string();
   Shell r = dtrain_cli("train " + data_ +
@@ -101,11 +183,48 @@ TEST_F(TrainCli, EvalOfATrainedCheckpointPrintsTop1Top5AndLossOverTheWholeSplit)
   EXPECT_TRUE(std::filesystem::exists(dir_ / "logits.pt"));
 }
 
+class ImageSize : public testing::ScratchDir {};
+
+// 12x12 images up to 32 and down to 8 (where the antialiasing matters), the
+// first test batch against torchvision 0.14 on the same pixels: Resize on
+// float tensors (antialias=True) exactly, PIL's Resize within one 8-bit level
+// (PIL resamples rows, then columns, rounding to 8 bits after each pass: up
+// to half a level each; 1.01 leaves room for float rounding).
+TEST_F(ImageSize, FixedSizeImagesAreResizedAsTorchvisionsResizeDoes) {
+  if (!testing::python_has_torch()) {
+    GTEST_SKIP() << "/usr/bin/python3 cannot import torch and torchvision";
+  }
+  testing::write_tiny_dataset(dir_, 16, 8);
+  for (int64_t size : {32, 8}) {
+    DatasetOptions o;
+    o.name = "mnist";
+    o.data_dir = dir_.string();
+    o.image_size = size;
+    o.test.batch_size = 8;
+    DatasetSplits s = open_dataset(o, ProcessGroup());
+    EXPECT_EQ(s.sample_shape, (std::vector<int64_t>{1, size, size}));
+    ASSERT_TRUE(s.normalize);
+    Batch batch;
+    s.test->start_epoch(0);
+    ASSERT_TRUE(s.test->next(batch));
+    const at::Tensor x = s.normalize(batch.inputs);
+    ASSERT_EQ(x.sizes(), at::IntArrayRef({8, 1, size, size}));
+    const std::string ours = (dir_ / "ours.pt").string();
+    testing::save_tensors(ours, {{"x", x}});
+    const auto r = testing::run_peer(
+        "resize.py", {dir_.string(), ours, std::to_string(size), "0.1307", "0.3081"});
+    ASSERT_EQ(r.code, 0) << r.output;
+    std::cout << "  " << size << " px: " << r.output;
+    EXPECT_LE(std::stod(testing::value_of(r.output, "tensor_diff")), 1e-5) << r.output;
+    EXPECT_LE(std::stod(testing::value_of(r.output, "pil_lsb")), 1.01) << r.output;
+  }
+}
+
 // Compared as PyTorch 1.13 itself agrees with itself (torchvision's ResNet-18,
 // CPU): eval-mode logits to ~1e-6, train-mode cross-entropy gradients to ~1e-5
 // of their largest value. (The gradient of a plain sum through train-mode
 // BatchNorm is a difference of near-equal terms and is not comparable.)
-TEST(ChannelsLast, ResNet18OutputsAndGradientsEqualNchw) {
+void expect_channels_last_equals_nchw(at::Device device) {
   torch::manual_seed(1);
   ModelOptions mo;
   mo.in_channels = 3;
@@ -113,13 +232,15 @@ TEST(ChannelsLast, ResNet18OutputsAndGradientsEqualNchw) {
   auto nchw = make_model("resnet18", mo);
   torch::manual_seed(1);
   auto nhwc = make_model("resnet18", mo);
+  nchw->to(device);
+  nhwc->to(device);
   to_channels_last(*nhwc);
   const at::Tensor conv1 = nhwc->named_parameters()["conv1.weight"];
   EXPECT_TRUE(conv1.is_contiguous(at::MemoryFormat::ChannelsLast));
   EXPECT_FALSE(conv1.is_contiguous());
-  const at::Tensor x = at::randn({8, 3, 32, 32});
+  const at::Tensor x = at::randn({8, 3, 32, 32}).to(device);
   const at::Tensor x_nhwc = x.contiguous(at::MemoryFormat::ChannelsLast);
-  const at::Tensor targets = at::arange(8, at::kLong);
+  const at::Tensor targets = at::arange(8, at::kLong).to(device);
   {
     torch::NoGradGuard no_grad;
     nchw->eval();
@@ -142,6 +263,10 @@ TEST(ChannelsLast, ResNet18OutputsAndGradientsEqualNchw) {
   std::cout << "  max train gradient difference NHWC vs NCHW (relative to the largest): " << worst
             << "\n";
   EXPECT_LE(worst, 1e-4);
+}
+
+TEST(ChannelsLast, ResNet18OutputsAndGradientsEqualNchw) {
+  expect_channels_last_equals_nchw(at::Device(at::kCPU));
 }
 
 // ---- On a GPU (skipped without one) ---------------------------------------------
@@ -187,6 +312,18 @@ TEST_F(OnGpu, Bf16AndChannelsLastTrainAndMatchFp32Closely) {
   ASSERT_EQ(bf16.size(), 2u);
   EXPECT_EQ(bf16[1].loss_scale, 0) << "no loss scaling under bf16";
   EXPECT_NEAR(bf16[1].train_loss, fp32[1].train_loss, 0.1);
+}
+
+// ChannelsLast.ResNet18OutputsAndGradientsEqualNchw on cuda:0, with TF32 off (cuDNN and cuBLAS
+// would otherwise round the convolutions' and the classifier's inputs to 10-bit mantissas).
+TEST_F(OnGpu, ChannelsLastResNet18OutputsAndGradientsEqualNchwOnCuda0) {
+  at::Context& ctx = at::globalContext();
+  const bool cudnn_tf32 = ctx.allowTF32CuDNN(), cublas_tf32 = ctx.allowTF32CuBLAS();
+  ctx.setAllowTF32CuDNN(false);
+  ctx.setAllowTF32CuBLAS(false);
+  expect_channels_last_equals_nchw(at::Device(at::kCUDA, 0));
+  ctx.setAllowTF32CuDNN(cudnn_tf32);
+  ctx.setAllowTF32CuBLAS(cublas_tf32);
 }
 
 }  // namespace

@@ -37,7 +37,8 @@ std::pair<std::string, std::string> split_dirs(const DatasetOptions& o, const ch
                       "/test' exists; expected ", layout));
 }
 
-// The training crop / evaluation size of the folder datasets.
+// The training crop / evaluation size of the folder datasets, and the size of
+// synthetic samples.
 int crop_size(const DatasetOptions& o) {
   return o.image_size > 0 ? static_cast<int>(o.image_size) : kImageNetSize;
 }
@@ -112,9 +113,12 @@ DatasetSplits open_cifar(const DatasetOptions& o) {
                     {0.4914f, 0.4822f, 0.4465f}, {0.2470f, 0.2435f, 0.2616f});
 }
 
-// --data-dir for synthetic data is an optional spec "CxHxW[:CLASSES[:SAMPLES]]".
+// --data-dir for synthetic data is an optional spec "CxHxW[:CLASSES[:SAMPLES]]";
+// without one the samples are 3 x image_size x image_size (224 by default),
+// as `dtrain bench train --image-size` makes them. (An explicit HxW that
+// differs from image_size is resized: Note [Resizing to --image-size].)
 DatasetSplits open_synthetic(const DatasetOptions& o) {
-  std::vector<int64_t> shape{3, kImageNetSize, kImageNetSize};
+  std::vector<int64_t> shape{3, crop_size(o), crop_size(o)};
   long long classes = 1000, samples = 12800;
   if (!o.data_dir.empty()) {
     const std::vector<std::string> parts = split(o.data_dir, ':');

@@ -38,14 +38,16 @@ struct Stream {
 };
 
 /// A pipe for the child's side of a stream, or -1 when the stream goes
-/// straight to `dest` (no prefix and no log file).
+/// straight to `dest` (no prefix and no log file). A relay to a terminal
+/// passes redraws in place through (Note [Progress under dtrain run]).
 int attach(Stream& stream, Fd& child_end, const std::string& prefix, int dest,
-           const std::string& log_path, bool tag) {
+           const std::string& log_path, bool tag, const std::shared_ptr<TerminalLine>& terminal) {
   if (!tag && log_path.empty()) return dest;
   Pipe pipe = make_pipe();
   ::fcntl(pipe.read.get(), F_SETFL, ::fcntl(pipe.read.get(), F_GETFL) | O_NONBLOCK);
   Fd log = log_path.empty() ? Fd() : open_log_file(log_path);
-  stream.relay = std::make_unique<LineRelay>(tag ? prefix : "", dest, std::move(log));
+  stream.relay = std::make_unique<LineRelay>(tag ? prefix : "", dest, std::move(log),
+                                             dest >= 0 && ::isatty(dest) == 1 ? terminal : nullptr);
   stream.fd = std::move(pipe.read);
   child_end = std::move(pipe.write);
   return child_end.get();
@@ -115,15 +117,33 @@ void WorkerGroup::start(std::vector<WorkerSpec> specs) {
   }
 }
 
+// Note [Progress under dtrain run]
+// `dtrain train` redraws its progress line in place when its stdout is a
+// terminal; under the launcher its stdout is a pipe to a LineRelay. So when
+// the launcher's own stdout is a terminal it tells the workers so with
+// DTRAIN_STDOUT_IS_TTY=1 (rank 0 then redraws in place, as it would on the
+// terminal itself), and its relays pass carriage returns through with the
+// rank's tag (LineRelay's pass_redraws), as torchrun users see a tqdm bar.
+constexpr const char* kStdoutIsTty = "DTRAIN_STDOUT_IS_TTY";
+
 void WorkerGroup::start_process(Worker& w) {
   WorkerSpec spec = w.spec;
+  if (options_.stdout_fd >= 0 && ::isatty(options_.stdout_fd) == 1) {
+    auto& env = spec.process.env;
+    const std::string key = cat(kStdoutIsTty, "=");
+    env.erase(std::remove_if(env.begin(), env.end(),
+                             [&](const std::string& e) { return e.rfind(key, 0) == 0; }),
+              env.end());
+    env.push_back(key + "1");
+  }
   std::string prefix = spec.role == "worker"      ? cat("[rank", spec.rank, "]: ")
                        : spec.role == "scheduler" ? std::string("[scheduler]: ")
                                                   : cat("[", spec.role, spec.rank, "]: ");
   // On a restart a stream with a relay keeps it (tag, log file) on a new pipe.
   auto wire = [&](Stream& stream, Fd& child_end, int dest, const std::string& log) {
-    return stream.relay ? reattach(stream, child_end)
-                        : attach(stream, child_end, prefix, dest, log, options_.tag_output);
+    return stream.relay
+               ? reattach(stream, child_end)
+               : attach(stream, child_end, prefix, dest, log, options_.tag_output, terminal_);
   };
   Fd child_out, child_err;  // the child's ends, closed here once it has started
   spec.process.stdout_fd = wire(w.out, child_out, options_.stdout_fd, spec.stdout_log);

@@ -97,6 +97,8 @@ class WorkerGroup {
 
   ProcessControl& control_;
   WorkerGroupOptions options_;
+  /// Shared by the relays that write to a terminal (LineRelay).
+  std::shared_ptr<TerminalLine> terminal_ = std::make_shared<TerminalLine>();
   std::vector<std::unique_ptr<Worker>> workers_;
   WorkerGroupOutcome outcome_;
   std::optional<std::chrono::steady_clock::time_point> stop_deadline_;
