@@ -37,6 +37,12 @@
 //                       ({"scale", "growth_factor", "backoff_factor",
 //                       "growth_interval", "_growth_tracker"}), else None
 //                       (absent in older checkpoints)
+//   "server_optimizer": with the optimizer on parameter servers (dtrain train
+//                       --kvstore-optimizer server), the servers' state per
+//                       parameter: {"momentum": {name: float32 tensor shaped
+//                       like the parameter, MXNet's SGD momentum},
+//                       "updates": {name: int, the servers' update count}};
+//                       else None (absent in older checkpoints)
 // The learning-rate schedule has no state of its own: the lr is a function of
 // "step" (dtrain/lr_schedule.h), so "step" restores it.
 //
@@ -119,6 +125,17 @@ struct ScalerState {
   int64_t growth_tracker = 0;
 };
 
+/// The parameter servers' optimizer state (KVStore::pull_optimizer_state) of
+/// every parameter, by the parameter's name: what --kvstore-optimizer server
+/// needs to resume exactly (the workers' own optimizer never steps there).
+struct ServerOptimizerState {
+  /// MXNet's SGD momentum (mom = momentum·mom − lr·(g + wd·w); w += mom),
+  /// float32, shaped like the parameter, in the parameters' name order.
+  NamedTensors momentum;
+  /// The servers' update count of each parameter's key.
+  std::map<std::string, int64_t> updates;
+};
+
 /// What a checkpoint holds (the file's layout is at the top of this header).
 struct Checkpoint {
   NamedTensors model;
@@ -139,6 +156,9 @@ struct Checkpoint {
   at::Tensor rng_state;
   /// The fp16 loss scaler's state; nullopt without loss scaling.
   std::optional<ScalerState> scaler;
+  /// The parameter servers' optimizer state; nullopt when the optimizer ran
+  /// on the workers (and in checkpoints written before it existed).
+  std::optional<ServerOptimizerState> server_optimizer;
 };
 
 // ---- State of models, optimizers and generators -------------------------------

@@ -230,6 +230,26 @@ class KVStore {
   /// one, dist_sync servers store the sum of each round's pushes and
   /// dist_async servers add each push to the stored value.
   virtual void set_optimizer(const OptimizerSpec& spec) = 0;
+  /// The servers' optimizer state of `key` (dtrain's extension: MXNet
+  /// refuses save_optimizer_states on a dist store), so that a checkpoint can
+  /// hold it: writes the momentum of MXNet's SGD into `momentum` (the key's
+  /// init size, float32 or float16; zeros before the first update and
+  /// without an optimizer) and returns the servers' update count (rounds or
+  /// async pushes applied since init; for a key split over the servers, the
+  /// largest of its parts'). It follows the values' sharding (Note
+  /// [Optimizer state] in src/ps/server.h). Not collective: one worker may
+  /// call it, between steps (no push of the key in flight); blocks up to
+  /// timeout(). Throws InvalidArgument for a key not initialised or a wrong
+  /// size, TimeoutError, PeerLostError, DistError as a pull does.
+  /// dist_device_sync: only local rank 0 (the node's worker) may call it and
+  /// its push counterpart; the other processes get InvalidArgument.
+  virtual uint64_t pull_optimizer_state(int key, Values momentum);
+  /// Restores what pull_optimizer_state returned (into a new job's servers,
+  /// after init of the key): the next update continues from `momentum` and
+  /// `updates`. Not collective: call it on one worker, then barrier() before
+  /// any worker pushes the key (dist_async servers would apply a push at
+  /// once). Blocks and throws as pull_optimizer_state.
+  virtual void push_optimizer_state(int key, ConstValues momentum, uint64_t updates);
   /// Compresses every later push (dist stores; set before the first init).
   /// Throws InvalidArgument for an unknown type, a threshold <= 0, a call
   /// after init, or a local store.

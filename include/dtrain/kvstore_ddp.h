@@ -27,6 +27,9 @@
 // a new key); kOnServers, one per parameter in name order (the servers keep
 // momentum per key, which must survive the rebuild), initialised at
 // construction with the parameters' current values (rank 0's are stored).
+// With kOnServers the servers also hold the optimizer's momentum:
+// pull_server_state() reads it for a checkpoint and push_server_state()
+// restores it into a new job (KVStore::pull_optimizer_state).
 //
 // Preconditions: the ProcessGroup DDP runs over has the kvstore's workers as
 // its ranks (size num_workers()): DDP divides by its size before the push.
@@ -42,6 +45,7 @@
 
 #include <torch/nn/module.h>
 
+#include "dtrain/checkpoint.h"
 #include "dtrain/ddp.h"
 #include "dtrain/kvstore.h"
 
@@ -66,6 +70,19 @@ class KVStoreCommHook : public CommHook {
   /// into the parameters (without autograd). Returns false when no backward
   /// pulled any since the previous call. kOnWorkers: returns false.
   bool apply_pulled_weights();
+  /// kOnServers: the servers' optimizer state of every parameter's key, by
+  /// parameter name (CPU float32 momentum shaped like the parameter, and the
+  /// update count). Not collective: one worker calls it between steps (after
+  /// backward's pulls completed); blocks up to the store's timeout.
+  /// kOnWorkers: InvalidArgument (the servers keep no state).
+  ServerOptimizerState pull_server_state();
+  /// kOnServers: restores `state` (from pull_server_state(), e.g. through a
+  /// checkpoint) into the servers, after construction initialised the keys
+  /// and before the first step; not collective (one worker calls it, then
+  /// every worker meets in KVStore::barrier()). Throws DataError naming
+  /// `origin` when a parameter is missing from `state`, or `state` has one
+  /// the module lacks, or a shape differs; nothing is pushed then.
+  void push_server_state(const ServerOptimizerState& state, const std::string& origin);
 
  private:
   struct Key {  // kOnWorkers: one bucket

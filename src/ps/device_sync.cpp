@@ -121,6 +121,16 @@ class DeviceSyncKVStore : public KVStore {
     if (node_) node_->set_optimizer(spec);
   }
 
+  // Not collective: the node's worker alone reaches the servers.
+  uint64_t pull_optimizer_state(int key, Values momentum) override {
+    need(key, momentum.count, "pull_optimizer_state");
+    return worker("pull_optimizer_state", key).pull_optimizer_state(key, momentum);
+  }
+  void push_optimizer_state(int key, ConstValues momentum, uint64_t updates) override {
+    need(key, momentum.count, "push_optimizer_state");
+    worker("push_optimizer_state", key).push_optimizer_state(key, momentum, updates);
+  }
+
   void set_gradient_compression(const GradientCompression& spec) override {
     check_open();
     if (!sizes_.empty()) {
@@ -151,6 +161,14 @@ class DeviceSyncKVStore : public KVStore {
       throw InvalidArgument(cat(op, " of key ", key, " with ", count,
                                 " values; it was initialised with ", it->second));
     }
+  }
+  KVStore& worker(const char* op, int key) const {
+    if (!node_) {
+      throw InvalidArgument(cat(op, " of key ", key, ": dist_device_sync's local rank ",
+                                group_->rank(),
+                                " is not a worker of the job; call it on local rank 0"));
+    }
+    return *node_;
   }
   // The group's sum of `grad`, in a copy (the caller's gradient is const).
   std::vector<char> reduce(ConstValues grad) {

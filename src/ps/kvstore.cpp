@@ -70,6 +70,18 @@ class LocalKVStore : public KVStore {
     m.meta.body = spec.serialize();
     call(m, "set_optimizer");
   }
+  uint64_t pull_optimizer_state(int key, Values momentum) override {
+    need(key, momentum.count, "pull_optimizer_state");
+    data(key, nullptr, &momentum, "pull_optimizer_state", kRequestOptimizerState);
+    long long updates = 0;
+    parse_int(reply_.meta.body, &updates);  // the in-process server wrote it
+    return static_cast<uint64_t>(updates);
+  }
+  void push_optimizer_state(int key, ConstValues momentum, uint64_t updates) override {
+    need(key, momentum.count, "push_optimizer_state");
+    data(key, &momentum, nullptr, "push_optimizer_state", kRequestOptimizerState,
+         std::to_string(updates));
+  }
   void set_gradient_compression(const GradientCompression&) override {
     throw InvalidArgument(
         "gradient compression needs a dist kvstore; the local store has no "
@@ -86,14 +98,17 @@ class LocalKVStore : public KVStore {
           cat(op, " of key ", key, " with ", count, " values; it holds ", v->size()));
     }
   }
-  void data(int key, const ConstValues* push, Values* pull, const char* op) {
+  void data(int key, const ConstValues* push, Values* pull, const char* op, int request_type = 0,
+            const std::string& body = "") {
     const KVDType dtype = push ? push->dtype : pull->dtype;
     const size_t esize = dtype == KVDType::kFloat16 ? 2 : 4;
     const uint64_t ps_key = static_cast<uint64_t>(key);
     Message m;
     m.meta.push = push != nullptr;
     m.meta.pull = pull != nullptr;
-    m.meta.head = data_command(0, dtype == KVDType::kFloat16 ? kMshadowFloat16 : kMshadowFloat32);
+    m.meta.head =
+        data_command(request_type, dtype == KVDType::kFloat16 ? kMshadowFloat16 : kMshadowFloat32);
+    m.meta.body = body;
     m.add_data(&ps_key, 1, DataType::kUint64);
     if (push) {
       const int32_t len = static_cast<int32_t>(push->count * esize);
@@ -135,6 +150,16 @@ std::unique_ptr<KVStore> make_local_store(Millis timeout) {
 }  // namespace dtrain::ps
 
 namespace dtrain {
+
+uint64_t KVStore::pull_optimizer_state(int key, Values) {
+  throw InvalidArgument(cat("pull_optimizer_state of key ", key, ": this ", type(),
+                            " kvstore keeps no optimizer state on servers"));
+}
+
+void KVStore::push_optimizer_state(int key, ConstValues, uint64_t) {
+  throw InvalidArgument(cat("push_optimizer_state of key ", key, ": this ", type(),
+                            " kvstore keeps no optimizer state on servers"));
+}
 
 std::unique_ptr<KVStore> KVStore::create(const std::string& type, KVStoreOptions options,
                                          const EnvLookup& env) {

@@ -82,6 +82,25 @@ std::string from_float(const std::vector<float>& v, int dtype) {
   return out;
 }
 
+// A push's lengths frame: one int32 per key, the last equal to the values' bytes.
+bool push_lengths_ok(const Message& msg, size_t keys, std::vector<int32_t>* lens) {
+  return msg.data.size() == 3 && msg.meta.data_type[2] == DataType::kInt32 &&
+         frame_as(msg.data[2], lens) && lens->size() == keys && lens->back() >= 0 &&
+         static_cast<size_t>(lens->back()) == msg.data[1].size();
+}
+
+// A default push's values as fp32; "" or why not.
+std::string push_values(const Frame& bytes, int dtype, int key, std::vector<float>* out) {
+  const size_t elem = dtype_size(dtype);
+  if (bytes.size() % elem != 0) {
+    return cat("key ", key, ": ", bytes.size(), " bytes is not a whole number of ",
+               elem == 2 ? "float16" : "float32", " values");
+  }
+  out->resize(bytes.size() / elem);
+  to_float(bytes.data(), out->size(), dtype, out->data());
+  return "";
+}
+
 Meta reply_meta(const Meta& req) {
   Meta m;
   m.app_id = req.app_id == kEmpty ? 0 : req.app_id;
@@ -288,6 +307,8 @@ void KVServer::handle_mxnet(const Message& msg) {
   }
   const uint64_t ps_key = keys.back();
   const int key = static_cast<int>(ps_key - begin);
+  if (request_type == kRequestOptimizerState)
+    return handle_optimizer_state(msg, key, ps_key, dtype);
   if (!m.push) {
     if (keys.size() != 1) return refuse(m, "a pull carries one key");
     if (!store_.count(key))
@@ -296,9 +317,7 @@ void KVServer::handle_mxnet(const Message& msg) {
     return respond(m, ps_key, dtype, m.pull);
   }
   std::vector<int32_t> lens;
-  if (msg.data.size() != 3 || m.data_type[2] != DataType::kInt32 || !frame_as(msg.data[2], &lens) ||
-      lens.size() != keys.size() || lens.back() < 0 ||
-      static_cast<size_t>(lens.back()) != msg.data[1].size()) {
+  if (!push_lengths_ok(msg, keys.size(), &lens)) {
     return refuse(m, cat("key ", key,
                          ": a push needs one int32 length per key, the last equal to "
                          "the values' bytes"));
@@ -328,6 +347,40 @@ void KVServer::handle_mxnet(const Message& msg) {
   accept_push(m, key, ps_key, dtype, msg.data[1].data(), msg.data[1].size() / elem);
 }
 
+// Note [Optimizer state] (server.h).
+void KVServer::handle_optimizer_state(const Message& msg, int key, uint64_t ps_key, int dtype) {
+  const Meta& m = msg.meta;
+  const std::string what = cat("optimizer state of key ", key);
+  if (msg.data[0].size() != sizeof(uint64_t) || m.push == m.pull) {
+    return refuse(m, cat(what, ": a request carries one key and either pushes or pulls"));
+  }
+  auto it = store_.find(key);
+  if (it == store_.end())
+    return refuse(m, cat(what, ": the key is not initialised: call init first"));
+  std::vector<float>& mom = momentum_[key];
+  if (mom.size() != it->second->size()) mom.assign(it->second->size(), 0.0f);
+  if (m.pull) return send_values(m, ps_key, mom, dtype, std::to_string(updates_applied_[key]));
+  std::vector<int32_t> lens;
+  if (!push_lengths_ok(msg, 1, &lens)) {
+    return refuse(m, cat(what, ": a push needs one int32 length equal to the values' bytes"));
+  }
+  std::vector<float> recved;
+  const std::string why = push_values(msg.data[1], dtype, key, &recved);
+  if (!why.empty()) return refuse(m, why);
+  if (recved.size() != mom.size()) {
+    return refuse(m, cat(what, ": the key holds ", mom.size(), " values here but the push has ",
+                         recved.size()));
+  }
+  long long updates = -1;
+  if (!parse_int(m.body, &updates) || updates < 0) {
+    return refuse(m, cat(what, ": the body '", m.body, "' is not an update count (>= 0)"));
+  }
+  mom = std::move(recved);
+  updates_applied_[key] = static_cast<uint64_t>(updates);
+  save_key(key);  // Note [Server snapshots]: before the acknowledgement
+  respond(m, ps_key, dtype, false);
+}
+
 bool KVServer::admit_pull(const Meta& m, int key, uint64_t ps_key, int dtype) {
   if (!is_worker_id(m.sender)) return true;
   HeldPull p;
@@ -342,7 +395,9 @@ bool KVServer::admit_pull(const Meta& m, int key, uint64_t ps_key, int dtype) {
 
 bool KVServer::request_type_ok(int head, int* request_type, int* dtype) const {
   if (!depair_command(head, request_type, dtype)) return false;
-  if (*request_type == 0) return *dtype == kMshadowFloat32 || *dtype == kMshadowFloat16;
+  if (*request_type == 0 || *request_type == kRequestOptimizerState) {
+    return *dtype == kMshadowFloat32 || *dtype == kMshadowFloat16;
+  }
   return *request_type == 2 && *dtype == kMshadowFloat32;
 }
 
@@ -354,6 +409,7 @@ void KVServer::accept_push(const Meta& m, int key, uint64_t ps_key, int dtype, c
     auto init = std::make_shared<std::vector<float>>(count);
     to_float(values, count, dtype, init->data());
     store_[key] = std::move(init);
+    updates_applied_[key] = 0;
     save_key(key);
     return respond(m, ps_key, dtype, m.pull);
   }
@@ -394,6 +450,7 @@ void KVServer::complete_round(int key) {
     // dist_sync without optimizer stores the round's sum (MXNet): the sum
     // buffer becomes the value, the old value the next sum buffer.
     store_[key].swap(buf.merged);
+    ++updates_applied_[key];
   }
   save_key(key);  // Note [Server snapshots]: before any answer of the round
   std::vector<Pending> done = std::move(buf.requests);
@@ -403,6 +460,7 @@ void KVServer::complete_round(int key) {
 
 void KVServer::apply(int key, const std::vector<float>& update) {
   std::vector<float>& w = writable(key);
+  ++updates_applied_[key];
   if (!has_optimizer_) {  // dist_async: each push adds
     for (size_t i = 0; i < w.size(); ++i) w[i] += update[i];
     return;
@@ -434,6 +492,21 @@ void KVServer::respond(const Meta& req, uint64_t ps_key, int dtype, bool with_da
     res.add_frame(std::move(bytes), DataType::kChar);
     res.add_data(&len, 1, DataType::kInt32);
   }
+  reply_(req.sender, res);
+}
+
+// The optimizer state's answer (Note [Optimizer state]): a copy, as it is
+// small and read once per checkpoint.
+void KVServer::send_values(const Meta& req, uint64_t ps_key, const std::vector<float>& values,
+                           int dtype, std::string body) {
+  Message res;
+  res.meta = reply_meta(req);
+  res.meta.body = std::move(body);
+  Frame bytes(from_float(values, dtype));
+  const int32_t len = static_cast<int32_t>(bytes.size());
+  res.add_data(&ps_key, 1, DataType::kUint64);
+  res.add_frame(std::move(bytes), DataType::kChar);
+  res.add_data(&len, 1, DataType::kInt32);
   reply_(req.sender, res);
 }
 

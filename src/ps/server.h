@@ -22,6 +22,8 @@
 // key-range start (kMaxKey/S·rank), and the command Cantor-pairs the request type (0 default
 // push/pull, 2 compressed; 1, row-sparse, is refused) and the mshadow dtype (0 float32, 2 float16):
 // head 0 is fp32, 5 fp16, 3 a compressed fp32 push.
+// dtrain's request type 100 reads or restores a key's optimizer state (Note
+// [Optimizer state] below).
 // The first push of a key initialises it. Later pushes: in sync mode the
 // server sums the pushes of a key until W have arrived, then updates (the
 // optimizer if one is set, else stored = sum) and answers every pending
@@ -31,6 +33,24 @@
 // is answered with body "dtrain-error: <why>" and no data, so a dtrain
 // worker fails at once naming the cause; nothing a client sends can crash
 // the server.
+//
+// Note [Optimizer state]
+// MXNet refuses save_optimizer_states on a dist store: the momentum lives on
+// the servers and a checkpoint cannot hold it. dtrain adds request type 100
+// (kRequestOptimizerState) to the data commands, Cantor-paired with the dtype
+// like the others (5050 for float32, 5255 for float16), with the values' key
+// encoding, so it follows their sharding: a small key's state is on its one
+// server, a big array's in parts on every server. A pull (push 0, pull 1, an
+// empty values frame) is answered with this server's part of the momentum
+// (zeros before the first update and without an optimizer) in the request's
+// dtype, and the key's update count (the rounds or async pushes applied since
+// init) as decimal text in the body. A push (push 1, pull 0, values and
+// lengths as a default push, the update count in the body) replaces both and
+// is acknowledged once saved (Note [Server snapshots]); it takes no part in
+// a sync round, so a worker sends it between steps (KVStore::
+// push_optimizer_state). The key must be initialised and the sizes must
+// match, else the request is refused. A ps-lite client never sends it;
+// MXNet's and ps-lite's servers do not know it.
 
 #include <cstdint>
 #include <functional>
@@ -66,6 +86,8 @@ enum class ServerCommand : int {
   /// (Note [Stale synchronous parallel] in ssp.h).
   kStaleness = 101,
 };
+/// dtrain's data request type: a key's optimizer state (Note [Optimizer state]).
+constexpr int kRequestOptimizerState = 100;
 constexpr int kMshadowFloat32 = 0;
 constexpr int kMshadowFloat16 = 2;
 /// MXNet's GetCommandType: Cantor pairing of request type and dtype.
@@ -127,6 +149,7 @@ class KVServer {
   void handle_command(const Message& msg);
   void handle_mxnet(const Message& msg);
   void handle_pslite_default(const Message& msg);
+  void handle_optimizer_state(const Message& msg, int key, uint64_t ps_key, int dtype);
   bool request_type_ok(int head, int* request_type, int* dtype) const;
   // `values`: `count` values of mshadow `dtype`, at any alignment.
   void accept_push(const Meta& m, int key, uint64_t ps_key, int dtype, const char* values,
@@ -136,6 +159,8 @@ class KVServer {
   int active_workers() const { return options_.num_workers - static_cast<int>(departed_.size()); }
   void complete_round(int key);
   void respond(const Meta& req, uint64_t ps_key, int dtype, bool with_data);
+  void send_values(const Meta& req, uint64_t ps_key, const std::vector<float>& values, int dtype,
+                   std::string body);
   void refuse(const Meta& req, const std::string& why);
   // Note [Server snapshots]: true when `m` re-sends a push already merged
   // (then it is answered or dropped here). Defined in snapshot.cpp.
@@ -161,8 +186,9 @@ class KVServer {
   std::unordered_map<uint64_t, float> default_store_;  // ps-lite's default handle
   std::set<int> departed_;  // workers that have finished (Note [Leaving early])
   // Note [Server snapshots]: key -> worker id -> timestamp of its last merged
-  // push; key -> updates applied (SnapshotKey::updates). Kept only with a snapshot directory.
+  // push, kept only with a snapshot directory.
   std::unordered_map<int, std::map<int, int>> last_push_;
+  // key -> updates applied since init (SnapshotKey::updates; Note [Optimizer state]).
   std::unordered_map<int, uint64_t> updates_applied_;
   std::unique_ptr<SnapshotDir> snapshot_;
   StalenessGate ssp_;  // async mode's staleness bound

@@ -359,7 +359,7 @@ void KVServer::save_key(int key) {
   if (!snapshot_) return;
   SnapshotKey k;
   k.key = key;
-  k.updates = ++updates_applied_[key];
+  k.updates = updates_applied_[key];
   k.value = *store_[key];
   if (auto it = momentum_.find(key); it != momentum_.end()) k.momentum = it->second;
   if (auto it = last_push_.find(key); it != last_push_.end()) k.last_push = it->second;

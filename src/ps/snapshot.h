@@ -64,7 +64,7 @@ struct SnapshotSettings {
 /// One key file's content.
 struct SnapshotKey {
   int key = 0;
-  uint64_t updates = 0;  // init and every round or async push since
+  uint64_t updates = 0;  // rounds or async pushes applied since init
   std::vector<float> value;
   std::vector<float> momentum;
   std::map<int, int> last_push;  // worker id -> timestamp

@@ -18,6 +18,7 @@
 // caller's array itself would need an owner in ConstValues and the promise
 // not to write it until the handle completes (ps-lite's SArray, MXNet's
 // engine dependencies): a public API change, not made here.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <exception>
@@ -112,6 +113,21 @@ class DistKVStore : public KVStore {
     check_open();
     return send_data(key, nullptr, &out, "pull");
   }
+  // Note [Optimizer state] (server.h): the values' key encoding and parts.
+  uint64_t pull_optimizer_state(int key, Values momentum) override {
+    check_open();
+    uint64_t updates = 0;
+    send_data(key, nullptr, &momentum, "pull_optimizer_state", kRequestOptimizerState, "", &updates)
+        .wait(timeout_);
+    return updates;
+  }
+  void push_optimizer_state(int key, ConstValues momentum, uint64_t updates) override {
+    check_open();
+    send_data(key, &momentum, nullptr, "push_optimizer_state", kRequestOptimizerState,
+              std::to_string(updates))
+        .wait(timeout_);
+  }
+
   void set_gradient_compression(const GradientCompression& spec) override {
     check_open();
     if (spec.type != "none" && spec.type != "2bit") {
@@ -206,6 +222,7 @@ class DistKVStore : public KVStore {
     std::shared_ptr<KVHandle::State> state;
     std::vector<Part> parts;
     Values out;
+    uint64_t* updates = nullptr;  // an optimizer-state pull: the largest count of its parts
     // Note [Node recovery] (recovery.cpp), with recovery on only: server id
     // -> the message it has not answered yet, to re-send to a replacement.
     std::map<int, Message> unanswered;
@@ -273,12 +290,14 @@ class DistKVStore : public KVStore {
     return place(key, count, KVDType::kFloat32);
   }
 
-  KVHandle send_data(int key, const ConstValues* push, Values* pull, const char* op) {
+  KVHandle send_data(int key, const ConstValues* push, Values* pull, const char* op,
+                     int request_type = 0, const std::string& body = "",
+                     uint64_t* updates = nullptr) {
     const size_t count = push ? push->count : pull->count;
     const KVDType dtype = push ? push->dtype : pull->dtype;
     const auto& parts =
         std::string(op) == "init" ? place(key, count, dtype) : known(key, count, op);
-    const bool compressed = compress_ && push && std::string(op) != "init";
+    const bool compressed = compress_ && push && request_type == 0 && std::string(op) != "init";
     if (compressed && dtype != KVDType::kFloat32) {
       throw InvalidArgument(cat(op, " of key ", key, ": 2-bit compression takes float32 values"));
     }
@@ -296,7 +315,8 @@ class DistKVStore : public KVStore {
       msg.meta.request = true;
       msg.meta.push = push != nullptr;
       msg.meta.pull = pull != nullptr;
-      msg.meta.head = data_command(0, mshadow(dtype));
+      msg.meta.head = data_command(request_type, mshadow(dtype));
+      msg.meta.body = body;
       msg.meta.timestamp = ts;
       if (compressed) {
         add_compressed_push(msg, p, static_cast<const float*>(push->data), residual.data());
@@ -314,7 +334,7 @@ class DistKVStore : public KVStore {
       }
       messages.push_back(std::move(msg));
     }
-    track(ts, Request{state, parts, pull ? *pull : Values{}, {}}, messages, parts);
+    track(ts, Request{state, parts, pull ? *pull : Values{}, updates, {}}, messages, parts);
     for (size_t i = 0; i < parts.size(); ++i) {
       if (!node_.send(parts[i].server_id, messages[i])) {
         state->fail(cat(state->what, ": no connection to server ", id_to_rank(parts[i].server_id)),
@@ -360,7 +380,7 @@ class DistKVStore : public KVStore {
       messages.push_back(std::move(msg));
       servers.push_back(Part{server_rank_to_id(r), 0, 0, 0});
     }
-    track(ts, Request{state, {}, Values{}, {}}, messages, servers);
+    track(ts, Request{state, {}, Values{}, nullptr, {}}, messages, servers);
     for (size_t i = 0; i < servers.size(); ++i) node_.send(servers[i].server_id, messages[i]);
     KVHandle(state).wait(timeout_);
   }
@@ -441,10 +461,18 @@ class DistKVStore : public KVStore {
         return cat("server ", id_to_rank(msg.meta.sender), " returned ", msg.data[1].size(),
                    " bytes, expected ", bytes);
       }
+      long long updates = 0;
+      if (req.updates && (!parse_int(msg.meta.body, &updates) || updates < 0)) {
+        return cat("server ", id_to_rank(msg.meta.sender), " sent the update count '",
+                   msg.meta.body, "', not a number");
+      }
       std::lock_guard<std::mutex> slock(req.state->mu);
       if (!req.state->abandoned && bytes > 0) {
         std::memcpy(static_cast<char*>(req.out.data) + p.offset * elem_size(req.out.dtype),
                     msg.data[1].data(), bytes);
+      }
+      if (!req.state->abandoned && req.updates) {
+        *req.updates = std::max(*req.updates, static_cast<uint64_t>(updates));
       }
       return "";
     }

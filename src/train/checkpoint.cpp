@@ -387,6 +387,18 @@ std::vector<char> encode_checkpoint(const Checkpoint& c) {
   } else {
     root.insert("scaler", IValue());
   }
+  if (c.server_optimizer) {
+    c10::Dict<std::string, at::Tensor> momentum;
+    for (const auto& [name, t] : c.server_optimizer->momentum) momentum.insert(name, cpu_copy(t));
+    c10::Dict<std::string, int64_t> updates;
+    for (const auto& [name, n] : c.server_optimizer->updates) updates.insert(name, n);
+    GenericDict server = make_dict();
+    server.insert("momentum", momentum);
+    server.insert("updates", updates);
+    root.insert("server_optimizer", server);
+  } else {
+    root.insert("server_optimizer", IValue());
+  }
   return encode_torch_save(root);
 }
 
@@ -431,6 +443,25 @@ Checkpoint decode_checkpoint(const std::vector<char>& bytes, const std::string& 
     st.growth_interval = int_field(d, "growth_interval", where);
     st.growth_tracker = int_field(d, "_growth_tracker", where);
     c.scaler = st;
+  }
+  auto server = root.find("server_optimizer");  // absent before parameter servers
+  if (server != root.end() && !server->value().isNone()) {
+    const GenericDict d = dict_field(root, "server_optimizer", origin);
+    const std::string where = cat(origin, ": server_optimizer");
+    ServerOptimizerState st;
+    for (const auto& item : dict_field(d, "momentum", where)) {
+      if (!item.key().isString()) throw DataError(cat(where, ": a momentum key is not a string"));
+      const std::string& name = item.key().toStringRef();
+      st.momentum.emplace_back(
+          name, tensor_value(item.value(), cat(where, ": momentum of '", name, "'")));
+    }
+    for (const auto& item : dict_field(d, "updates", where)) {
+      if (!item.key().isString() || !item.value().isInt()) {
+        throw DataError(cat(where, ": 'updates' is not a dict of names to integers"));
+      }
+      st.updates[item.key().toStringRef()] = item.value().toInt();
+    }
+    c.server_optimizer = std::move(st);
   }
   if (c.epoch < 0 || c.step < 0 || c.samples_in_epoch < 0 || c.world_size < 1) {
     throw DataError(cat(origin, ": negative counters (epoch ", c.epoch, ", step ", c.step,

@@ -27,8 +27,8 @@
 //           copied into the model in place of the optimizer step. SGD only
 //           (PyTorch's momentum and L2 weight decay are MXNet's update at a
 //           constant rate), constant learning rate, no clipping, no fp16
-//           loss scaling; the momentum lives on the servers, so a checkpoint
-//           does not hold it (a resumed run restarts it from zero). The
+//           loss scaling; the momentum lives on the servers, and rank 0
+//           pulls it into each checkpoint (Note [Keys and resume]). The
 //           only choice for dist_async, whose servers apply each worker's
 //           push as it arrives (rescale_grad = W undoes DDP's division).
 //
@@ -36,8 +36,18 @@
 // With the optimizer on the servers, the parameters' keys are initialised
 // when the hook is made, in Trainer::wrap(): after resume() restored the
 // model on every worker, and KVStore::init stores rank 0's value, so the
-// servers start from the restored weights (and from zero momentum, which the
-// checkpoint does not hold). With the optimizer on the workers, the servers
+// servers start from the restored weights. Their momentum and update counts
+// are in the checkpoint ("server_optimizer"): rank 0 pulls them when it
+// writes one (KVStore::pull_optimizer_state, between steps: no push is in
+// flight, and under dist_sync no round can complete before rank 0's next
+// push, so they belong to the checkpoint's weights; under dist_async they are
+// the servers' at that moment, as the weights are rank 0's last pull). On
+// resume rank 0 pushes them back right after the keys' init and every worker
+// meets in a barrier before the first step, so no push reaches a server
+// before its momentum is restored and the resumed run continues exactly. A
+// checkpoint without them (written before they were kept, or by a run with
+// the optimizer on the workers) restarts the momentum from zero, with a line
+// in the log. With the optimizer on the workers, the servers
 // hold no state between rounds; the bucket keys are initialised (with zeros)
 // when the bucket first reaches the hook. A resumed run is a new job (new
 // scheduler and servers) and initialises its keys afresh.
@@ -178,6 +188,53 @@ bool KVStoreCommHook::apply_pulled_weights() {
   return any;
 }
 
+ServerOptimizerState KVStoreCommHook::pull_server_state() {
+  if (update_ != KVUpdate::kOnServers) {
+    throw InvalidArgument("pull_server_state: the optimizer runs on the workers (kOnWorkers)");
+  }
+  ServerOptimizerState state;
+  for (const auto& [name, k] : param_keys_) {  // name order, as the keys
+    at::Tensor momentum = at::empty_like(k.receive);
+    state.updates[name] =
+        static_cast<int64_t>(kv_->pull_optimizer_state(k.id, kv_output(momentum)));
+    state.momentum.emplace_back(name, momentum.view(params_.at(name).sizes()));
+  }
+  return state;
+}
+
+void KVStoreCommHook::push_server_state(const ServerOptimizerState& state,
+                                        const std::string& origin) {
+  if (update_ != KVUpdate::kOnServers) {
+    throw InvalidArgument("push_server_state: the optimizer runs on the workers (kOnWorkers)");
+  }
+  // Checked before anything is pushed, so a mismatch leaves the servers as they were.
+  std::map<std::string, at::Tensor> momentum(state.momentum.begin(), state.momentum.end());
+  for (const auto& [name, k] : param_keys_) {
+    auto it = momentum.find(name);
+    if (it == momentum.end() || !state.updates.count(name)) {
+      throw DataError(cat(origin, ": the servers' optimizer state has no entry for parameter '",
+                          name, "' (a different --model?)"));
+    }
+    if (!it->second.defined() || it->second.sizes() != params_.at(name).sizes()) {
+      throw DataError(cat(origin, ": the servers' momentum of '", name, "' is ",
+                          it->second.defined() ? cat(it->second.sizes()) : "undefined",
+                          " but the parameter is ", cat(params_.at(name).sizes())));
+    }
+  }
+  if (momentum.size() != param_keys_.size()) {
+    for (const auto& [name, t] : momentum) {
+      if (!param_keys_.count(name)) {
+        throw DataError(cat(origin, ": the servers' optimizer state has parameter '", name,
+                            "', which this model lacks (a different --model?)"));
+      }
+    }
+  }
+  for (const auto& [name, k] : param_keys_) {
+    const at::Tensor m = momentum.at(name).to(at::kCPU, at::kFloat).contiguous().reshape({-1});
+    kv_->push_optimizer_state(k.id, kv_values(m), static_cast<uint64_t>(state.updates.at(name)));
+  }
+}
+
 std::shared_ptr<KVStoreCommHook> kvstore_comm_hook(std::shared_ptr<KVStore> kv, KVUpdate update,
                                                    torch::nn::Module& module) {
   return std::make_shared<KVStoreCommHook>(std::move(kv), update, module);
@@ -269,6 +326,27 @@ std::unique_ptr<KvSync> KvSync::open(const TrainOptions& o, const ProcessGroup& 
   }
   sync->hook_ = kvstore_comm_hook(std::move(kv), update, model);
   return sync;
+}
+
+std::optional<ServerOptimizerState> KvSync::save_state() {
+  if (!updates_on_servers()) return std::nullopt;
+  return hook_->pull_server_state();
+}
+
+void KvSync::restore_state(const std::optional<ServerOptimizerState>& state,
+                           const std::string& origin, bool leader, std::ostream* log) {
+  if (!updates_on_servers()) return;
+  if (!state) {
+    if (log) {
+      *log << origin << " holds no servers' optimizer state (written by a run with the optimizer "
+           << "on the workers, or before it was kept): the servers' momentum restarts from zero"
+           << std::endl;
+    }
+    return;
+  }
+  // Note [Keys and resume]: rank 0 pushes; nobody steps before it is done.
+  if (leader) hook_->push_server_state(*state, origin);
+  hook_->store().barrier();
 }
 
 std::string KvSync::describe() const {

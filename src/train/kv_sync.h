@@ -5,6 +5,8 @@
 // the servers update, and close() after the last epoch.
 
 #include <memory>
+#include <optional>
+#include <ostream>
 #include <string>
 
 #include <torch/nn/module.h>
@@ -38,6 +40,17 @@ class KvSync {
   bool updates_on_servers() const { return hook_->update() == KVUpdate::kOnServers; }
   /// The servers' step: their weights into the model (kOnServers).
   void step() { hook_->apply_pulled_weights(); }
+  /// For rank 0's checkpoint: the servers' optimizer state when they update
+  /// (KVStoreCommHook::pull_server_state; Note [Keys and resume]), else
+  /// nullopt. Not collective; between steps.
+  std::optional<ServerOptimizerState> save_state();
+  /// On resume, right after open() (collective: every worker calls it): when
+  /// the servers update, `leader` pushes `state` back to them and all meet
+  /// in a barrier; without a state, a line in `log` (when not null) says the
+  /// momentum restarts from zero. Throws DataError naming `origin` when the
+  /// state does not fit the model.
+  void restore_state(const std::optional<ServerOptimizerState>& state, const std::string& origin,
+                     bool leader, std::ostream* log);
   /// Leaves the job (KVStore::close): waits until every node has finished.
   void close() { hook_->store().close(); }
   /// "kvstore dist_sync (N workers), optimizer on the workers", for the log.

@@ -187,6 +187,7 @@ void Trainer::resume() {
 void Trainer::wrap() {
   DdpOptions d = obs_->ddp_options(o_.ddp);
   kv_ = KvSync::open(o_, pg_, *model_, schedule_.base_lr);
+  if (kv_ && resume_) kv_->restore_state(resume_->server_optimizer, origin_, leader_, log_);
   if (kv_) d.comm_hook = kv_->hook();
   ddp_ = std::make_unique<DistributedDataParallel<ImageClassifier>>(model_, pg_, d);
   obs_->attach(*ddp_, *scaler_, *model_,
@@ -377,6 +378,7 @@ void Trainer::checkpoint(int64_t epoch, int64_t samples_in_epoch) {
     st.growth_tracker = d.at("_growth_tracker").toInt();
     c.scaler = st;
   }
+  if (kv_) c.server_optimizer = kv_->save_state();  // Note [Keys and resume]
   try {
     save_checkpoint(o_.checkpoint_dir, c, o_.keep_checkpoints);
   } catch (const InvalidArgument&) {

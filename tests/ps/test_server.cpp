@@ -155,6 +155,51 @@ TEST(PsServer, OptimizerSpecRunsSgdWithMomentumAndWeightDecayOnTheSum) {
   EXPECT_NEAR((*h.server.stored(0))[0], w, 1e-6);
 }
 
+TEST(PsServer, OptimizerStateRequestsReadAndReplaceTheMomentumAndTheUpdateCount) {
+  EXPECT_EQ(data_command(kRequestOptimizerState, kMshadowFloat32), 5050);
+  EXPECT_EQ(data_command(kRequestOptimizerState, kMshadowFloat16), 5255);
+  ServerHarness h(1);
+  h.command(ServerCommand::kSyncMode);
+  h.command(ServerCommand::kController, "sgd lr=0.5 momentum=0.9");
+  auto state = [&h](bool push, int key, const std::vector<float>& vals, const std::string& body) {
+    Message m = h.request(0, push, !push, key, vals);
+    m.meta.head = data_command(kRequestOptimizerState, kMshadowFloat32);
+    m.meta.body = body;
+    h.server.handle(m);
+    return h.sent.back().msg;
+  };
+  h.server.handle(h.request(0, true, false, 0, {1.0f, 2.0f}));  // init
+  Message got = state(false, 0, {}, "");
+  EXPECT_EQ(ServerHarness::values(got), (std::vector<float>{0, 0}));  // before any update
+  EXPECT_EQ(got.meta.body, "0");
+  h.server.handle(h.request(0, true, false, 0, {1.0f, 1.0f}));  // mom = -0.5 g; w += mom
+  got = state(false, 0, {}, "");
+  EXPECT_EQ(ServerHarness::values(got), (std::vector<float>{-0.5f, -0.5f}));
+  EXPECT_EQ(got.meta.body, "1");
+
+  got = state(true, 0, {0.25f, -1.0f}, "7");
+  EXPECT_EQ(got.meta.body, "");  // acknowledged
+  EXPECT_TRUE(got.data.empty());
+  got = state(false, 0, {}, "");
+  EXPECT_EQ(ServerHarness::values(got), (std::vector<float>{0.25f, -1.0f}));
+  EXPECT_EQ(got.meta.body, "7");
+  // The next update continues from the pushed momentum: mom = 0.9 mom.
+  h.server.handle(h.request(0, true, false, 0, {0.0f, 0.0f}));
+  EXPECT_FLOAT_EQ((*h.server.stored(0))[0], 0.5f + static_cast<float>(0.9 * 0.25f));
+  EXPECT_FLOAT_EQ((*h.server.stored(0))[1], 1.5f + static_cast<float>(0.9 * -1.0f));
+  EXPECT_EQ(state(false, 0, {}, "").meta.body, "8");
+
+  EXPECT_NE(state(false, 4, {}, "")
+                .meta.body.find("optimizer state of key 4: the key is not "
+                                "initialised"),
+            std::string::npos);
+  EXPECT_NE(state(true, 0, {1, 2, 3}, "1").meta.body.find("holds 2 values here but the push has 3"),
+            std::string::npos);
+  EXPECT_NE(state(true, 0, {1, 2}, "x").meta.body.find("the body 'x' is not an update count"),
+            std::string::npos);
+  EXPECT_EQ(state(false, 0, {}, "").meta.body, "8");  // the refusals changed nothing
+}
+
 TEST(PsServer, Float16CommandsAreConvertedToTheFp32MasterCopy) {
   ServerHarness h(1);
   Message m = h.request(0, true, true, 2, {});

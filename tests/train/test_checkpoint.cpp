@@ -115,6 +115,27 @@ TEST_F(Checkpoints, ScalerStateRoundTripsAndIsNoneWithoutLossScaling) {
   EXPECT_DOUBLE_EQ(loaded->backoff_factor, 0.5);
 }
 
+TEST_F(Checkpoints, ServersOptimizerStateRoundTripsAndIsNoneWithoutParameterServers) {
+  Trained t;
+  Checkpoint c = sample_checkpoint(3, t);
+  save_checkpoint(dir_.string(), c);
+  EXPECT_FALSE(load_latest_checkpoint(dir_.string())->checkpoint.server_optimizer.has_value());
+  ServerOptimizerState s;
+  s.momentum = {{"bias", at::randn({3})}, {"weight", at::randn({3, 4})}};
+  s.updates = {{"bias", 12}, {"weight", 11}};
+  c.server_optimizer = s;
+  c.step = 4;
+  save_checkpoint(dir_.string(), c);
+  const auto loaded = load_latest_checkpoint(dir_.string())->checkpoint.server_optimizer;
+  ASSERT_TRUE(loaded.has_value());
+  ASSERT_EQ(loaded->momentum.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(loaded->momentum[i].first, s.momentum[i].first);
+    EXPECT_TRUE(same(loaded->momentum[i].second, s.momentum[i].second)) << s.momentum[i].first;
+  }
+  EXPECT_EQ(loaded->updates, s.updates);
+}
+
 TEST_F(Checkpoints, RestoredModelAndMomentumTakeTheSameNextStep) {
   Trained a;
   const Checkpoint c = sample_checkpoint(1, a);

@@ -1,8 +1,9 @@
 // dtrain::train() with --kvstore: DDP's buckets through a parameter-server
 // job (scheduler, servers and workers as threads of this process, on
 // loopback) against DDP's allreduce over the same data; resume under a
-// kvstore; bad --kvstore values; and `dtrain train|bench train --kvstore` as
-// an MXJob runs them: the same command in every process, with only DMLC_*.
+// kvstore, with the servers' momentum from the checkpoint; bad --kvstore
+// values; and `dtrain train|bench train --kvstore` as an MXJob runs them: the
+// same command in every process, with only DMLC_*.
 #include <ATen/ATen.h>
 
 #include <cstdio>
@@ -88,7 +89,7 @@ class KVStoreTraining : public testing::ScratchDir {
         return it->second;
       };
     };
-    KVStoreOptions ko;
+    KVStoreOptions ko = o.kvstore_options;  // a test's bigarray_bound stays
     ko.timeout = std::chrono::seconds(60);
     ko.connect_timeout = std::chrono::seconds(30);
     ko.log = [](const std::string&) {};
@@ -252,6 +253,71 @@ TEST_F(KVStoreTraining, MidEpochResumeUnderDistSyncReproducesTheUninterruptedRun
   EXPECT_NE(log.find("(epoch 2, step 8)"), std::string::npos) << log;
   EXPECT_NE(log.find("epoch 2 continues at batch 2 of 6"), std::string::npos) << log;
   EXPECT_LE(max_difference(uninterrupted.model, latest("run").model), 1e-6);
+}
+
+// --kvstore-optimizer server: the servers' momentum travels in the
+// checkpoint (Note [Keys and resume] in src/train/kv_sync.cpp).
+TrainOptions server_sgd(TrainOptions o) {
+  o.kvstore = "dist_sync";
+  o.kvstore_optimizer = "server";
+  o.optimizer.weight_decay = 1e-3;  // momentum 0.9: options()
+  o.checkpoint_every_steps = 4;     // 6 steps per epoch: 4 and 8 are mid-epoch
+  o.keep_checkpoints = 10;
+  o.kvstore_options.bigarray_bound = 100;  // the larger parameters split over both servers
+  return o;
+}
+
+TEST_F(KVStoreTraining,
+       ServerSgdResumedMidEpochWithTheCheckpointsMomentumEndsAsTheUninterruptedRun) {
+  const TrainOptions o = server_sgd(options("run", 2));
+  run(o, 2, 2);
+  const Checkpoint uninterrupted = latest("run");
+  ASSERT_EQ(uninterrupted.step, 12);
+  ASSERT_TRUE(uninterrupted.server_optimizer.has_value());
+  const ServerOptimizerState& saved = *uninterrupted.server_optimizer;
+  const std::map<std::string, at::Tensor> momentum(saved.momentum.begin(), saved.momentum.end());
+  ASSERT_EQ(momentum.size(), uninterrupted.model.size());  // the cnn has no buffers
+  for (const auto& [name, w] : uninterrupted.model) {
+    ASSERT_TRUE(momentum.count(name)) << name;
+    EXPECT_EQ(momentum.at(name).sizes(), w.sizes()) << name;
+    EXPECT_GT(momentum.at(name).abs().max().item<double>(), 0) << name;
+    EXPECT_EQ(saved.updates.at(name), 12) << name;
+  }
+
+  // A new job (scheduler, servers) continues from rank 0's step-8 checkpoint.
+  crash_after("run", 8);
+  const std::string log = run(o, 2, 2);
+  EXPECT_NE(log.find("(epoch 2, step 8)"), std::string::npos) << log;
+  EXPECT_EQ(log.find("restarts from zero"), std::string::npos) << log;
+  const Checkpoint resumed = latest("run");
+  const double d = max_difference(uninterrupted.model, resumed.model);
+  std::printf("server SGD resumed at step 8 vs uninterrupted: max |w difference| %.3g\n", d);
+  EXPECT_LE(d, 1e-6);
+  ASSERT_TRUE(resumed.server_optimizer.has_value());
+  EXPECT_LE(max_difference(saved.momentum, resumed.server_optimizer->momentum), 1e-6);
+  EXPECT_EQ(resumed.server_optimizer->updates, saved.updates);
+}
+
+TEST_F(KVStoreTraining, ACheckpointWithoutTheServersMomentumResumesFromZeroMomentumAndSaysSo) {
+  const TrainOptions o = server_sgd(options("run", 1));
+  run(o, 2, 1);
+  const Checkpoint uninterrupted = latest("run");
+  ASSERT_EQ(uninterrupted.step, 6);
+
+  // As a checkpoint written before the servers' state was kept.
+  crash_after("run", 4);
+  Checkpoint old = latest("run");
+  ASSERT_TRUE(old.server_optimizer.has_value());
+  old.server_optimizer.reset();
+  save_checkpoint(o.checkpoint_dir, old, o.keep_checkpoints);
+  const std::string log = run(o, 2, 1);
+  EXPECT_NE(log.find("checkpoint-00000004.pt holds no servers' optimizer state (written by a run "
+                     "with the optimizer on the workers, or before it was kept): the servers' "
+                     "momentum restarts from zero"),
+            std::string::npos)
+      << log;
+  // Momentum matters here: without it the run ends elsewhere.
+  EXPECT_GT(max_difference(uninterrupted.model, latest("run").model), 1e-6);
 }
 
 TEST_F(KVStoreTraining, AnUnknownKvstoreIsAnInvalidArgumentListingTheTypes) {
