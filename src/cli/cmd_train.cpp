@@ -8,6 +8,7 @@
 #include <CLI/CLI.hpp>
 
 #include "cli/commands.h"
+#include "cli/group.h"
 #include "cli/validators.h"
 #include "common/strings.h"
 #include "dtrain/errors.h"
@@ -20,7 +21,7 @@ namespace {
 
 // How a worker joins its group (shared by train and eval).
 struct GroupFlags {
-  std::string backend = "gloo";
+  std::string backend = "auto";
   double timeout_s = 1800;
 };
 
@@ -40,11 +41,9 @@ struct EvalFlags {
   GroupFlags group;
 };
 
-ProcessGroup join_group(const GroupFlags& f) {
-  InitOptions init = resolve_init_options({}, process_env());
-  init.backend = f.backend;
-  init.timeout = std::chrono::milliseconds(static_cast<int64_t>(f.timeout_s * 1000));
-  return init.init_method == "env://" ? ProcessGroup() : init_process_group(init);
+ProcessGroup join_group(const GroupFlags& f, const std::string& device) {
+  return cli::join_group(f.backend, device,
+                         std::chrono::milliseconds(static_cast<int64_t>(f.timeout_s * 1000)));
 }
 
 // "a,b,c" -> numbers; false on junk.
@@ -117,7 +116,7 @@ int run_train(const TrainFlags& f) {
                                            : TrainOptions::Progress::kLines;
     validate(o);  // before joining the group: bad flags never leave peers waiting
     if (serve_kvstore_role(o.kvstore)) return 0;  // a ps scheduler or server
-    ProcessGroup pg = join_group(f.group);
+    ProcessGroup pg = join_group(f.group, o.device);
     train(o, pg, &std::cout);
     return 0;
   } catch (const InvalidArgument& e) {
@@ -130,7 +129,7 @@ int run_train(const TrainFlags& f) {
 int run_eval(const EvalFlags& f) {
   try {
     validate(f.options);
-    ProcessGroup pg = join_group(f.group);
+    ProcessGroup pg = join_group(f.group, f.options.device);
     evaluate(f.options, pg, &std::cout);
     return 0;
   } catch (const InvalidArgument& e) {
@@ -162,9 +161,7 @@ void add_common_flags(CLI::App* cmd, std::string& model, DatasetOptions& data, s
                 "Parameters and inputs in channels-last (NHWC) memory format");
   cmd->add_option("--device", device, "auto, cpu, cuda (cuda:<local rank>) or cuda:N")
       ->capture_default_str();
-  cmd->add_option("--backend", group.backend, "Collective backend: gloo, nccl")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"gloo", "nccl"}));
+  add_backend_flag(cmd, group.backend);
   cmd->add_option("--timeout", group.timeout_s, "Seconds a collective may take before failing")
       ->capture_default_str()
       ->check(positive());
