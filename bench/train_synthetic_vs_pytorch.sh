@@ -12,17 +12,28 @@
 #       [--out DIR] [--timeout SECS]
 #
 # Prints each run's "total images/sec", then the median over rounds of each
-# and the ratio dtrain/pytorch. Logs and JSON results stay in --out.
+# and the ratio dtrain/pytorch, the achieved TFLOP/s of both (6 x forward
+# multiply-adds of convolutions and linear layers per image x images/sec;
+# docs/benchmarks.md) and, on a GPU, both peak memories next to the GPU's.
+# Logs and JSON results stay in --out.
+#
+# Environment:
+#   DTRAIN_PEER_PYTHON  the peer's Python, with torch and torchvision
+#                       (default /usr/bin/python3, Debian's torch 1.13; on the
+#                       GPU machine the python3 that has its torch)
+#   DTRAIN_PEAK_TFLOPS  the device's peak TFLOP/s for this precision (e.g. 989
+#                       for an H200's dense bf16/fp16), to print each side's
+#                       share of it; unset: not printed
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/.." && pwd)
-PY=/usr/bin/python3  # has torch 1.13; a python3 earlier on PATH may not
+PY=${DTRAIN_PEER_PYTHON:-/usr/bin/python3}  # has torch 1.13; a python3 earlier on PATH may not
 
 MODEL=resnet18 BATCH=16 IMAGE=112 CLASSES=1000 AMP=none CL=0 NPROC=2 THREADS=1
 STEPS=10 WARMUP=2 ROUNDS=2 DEVICE=cpu BUILD=$ROOT/build OUT= TIMEOUT=900
 
-usage() { sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
+usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit "${1:-0}"; }
 while [[ $# -gt 0 ]]; do
     case "$1" in
         --model) MODEL=$2; shift 2 ;;
@@ -50,7 +61,7 @@ done
 [[ $AMP == none || $AMP == bf16 || $AMP == fp16 ]] || { echo "--amp none|bf16|fp16" >&2; exit 2; }
 DTRAIN=$BUILD/dtrain
 [[ -x $DTRAIN ]] || { echo "$DTRAIN not built (cmake --build $BUILD --target dtrain)" >&2; exit 1; }
-[[ -x $PY ]] || { echo "$PY not found (need python3-torch)" >&2; exit 1; }
+command -v "$PY" >/dev/null || { echo "$PY not found (need python3-torch, or set DTRAIN_PEER_PYTHON)" >&2; exit 1; }
 OUT=${OUT:-$(mktemp -d /tmp/dtrain-train-synthetic.XXXXXX)}
 # Runs still going when this script ends (interrupted) are stopped with it.
 trap 'kill $(jobs -p) 2>/dev/null || true' EXIT
@@ -98,9 +109,9 @@ for ((r = 1; r <= ROUNDS; r++)); do
     done
 done
 
-"$PY" - "$OUT" "$ROUNDS" <<'EOF'
+"$PY" - "$OUT" "$ROUNDS" "${DTRAIN_PEAK_TFLOPS:-}" <<'EOF'
 import json, statistics, sys
-out, rounds = sys.argv[1], int(sys.argv[2])
+out, rounds, peak = sys.argv[1], int(sys.argv[2]), float(sys.argv[3] or 0)
 def result(impl, r):
     found = None
     for line in open(f"{out}/{impl}.round{r}.log", errors="replace"):
@@ -117,6 +128,23 @@ print(f"{'':24s} {'dtrain':>12s} {'pytorch':>12s} {'dtrain/pytorch':>15s}")
 print(f"{'total images/sec':24s} {ips['dtrain']:12.2f} {ips['peer']:12.2f} {ips['dtrain'] / ips['peer']:15.3f}")
 print(f"{'  per round':24s} " + " ".join(f"{x['images_per_sec']:.2f}" for x in res["dtrain"]) + "  |  "
       + " ".join(f"{x['images_per_sec']:.2f}" for x in res["peer"]))
-json.dump({"dtrain": res["dtrain"], "pytorch": res["peer"], "ratio": ips["dtrain"] / ips["peer"]},
+# Achieved TFLOP/s at the median rate, from each side's own count of the
+# forward's multiply-adds (they agree for the same model and size).
+tf = {impl: 6 * v[0].get("forward_gmacs", 0) * ips[impl] / 1e3 for impl, v in res.items()}
+print(f"{'achieved TFLOP/s':24s} {tf['dtrain']:12.3f} {tf['peer']:12.3f}"
+      f"   ({j.get('forward_gmacs', 0):.3f} GMACs per image forward, x6 per training step)")
+if peak > 0:
+    print(f"{'  share of ' + format(peak, 'g') + ' peak':24s} {100 * tf['dtrain'] / peak / j['world_size']:11.1f}% "
+          f"{100 * tf['peer'] / peak / j['world_size']:11.1f}%   (per device)")
+mem = {impl: max((x.get("peak_mem_gib") or 0) for x in v) for impl, v in res.items()}
+total = j.get("gpu_mem_gib")
+if total:
+    print(f"{'peak GPU memory (GiB)':24s} {mem['dtrain']:12.2f} {mem['peer']:12.2f}   of {total:.2f} GiB"
+          f" ({100 * mem['dtrain'] / total:.0f}% and {100 * mem['peer'] / total:.0f}%)")
+else:
+    print(f"{'peak GPU memory':24s} {'n/a':>12s} {'n/a':>12s}   (device {j['device']})")
+json.dump({"dtrain": res["dtrain"], "pytorch": res["peer"], "ratio": ips["dtrain"] / ips["peer"],
+           "tflops": {"dtrain": tf["dtrain"], "pytorch": tf["peer"]},
+           "peak_mem_gib": {"dtrain": mem["dtrain"], "pytorch": mem["peer"]} if total else None},
           open(f"{out}/summary.json", "w"), indent=1)
 EOF

@@ -25,7 +25,11 @@
 #   DTRAIN_GPU_DEBS     the carried .deb files    (default <repo>/.gpu-debs)
 #   DTRAIN_GPU_PREFIX   where they are unpacked   (default /tmp/dtrain-gpu-prefix)
 #   DTRAIN_GPU_BUILD    build dir                 (default <repo>/build-gpu)
-#   DTRAIN_GPU_PYTHON   Python that has torch     (default python3)
+#   DTRAIN_GPU_PYTHON   Python that has torch     (default python3; also the
+#                       PyTorch peer's, passed on as DTRAIN_PEER_PYTHON)
+#   DTRAIN_GPU_PEAK_TFLOPS  the GPU's dense bf16/fp16 peak for the share
+#                       printed beside achieved TFLOP/s (default 989: H100
+#                       and H200 SXM datasheets)
 #   DTRAIN_CUDA_HOME    CUDA toolkit              (default: from nvcc on PATH, else /usr/local/cuda)
 #   DTRAIN_TORCH_CUDA_ARCH_LIST  TORCH_CUDA_ARCH_LIST (default 9.0, Hopper)
 #   DTRAIN_JOBS         build and test jobs       (default nproc)
@@ -239,14 +243,15 @@ benchmarks() {
   bench_if bench-train-fp16 train 240 run --nproc-per-node 1 -- "$d" "${train[@]}" --amp fp16
   if ((gpus >= 2)); then
     bench_if "bench-train-bf16-${gpus}gpu" train 300 run --nproc-per-node gpu -- "$d" "${train[@]}" --amp bf16
-    # The group is NCCL on CUDA builds with a GPU per rank, so this is nccl-tests' table.
+    # --backend auto is NCCL on CUDA builds with a GPU per rank, so this is nccl-tests' table.
     bench_if "bench-collective-nccl-${gpus}gpu" collective 180 run --nproc-per-node gpu -- \
       "$d" bench collective -b 8 -e 268435456 -f 4
   fi
   # dtrain beside PyTorch eager (the machine's torch and torchvision), same run, ratio.
   local amp
   for amp in bf16 fp16; do
-    step "train-vs-pytorch-$amp" timeout --kill-after=10 400 bash "$REPO_ROOT/bench/train_vs_pytorch.sh" \
+    step "train-vs-pytorch-$amp" timeout --kill-after=10 400 env DTRAIN_PEER_PYTHON="$PYTHON" \
+      DTRAIN_PEAK_TFLOPS="${DTRAIN_GPU_PEAK_TFLOPS:-989}" bash "$REPO_ROOT/bench/train_vs_pytorch.sh" \
       --synthetic --model resnet50 --batch-size 256 --image-size 224 --amp "$amp" --channels-last \
       --nproc 1 --steps 30 --warmup-steps 5 --rounds 1 --device cuda --build "$BUILD" || true
   done

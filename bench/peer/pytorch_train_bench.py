@@ -6,7 +6,11 @@ the device made once with fixed labels, cross-entropy, SGD (lr 0.01, momentum
 0.9), DistributedDataParallel over Gloo (NCCL on CUDA), optional autocast
 (bf16; fp16 with a GradScaler) and channels_last. Warm-up steps, then timed
 steps; rank 0 prints "total images/sec" per --display-every steps and at the
-end, and with --json one object with the keys `dtrain bench train --json` has.
+end, the achieved TFLOP/s and the peak GPU memory (as `dtrain bench train`
+counts them: 6 x the forward's multiply-adds of Conv2d and Linear layers,
+counted with forward hooks, per image; torch.cuda.max_memory_allocated over
+the timed steps), and with --json one object with the keys
+`dtrain bench train --json` has.
 
 Start one process per rank with torchrun's variables (RANK, WORLD_SIZE,
 LOCAL_RANK, MASTER_ADDR, MASTER_PORT); without them it runs one process.
@@ -31,6 +35,30 @@ def make_model(name, num_classes, in_channels):
     if not hasattr(torchvision.models, name):
         sys.exit(f"pytorch_train_bench: torchvision has no model '{name}'")
     return getattr(torchvision.models, name)(num_classes=num_classes)
+
+
+def forward_macs(model, in_ch, size, device):
+    """Multiply-adds of one image's forward pass in Conv2d and Linear layers
+    (forward hooks on those modules; dtrain's forward_macs() counts the same
+    operators), eval mode, no gradients; the training mode is restored."""
+    total = [0]
+
+    def hook(m, inp, out):
+        if isinstance(m, torch.nn.Conv2d):
+            total[0] += out.numel() // out.shape[1] * m.weight.numel()
+        else:
+            total[0] += inp[0].numel() // m.in_features * m.weight.numel()
+
+    handles = [m.register_forward_hook(hook) for m in model.modules()
+               if isinstance(m, (torch.nn.Conv2d, torch.nn.Linear))]
+    training = model.training
+    model.eval()
+    with torch.no_grad():
+        model(torch.zeros(1, in_ch, size, size, device=device))
+    model.train(training)
+    for h in handles:
+        h.remove()
+    return total[0]
 
 
 def main():
@@ -73,6 +101,7 @@ def main():
     mf = torch.channels_last if a.channels_last else torch.contiguous_format
     if a.channels_last:
         model = model.to(memory_format=torch.channels_last)
+    macs = forward_macs(model, in_ch, size, device)
     ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(a.amp)
@@ -104,6 +133,8 @@ def main():
         loss = step()
     if loss is not None:
         loss.item()
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
     dist.barrier()
     say("Step\tImg/sec\ttotal_loss")
     per_step = a.batch_size * world
@@ -117,13 +148,22 @@ def main():
             say(f"{i}\ttotal images/sec: {per_step * (i - shown_from) / (now - shown):.1f}\t{value:.3f}")
             shown, shown_from = now, i
     final_loss = loss.item()
-    t = torch.tensor([time.perf_counter() - start], dtype=torch.float64)
+    # On the group's device: NCCL reduces CUDA tensors only.
+    t = torch.tensor([time.perf_counter() - start], dtype=torch.float64, device=device)
     dist.all_reduce(t)
     total_s = t.item() / world
     ips = per_step * a.steps / total_s
+    tflops = 6 * macs * ips / 1e12
+    peak_gib = torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None
+    total_gib = (torch.cuda.get_device_properties(device).total_memory / 2**30
+                 if device.type == "cuda" else None)
     say("-" * 64)
     say(f"total images/sec: {ips:.2f}")
     say("-" * 64)
+    say(f"achieved TFLOP/s: {tflops:.3f} ({world} process(es); 6 x {macs / 1e9:.3f} GMACs per image, "
+        f"forward convolutions and linear layers)")
+    say(f"peak GPU memory: {peak_gib:.2f} GiB of {total_gib:.2f} GiB (rank 0, {device}, timed steps)"
+        if peak_gib is not None else f"peak GPU memory: n/a ({device})")
     if a.json and rank == 0:
         print(json.dumps({
             "impl": "pytorch", "bench": "train", "model": a.model, "world_size": world,
@@ -131,7 +171,9 @@ def main():
             "channels_last": a.channels_last, "threads": a.threads, "device": str(device),
             "steps": a.steps, "warmup_steps": a.warmup_steps, "images_per_sec": ips,
             "step_ms": total_s * 1000 / a.steps, "final_loss": final_loss,
-            "loss_scale": scaler.get_scale() if a.amp == "fp16" else 1.0}), flush=True)
+            "loss_scale": scaler.get_scale() if a.amp == "fp16" else 1.0,
+            "forward_gmacs": macs / 1e9, "tflops": tflops, "peak_mem_gib": peak_gib,
+            "gpu_mem_gib": total_gib}), flush=True)
     # Note: one rank was seen hanging at exit (Gloo teardown, torch 1.13) after
     # its peer had left; meet first, then leave without the interpreter's teardown.
     dist.barrier()

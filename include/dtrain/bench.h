@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,8 @@
 #include "dtrain/kvstore.h"
 
 namespace dtrain {
+
+class ImageClassifier;  // dtrain/models.h
 
 struct DdpBenchOptions {
   /// Model registry name; "cnn" runs on 1x28x28 inputs, others on 3xSxS.
@@ -110,7 +113,34 @@ struct TrainBenchResult {
   double step_ms = 0;     ///< mean timed step, averaged over ranks
   double final_loss = 0;  ///< rank 0's last loss
   double loss_scale = 1;  ///< GradScaler's scale at the end (1: none)
+  /// Multiply-accumulates of one image's forward pass (forward_macs() in
+  /// dtrain/models.h: convolutions and linear layers).
+  int64_t forward_macs = 0;
+  /// Achieved TFLOP/s of all ranks: 6 x forward_macs x images_per_sec / 1e12
+  /// (a step as 3 forward passes, 2 FLOPs per multiply-accumulate); divide by
+  /// world_size for one device's share. Reported on the CPU too.
+  double tflops = 0;
+  /// On a GPU: rank 0's peak memory allocated by LibTorch's caching
+  /// allocator over the timed steps (torch.cuda.max_memory_allocated after
+  /// reset_peak_memory_stats at the end of the warm-up), and that GPU's
+  /// total memory, in GiB; nullopt on the CPU.
+  std::optional<double> peak_mem_gib;
+  std::optional<double> gpu_mem_gib;
 };
+
+/// Multiply-accumulates of one forward pass of `model` on one
+/// `in_channels` x `image_size` x `image_size` image: those of every
+/// convolution and fully connected layer, counted from the shapes of the
+/// operators the forward runs (Note [Counting MACs with RecordFunction] in
+/// src/bench/flops.cpp); bias additions, normalisation, activations and
+/// pooling are left out, as in torchvision's "GFLOPS" column (ResNet-50 at
+/// 224 px: 4.09 G). FLOPs are 2 x MACs; a training step (forward and
+/// backward) about 3 x the forward's. Runs one forward of a batch of one
+/// image of zeros on the device of the model's parameters, in eval mode
+/// without gradients, and restores the training mode (no BatchNorm
+/// statistics change). Blocks until the forward is done; not concurrently
+/// with another use of `model`.
+int64_t forward_macs(ImageClassifier& model, int64_t in_channels, int64_t image_size);
 
 /// One progress line, for the caller to print (rank 0 only).
 using TrainBenchPrinter = std::function<void(const std::string& line)>;
@@ -119,7 +149,9 @@ using TrainBenchPrinter = std::function<void(const std::string& line)>;
 /// the same options. `print` (may be empty) gets rank 0's tf_cnn_benchmarks-
 /// style lines: a header, "Step\tImg/sec\ttotal_loss", one line per
 /// display_every steps whose images/sec is the total over ranks, and the
-/// final "total images/sec: X" between dashed rules. Throws InvalidArgument
+/// final "total images/sec: X" between dashed rules, then "achieved TFLOP/s:
+/// X (...)" and "peak GPU memory: X GiB of Y GiB (...)" ("n/a (cpu)" on the
+/// CPU). Throws InvalidArgument
 /// for bad sizes, an unknown model (with the list), an amp/device combination
 /// autocast cannot do, a TensorBoard directory that cannot be created, or a
 /// metrics port in use, before any step runs.
@@ -128,7 +160,8 @@ TrainBenchResult run_train_bench(const TrainBenchOptions& options, const Process
 /// {"impl": "dtrain", "bench": "train", "model", "world_size", "batch_size",
 /// "image_size", "num_classes", "amp", "channels_last", "threads", "device", "kvstore",
 /// "steps", "warmup_steps", "images_per_sec", "step_ms", "final_loss",
-/// "loss_scale"}: also a `dtrain bench scaling --from` input.
+/// "loss_scale", "forward_gmacs", "tflops", "peak_mem_gib" (null on the CPU),
+/// "gpu_mem_gib" (null on the CPU)}: also a `dtrain bench scaling --from` input.
 std::string to_json(const TrainBenchResult& r);
 
 struct CollectiveBenchOptions {

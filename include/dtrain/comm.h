@@ -174,8 +174,8 @@ class Work {
 /// handle may be waited on from another thread).
 ///
 /// Preconditions: every rank issues the same collectives, in the same order,
-/// with tensors of the same shape and dtype; with "gloo" tensors are on the
-/// CPU or staged, with "nccl" on this rank's CUDA device.
+/// with tensors of the same shape and dtype; "gloo" stages CUDA tensors, "nccl"
+/// CPU ones in the blocking calls (*_async: on this rank's CUDA device).
 ///
 /// Example:
 /// ```

@@ -342,10 +342,10 @@ at::Tensor classification_loss(const at::Tensor& logits, const at::Tensor& targe
 /// model.to(memory_format=torch.channels_last) does.
 void to_channels_last(torch::nn::Module& module);
 
-/// The device a --device value names for this rank: "auto" (cuda:<local
-/// rank mod GPUs> when a GPU is visible, else cpu), "cpu", "cuda" (cuda:<local
-/// rank mod GPUs>) or "cuda:N". Throws InvalidArgument naming `--device cpu`
-/// when a CUDA device is asked for and none is visible, or for another name.
+/// The device a --device value names for this rank: "auto" (cuda:<local rank mod GPUs> when a
+/// GPU is visible, else cpu), "cpu", "cuda" (cuda:<local rank mod GPUs>) or "cuda:N"; a CUDA
+/// device also becomes the current one (c10::cuda::set_device), whatever the backend. Throws
+/// InvalidArgument naming `--device cpu` when no GPU is visible for it, or for another name.
 at::Device pick_device(const std::string& name, const ProcessGroup& pg);
 
 /// Checks options that need no data or peers (sizes, counts, names,

@@ -34,6 +34,7 @@
 #include "common/strings.h"
 #include "dtrain/bench.h"
 #include "dtrain/errors.h"
+#include "dtrain/train.h"
 
 namespace dtrain {
 namespace {
@@ -96,7 +97,9 @@ class Runner {
   Runner(const CollectiveBenchOptions& o, const ProcessGroup& pg, int64_t count)
       : o_(o), pg_(pg), n_(pg.size()), rank_(pg.rank()), count_(count) {
     dtype_ = scalar_type(o.dtype);
-    if (pg.backend_name() == "nccl") device_ = at::Device(at::kCUDA, pg.local_rank());
+    // NCCL's buffers live on this rank's GPU, cuda:<local rank> (the device
+    // join_group picked); Gloo's on the CPU.
+    if (pg.backend_name() == "nccl") device_ = pick_device("cuda", pg);
     const int64_t big = chunked(o.op) ? count * n_ : count;
     auto make = [&](int64_t numel) {
       return at::zeros({numel}, at::TensorOptions(dtype_).device(device_));

@@ -1,5 +1,6 @@
 // `dtrain bench train`: whole training steps on synthetic data, timed and
 // reported as tf_cnn_benchmarks does.
+#define DTRAIN_COMPAT_CUDA_MEMORY  // compat::cuda_peak_allocated_bytes
 #include <chrono>
 #include <cstdio>
 #include <memory>
@@ -14,6 +15,8 @@
 #include "common/strings.h"
 #include "dtrain/amp.h"
 #include "dtrain/bench.h"
+#include "dtrain/compat.h"
+#include "dtrain/config.h"
 #include "dtrain/ddp.h"
 #include "dtrain/errors.h"
 #include "dtrain/metrics.h"
@@ -22,11 +25,27 @@
 #include "dtrain/timeline.h"
 #include "dtrain/train.h"
 #include "train/kv_sync.h"
+#if DTRAIN_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
 
 namespace dtrain {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// The GPU's memory (torch.cuda.get_device_properties(device).total_memory);
+// 0 when the CUDA runtime cannot tell, or in a CPU-only build.
+int64_t gpu_total_memory_bytes(int device) {
+#if DTRAIN_HAVE_CUDA
+  cudaDeviceProp prop{};
+  if (cudaGetDeviceProperties(&prop, device) != cudaSuccess) return 0;
+  return static_cast<int64_t>(prop.totalGlobalMem);
+#else
+  (void)device;
+  return 0;
+#endif
+}
 
 double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
@@ -117,6 +136,7 @@ TrainBenchResult run_train_bench(const TrainBenchOptions& o, const ProcessGroup&
   auto model = make_model(o.model, mo);
   model->to(device);
   if (o.channels_last) to_channels_last(*model);
+  r.forward_macs = forward_macs(*model, mo.in_channels, mo.image_size);  // eval mode, restored
   DdpOptions dopt;
   dopt.bucket_observer =
       timeline_bucket_observer(tl.get(), o.kvstore.empty() ? "allreduce" : "pushpull");
@@ -182,6 +202,10 @@ TrainBenchResult run_train_bench(const TrainBenchOptions& o, const ProcessGroup&
   // Reading the loss (item()) waits for the device, so each interval ends
   // with its work done; no other synchronisation is added to the steps.
   if (loss.defined()) loss.item<float>();
+  // The peak over the timed steps (torch.cuda.reset_peak_memory_stats()
+  // then max_memory_allocated(), as the peer measures it): the weights,
+  // gradients and optimizer state the warm-up made plus each step's most.
+  if (device.is_cuda()) compat::reset_cuda_peak_allocated(device.index());
   pg.barrier();
   say("Step\tImg/sec\ttotal_loss");
   const double images_per_step = static_cast<double>(o.batch_size) * pg.size();
@@ -226,6 +250,16 @@ TrainBenchResult run_train_bench(const TrainBenchOptions& o, const ProcessGroup&
   r.step_ms = total_s * 1000.0 / o.steps;
   r.images_per_sec = images_per_step * o.steps / total_s;
   r.loss_scale = scaler.is_enabled() ? scaler.get_scale() : 1.0;
+  // Note [Achieved FLOP/s] A training step is counted as 3 forward passes
+  // (backward computes the gradients of inputs and of weights, each about a
+  // forward's work), 2 FLOPs per multiply-accumulate: 6 x forward MACs per
+  // image, times the total images/sec of all ranks.
+  r.tflops = 6.0 * static_cast<double>(r.forward_macs) * r.images_per_sec / 1e12;
+  if (device.is_cuda()) {
+    constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+    r.peak_mem_gib = static_cast<double>(compat::cuda_peak_allocated_bytes(device.index())) / kGiB;
+    r.gpu_mem_gib = static_cast<double>(gpu_total_memory_bytes(device.index())) / kGiB;
+  }
   if (kv) kv->close();
   if (tb) tb->flush();
   if (tl) tl->flush();
@@ -233,6 +267,13 @@ TrainBenchResult run_train_bench(const TrainBenchOptions& o, const ProcessGroup&
   say(rule);
   say(cat("total images/sec: ", fixed(r.images_per_sec, 2)));
   say(rule);
+  say(cat("achieved TFLOP/s: ", fixed(r.tflops, 3), " (", pg.size(), " process(es); 6 x ",
+          fixed(static_cast<double>(r.forward_macs) / 1e9, 3),
+          " GMACs per image, forward convolutions and linear layers)"));
+  say(r.peak_mem_gib
+          ? cat("peak GPU memory: ", fixed(*r.peak_mem_gib, 2), " GiB of ",
+                fixed(r.gpu_mem_gib.value_or(0), 2), " GiB (rank 0, ", r.device, ", timed steps)")
+          : cat("peak GPU memory: n/a (", r.device, ")"));
   return r;
 }
 
@@ -256,6 +297,10 @@ std::string to_json(const TrainBenchResult& r) {
   j["step_ms"] = r.step_ms;
   j["final_loss"] = r.final_loss;
   j["loss_scale"] = r.loss_scale;
+  j["forward_gmacs"] = static_cast<double>(r.forward_macs) / 1e9;
+  j["tflops"] = r.tflops;
+  j["peak_mem_gib"] = r.peak_mem_gib ? nlohmann::json(*r.peak_mem_gib) : nlohmann::json(nullptr);
+  j["gpu_mem_gib"] = r.gpu_mem_gib ? nlohmann::json(*r.gpu_mem_gib) : nlohmann::json(nullptr);
   return j.dump();
 }
 

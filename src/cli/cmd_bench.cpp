@@ -13,6 +13,7 @@
 #include <CLI/CLI.hpp>
 
 #include "cli/commands.h"
+#include "cli/group.h"
 #include "cli/validators.h"
 #include "common/strings.h"
 #include "dtrain/bench.h"
@@ -23,11 +24,13 @@
 namespace dtrain::cli {
 namespace {
 
-// Runs `body` with the process group from the environment; errors become
+// Runs `body` with the process group from the environment, its backend
+// chosen from --backend and the rank's device (join_group); errors become
 // exit codes (2 for bad arguments, 1 otherwise).
-int with_group(const char* name, const std::function<void(const ProcessGroup&)>& body) {
+int with_group(const char* name, const std::string& backend, const std::string& device,
+               const std::function<void(const ProcessGroup&)>& body) {
   try {
-    ProcessGroup pg = init_process_group();
+    ProcessGroup pg = join_group(backend, device);
     body(pg);
     return 0;
   } catch (const InvalidArgument& e) {
@@ -57,6 +60,7 @@ void print_ddp(const DdpBenchResult& r) {
 void add_ddp(CLI::App& bench, int* exit_code) {
   struct Flags {
     DdpBenchOptions o;
+    std::string backend = "auto";
     bool json = false;
   };
   auto f = std::make_shared<Flags>();
@@ -90,9 +94,10 @@ void add_ddp(CLI::App& bench, int* exit_code) {
   cmd->add_option("--timeline", f->o.timeline,
                   "Chrome trace per rank (FILE.rank<r>.json, or {rank} in FILE); join with 'dtrain "
                   "timeline merge'");
+  add_backend_flag(cmd, f->backend);  // the model runs on the CPU: auto is gloo
   cmd->add_flag("--json", f->json, "Print one JSON object (rank 0)");
   cmd->callback([f, exit_code] {
-    *exit_code = with_group("ddp", [&](const ProcessGroup& pg) {
+    *exit_code = with_group("ddp", f->backend, "cpu", [&](const ProcessGroup& pg) {
       DdpBenchResult r = run_ddp_bench(f->o, pg);
       if (pg.rank() != 0) return;
       if (f->json) {
@@ -107,6 +112,7 @@ void add_ddp(CLI::App& bench, int* exit_code) {
 void add_train(CLI::App& bench, int* exit_code) {
   struct Flags {
     TrainBenchOptions o;
+    std::string backend = "auto";
     bool json = false;
   };
   auto f = std::make_shared<Flags>();
@@ -139,6 +145,7 @@ void add_train(CLI::App& bench, int* exit_code) {
       ->check(positive());
   cmd->add_option("--device", f->o.device, "auto, cpu, cuda (cuda:<local rank>) or cuda:N")
       ->capture_default_str();
+  add_backend_flag(cmd, f->backend);
   cmd->add_option("--tensorboard", f->o.tensorboard,
                   "TensorBoard directory (rank 0: images_per_sec, loss, loss_scale)");
   cmd->add_option("--tensorboard-every", f->o.tensorboard_every, "Scalars every N steps")
@@ -170,9 +177,8 @@ void add_train(CLI::App& bench, int* exit_code) {
       // With only DMLC_* (an MXJob pod) the kvstore ranks the group; it
       // unwinds with `o` on an error (cmd_train.cpp does the same).
       TrainBenchOptions o = f->o;
-      ProcessGroup pg =
-          join_training_group(o.kvstore, KVStoreOptions{}, resolve_init_options({}, process_env()),
-                              &o.kvstore_instance);
+      ProcessGroup pg = join_training_group(o.kvstore, KVStoreOptions{},
+                                            group_options(f->backend, o.device), &o.kvstore_instance);
       TrainBenchResult r = run_train_bench(o, pg, [](const std::string& line) {
         std::printf("%s\n", line.c_str());
         std::fflush(stdout);
@@ -192,6 +198,7 @@ void add_collective(CLI::App& bench, int* exit_code) {
     CollectiveBenchOptions o;
     std::string min_bytes = "8", max_bytes = "64M";
     int check = 1;
+    std::string backend = "auto";
   };
   auto f = std::make_shared<Flags>();
   CLI::App* cmd = bench.add_subcommand(
@@ -209,6 +216,8 @@ void add_collective(CLI::App& bench, int* exit_code) {
       ->capture_default_str();
   cmd->add_option("-o,--op", f->o.redop, "Reduction: sum, prod, min, max")->capture_default_str();
   cmd->add_option("-r,--root", f->o.root, "Root of broadcast and reduce")->capture_default_str();
+  // nccl (auto on a GPU): buffers on cuda:<local rank>; gloo: on the CPU.
+  add_backend_flag(cmd, f->backend);
   cmd->callback([f, exit_code] {
     try {
       f->o.min_bytes = parse_byte_size(f->min_bytes);
@@ -218,7 +227,7 @@ void add_collective(CLI::App& bench, int* exit_code) {
       return;
     }
     f->o.check = f->check != 0;
-    *exit_code = with_group("collective", [&](const ProcessGroup& pg) {
+    *exit_code = with_group("collective", f->backend, "auto", [&](const ProcessGroup& pg) {
       auto rows = run_collective_bench(f->o, pg);
       if (pg.rank() == 0) {
         std::fputs(format_collective_table(f->o, rows, pg.size(), pg.backend_name()).c_str(),
@@ -333,6 +342,7 @@ std::string read_text(const std::string& path) {
 void add_scaling(CLI::App& bench, int* exit_code) {
   struct Flags {
     TrainBenchOptions o;
+    std::string backend = "auto";
     std::string procs = "1,2";
     std::vector<std::string> from;
     std::string output_dir = "scaling";
@@ -363,6 +373,7 @@ void add_scaling(CLI::App& bench, int* exit_code) {
   cmd->add_option("--threads", f->o.threads, "Intra-op threads per process")
       ->capture_default_str()
       ->check(non_negative());
+  add_backend_flag(cmd, f->backend);  // passed on to each 'bench train'
   cmd->add_option("--from", f->from,
                   "'dtrain bench train --json' (or 'bench ddp --json') result files (a cluster's "
                   "runs) instead of running");
@@ -398,7 +409,7 @@ void add_scaling(CLI::App& bench, int* exit_code) {
                   self, "' bench train --json --model ", f->o.model, " --batch-size ",
                   f->o.batch_size, " --image-size ", f->o.image_size, " --steps ", f->o.steps,
                   " --warmup-steps ", f->o.warmup_steps, " --display-every ", f->o.steps,
-                  " --threads ", f->o.threads, " 2>&1");
+                  " --threads ", f->o.threads, " --backend '", f->backend, "' 2>&1");
           std::fprintf(stderr, "dtrain bench scaling: %lld process(es)...\n", n);
           std::string out;
           FILE* pipe = ::popen(command.c_str(), "r");

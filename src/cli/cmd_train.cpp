@@ -8,6 +8,7 @@
 #include <CLI/CLI.hpp>
 
 #include "cli/commands.h"
+#include "cli/group.h"
 #include "cli/validators.h"
 #include "common/strings.h"
 #include "dtrain/errors.h"
@@ -20,7 +21,7 @@ namespace {
 
 // How a worker joins its group (shared by train and eval).
 struct GroupFlags {
-  std::string backend = "gloo";
+  std::string backend = "auto";
   double timeout_s = 1800;
 };
 
@@ -47,16 +48,12 @@ bool stdout_is_terminal() {
   return ::isatty(STDOUT_FILENO) == 1 || process_env()("DTRAIN_STDOUT_IS_TTY") == "1";
 }
 
-InitOptions group_init(const GroupFlags& f) {
-  InitOptions init = resolve_init_options({}, process_env());
-  init.backend = f.backend;
-  init.timeout = std::chrono::milliseconds(static_cast<int64_t>(f.timeout_s * 1000));
-  return init;
+std::chrono::milliseconds group_timeout(const GroupFlags& f) {
+  return std::chrono::milliseconds(static_cast<int64_t>(f.timeout_s * 1000));
 }
 
-ProcessGroup join_group(const GroupFlags& f) {
-  InitOptions init = group_init(f);
-  return init.init_method == "env://" ? ProcessGroup() : init_process_group(init);
+ProcessGroup join_group(const GroupFlags& f, const std::string& device) {
+  return cli::join_group(f.backend, device, group_timeout(f));
 }
 
 // "a,b,c" -> numbers; false on junk.
@@ -131,8 +128,9 @@ int run_train(const TrainFlags& f) {
     if (serve_kvstore_role(o.kvstore)) return 0;  // a ps scheduler or server
     // With only DMLC_* (an MXJob pod) the kvstore is opened here and ranks
     // the group; train() then uses it (and the store unwinds with `o`).
-    ProcessGroup pg =
-        join_training_group(o.kvstore, o.kvstore_options, group_init(f.group), &o.kvstore_instance);
+    ProcessGroup pg = join_training_group(
+        o.kvstore, o.kvstore_options, group_options(f.group.backend, o.device, group_timeout(f.group)),
+        &o.kvstore_instance);
     train(o, pg, &std::cout);
     return 0;
   } catch (const InvalidArgument& e) {
@@ -145,7 +143,7 @@ int run_train(const TrainFlags& f) {
 int run_eval(const EvalFlags& f) {
   try {
     validate(f.options);
-    ProcessGroup pg = join_group(f.group);
+    ProcessGroup pg = join_group(f.group, f.options.device);
     evaluate(f.options, pg, &std::cout);
     return 0;
   } catch (const InvalidArgument& e) {
@@ -179,9 +177,7 @@ void add_common_flags(CLI::App* cmd, std::string& model, DatasetOptions& data, s
                 "Parameters and inputs in channels-last (NHWC) memory format");
   cmd->add_option("--device", device, "auto, cpu, cuda (cuda:<local rank>) or cuda:N")
       ->capture_default_str();
-  cmd->add_option("--backend", group.backend, "Collective backend: gloo, nccl")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"gloo", "nccl"}));
+  add_backend_flag(cmd, group.backend);
   cmd->add_option("--timeout", group.timeout_s, "Seconds a collective may take before failing")
       ->capture_default_str()
       ->check(positive());

@@ -11,6 +11,18 @@ bool contains(const std::string& text, const char* needle) {
   return text.find(needle) != std::string::npos;
 }
 
+// Note [CPU tensors on an NCCL group]
+// NCCL reduces CUDA tensors only, but the library's small exchanges (DDP's
+// parameter check and buffer broadcast of CPU models, checkpoint and weight
+// broadcasts, metric sums, evaluation logits) use CPU tensors. On an NCCL
+// group the blocking collectives therefore stage a CPU tensor through this
+// rank's current GPU (pick_device made it cuda:<local rank>) and copy the
+// result back, as Gloo stages CUDA tensors through the host. The *_async
+// collectives (DDP's buckets) take tensors on the GPU as they are.
+bool staged(const std::string& backend_name, const at::Tensor& t) {
+  return backend_name == "nccl" && !t.is_cuda();
+}
+
 }  // namespace
 
 void rethrow_dist_error(const std::exception& e, int rank, const std::string& what,
@@ -41,12 +53,14 @@ void wait_work(const c10::intrusive_ptr<c10d::Work>& work, const ProcessGroup& p
 void ProcessGroup::all_reduce_sum(std::vector<at::Tensor>& tensors) const {
   if (!state_->backend || tensors.empty()) return;
   for (auto& t : tensors) {
-    std::vector<at::Tensor> one{t};
+    const bool stage = staged(state_->backend_name, t);
+    std::vector<at::Tensor> one{stage ? t.to(at::kCUDA) : t};
     try {
       state_->backend->allreduce(one)->wait();
     } catch (const std::exception& e) {
       rethrow_dist_error(e, rank(), "all_reduce", timeout());
     }
+    if (stage) t.copy_(one[0]);
   }
 }
 
@@ -55,24 +69,30 @@ void ProcessGroup::broadcast(std::vector<at::Tensor>& tensors, int root) const {
   c10d::BroadcastOptions bo;
   bo.rootRank = root;
   for (auto& t : tensors) {
-    std::vector<at::Tensor> one{t};
+    const bool stage = staged(state_->backend_name, t);
+    std::vector<at::Tensor> one{stage ? t.to(at::kCUDA) : t};
     try {
       state_->backend->broadcast(one, bo)->wait();
     } catch (const std::exception& e) {
       rethrow_dist_error(e, rank(), cat("broadcast from rank ", root), timeout());
     }
+    if (stage) t.copy_(one[0]);
   }
 }
 
 std::vector<at::Tensor> ProcessGroup::all_gather(const at::Tensor& tensor) const {
   if (!state_->backend) return {tensor.clone()};
+  const bool stage = staged(state_->backend_name, tensor);
+  std::vector<at::Tensor> in{stage ? tensor.to(at::kCUDA).contiguous() : tensor.contiguous()};
   std::vector<std::vector<at::Tensor>> out(1);
-  for (int r = 0; r < size(); ++r) out[0].push_back(at::empty_like(tensor));
-  std::vector<at::Tensor> in{tensor.contiguous()};
+  for (int r = 0; r < size(); ++r) out[0].push_back(at::empty_like(in[0]));
   try {
     state_->backend->allgather(out, in)->wait();
   } catch (const std::exception& e) {
     rethrow_dist_error(e, rank(), "all_gather", timeout());
+  }
+  if (stage) {
+    for (at::Tensor& t : out[0]) t = t.to(at::kCPU);
   }
   return out[0];
 }

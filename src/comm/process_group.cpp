@@ -13,6 +13,7 @@
 #include "comm/state.h"
 #include "common/net.h"
 #include "common/strings.h"
+#include "dtrain/backend.h"
 #include "dtrain/errors.h"
 
 #if DTRAIN_HAVE_NCCL
@@ -149,6 +150,34 @@ c10::intrusive_ptr<compat::CollectiveBackend> make_backend(const InitOptions& o,
 }
 
 }  // namespace
+
+// Note [Choosing the backend]
+// A user on a GPU expects NCCL and a user on the CPU Gloo, without a flag
+// (PyTorch's init_process_group picks by device the same way). The device is
+// resolved first (pick_device: cuda:<local rank> when a GPU is visible) and
+// the backend follows from it, so "auto" never asks for NCCL with CPU
+// tensors, and a CPU-only build (no NCCL) quietly uses Gloo. An explicit
+// "nccl" that cannot work is refused before any peer is contacted.
+std::vector<std::string> backend_names() { return {"auto", "gloo", "nccl"}; }
+
+std::string resolve_backend(const std::string& requested, const c10::Device& device) {
+  if (requested == "gloo") return requested;
+  if (requested == "auto") return DTRAIN_HAVE_NCCL && device.is_cuda() ? "nccl" : "gloo";
+  if (requested == "nccl") {
+    if (!DTRAIN_HAVE_NCCL) {
+      throw InvalidArgument(
+          "--backend nccl needs a LibTorch built with CUDA and NCCL; this build is CPU-only, "
+          "use --backend gloo");
+    }
+    if (!device.is_cuda()) {
+      throw InvalidArgument(cat("--backend nccl needs CUDA tensors but the device is ",
+                                device.str(), "; use --backend gloo"));
+    }
+    return requested;
+  }
+  throw InvalidArgument(
+      cat("unknown --backend '", requested, "'; valid backends: ", join(backend_names(), ", ")));
+}
 
 ProcessGroup::ProcessGroup() : state_(std::make_shared<State>()) {}
 ProcessGroup::ProcessGroup(std::shared_ptr<const State> state) : state_(std::move(state)) {}

@@ -3,14 +3,20 @@
 
 #include "train/steps.h"
 
+#include <algorithm>
+
 #include <ATen/ATen.h>
 #include <torch/cuda.h>
 #include <torch/nn/functional/loss.h>
 #include <torch/nn/module.h>
 
 #include "common/strings.h"
+#include "dtrain/config.h"
 #include "dtrain/errors.h"
 #include "dtrain/weights.h"
+#if DTRAIN_HAVE_CUDA
+#include <c10/cuda/CUDAFunctions.h>
+#endif
 
 namespace dtrain {
 
@@ -115,18 +121,28 @@ ClassificationCounts evaluate_split(ImageClassifier& model, Loader& loader, at::
   return counts;
 }
 
-}  // namespace detail
-
-at::Device pick_device(const std::string& name, const ProcessGroup& pg) {
+at::Device pick_device(const std::string& name, int local_rank) {
   detail::check_device(name);
   if (name == "cpu" || (name == "auto" && !torch::cuda::is_available())) {
     return at::Device(at::kCPU);
   }
-  if (name == "auto" || name == "cuda") {
-    return at::Device(at::kCUDA,
-                      static_cast<c10::DeviceIndex>(pg.local_rank() % torch::cuda::device_count()));
-  }
-  return at::Device(name);
+  const at::Device device =
+      name == "auto" || name == "cuda"
+          ? at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(std::max(local_rank, 0) %
+                                                                torch::cuda::device_count()))
+          : at::Device(name);
+#if DTRAIN_HAVE_CUDA
+  // The rank's GPU becomes the current one whatever the backend, so that no
+  // rank creates a context on GPU 0 (Gloo with CUDA tensors, cuBLAS handles).
+  c10::cuda::set_device(device.index());
+#endif
+  return device;
+}
+
+}  // namespace detail
+
+at::Device pick_device(const std::string& name, const ProcessGroup& pg) {
+  return detail::pick_device(name, pg.local_rank());
 }
 
 }  // namespace dtrain

@@ -71,6 +71,15 @@ void expect_run(const Result& r, const std::string& model, int world, int64_t im
   EXPECT_GT(j["images_per_sec"].get<double>(), 0.0);
   EXPECT_GT(j["step_ms"].get<double>(), 0.0);
   EXPECT_TRUE(std::isfinite(j["final_loss"].get<double>()));
+  // FLOP/s on the CPU too; peak GPU memory is n/a there (null in the JSON).
+  EXPECT_GT(j["forward_gmacs"].get<double>(), 0.0);
+  EXPECT_NEAR(j["tflops"].get<double>(),
+              6 * j["forward_gmacs"].get<double>() * j["images_per_sec"].get<double>() / 1e3,
+              1e-9 + 1e-6 * j["tflops"].get<double>());
+  EXPECT_TRUE(j["peak_mem_gib"].is_null()) << j.dump();
+  EXPECT_TRUE(j["gpu_mem_gib"].is_null()) << j.dump();
+  EXPECT_EQ(count(r.output, "achieved TFLOP/s: "), 1) << r.output;
+  EXPECT_EQ(count(r.output, "peak GPU memory: n/a (cpu)"), 1) << r.output;
 }
 
 TEST(BenchTrain, CnnOnCpuPrintsImagesPerSecLinesAndValidJson) {
@@ -179,6 +188,44 @@ TEST(BenchTrain, TensorboardGetsImagesPerSecLossAndLossScaleEveryNStepsAndTimeli
   EXPECT_EQ(steps, 5);
   EXPECT_EQ(optimizer, 5);
   fs::remove_all(dir);
+}
+
+// The script beside PyTorch eager, with the peer's Python given as on the GPU
+// machine: both sides' images/sec, the ratio, both TFLOP/s, memory n/a.
+TEST(BenchTrain, TheScriptBesidePytorchPrintsTheRatioAndBothTflopsWithThePeerPythonGiven) {
+  if (std::system("/usr/bin/python3 -c 'import torch, torchvision' >/dev/null 2>&1") != 0) {
+    GTEST_SKIP() << "/usr/bin/python3 with torch and torchvision (the peer) is not installed";
+  }
+  namespace fs = std::filesystem;
+  const fs::path out =
+      fs::temp_directory_path() / ("dtrain_bench_train_script_" + std::to_string(::getpid()));
+  fs::remove_all(out);
+  const std::string cmd =
+      "DTRAIN_PEER_PYTHON=/usr/bin/python3 timeout -k 5 300 bash " DTRAIN_SOURCE_DIR
+      "/bench/train_synthetic_vs_pytorch.sh --model cnn --image-size 28 --num-classes 10 "
+      "--batch-size 4 --nproc 1 --threads 1 --steps 2 --warmup-steps 1 --rounds 1 "
+      "--build " DTRAIN_BINARY_DIR " --timeout 240 --out " +
+      out.string() + " 2>&1";
+  Result r;
+  FILE* p = ::popen(cmd.c_str(), "r");
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.output.append(buf, n);
+  const int status = ::pclose(p);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("dtrain/pytorch"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("achieved TFLOP/s"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("peak GPU memory "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(" n/a          n/a   (device cpu)"), std::string::npos) << r.output;
+  // Both sides count the same multiply-adds for the same model and size.
+  std::ifstream in(out / "summary.json");
+  nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+  ASSERT_TRUE(j.is_object()) << r.output;
+  EXPECT_EQ(j["dtrain"][0]["forward_gmacs"], j["pytorch"][0]["forward_gmacs"]) << j.dump();
+  EXPECT_GT(j["tflops"]["pytorch"].get<double>(), 0.0);
+  EXPECT_TRUE(j["pytorch"][0]["peak_mem_gib"].is_null());
+  fs::remove_all(out);
 }
 
 TEST(BenchTrain, Fp16OnCpuIsAOneLineErrorNamingBf16) {

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <map>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <thread>
@@ -291,6 +292,32 @@ TEST(TcpStoreServer, ClientsSeeTheServersKeys) {
   server->store()->set("k", std::vector<uint8_t>{1, 2});
   StorePtr client = connect_tcp_store("127.0.0.1", server->port(), std::chrono::seconds(5));
   EXPECT_EQ(client->get("k"), (std::vector<uint8_t>{1, 2}));
+}
+
+// Note [CPU tensors on an NCCL group] (src/comm/collectives.cpp): the
+// library's CPU-tensor exchanges work on the GPU's default backend.
+TEST(NcclGroup, BlockingCollectivesStageCpuTensorsThroughTheGpuAndReturnThemOnTheCpu) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no GPU visible to LibTorch";
+  const int world = std::min<int>(2, static_cast<int>(torch::cuda::device_count()));
+  run_ranks(
+      world,
+      [&](const ProcessGroup& pg) {
+        std::vector<at::Tensor> t{at::full({3}, pg.rank() + 1.5, at::kDouble)};
+        pg.broadcast(t);
+        EXPECT_FALSE(t[0].is_cuda());
+        EXPECT_TRUE(t[0].equal(at::full({3}, 1.5, at::kDouble)));
+        pg.all_reduce_sum(t);
+        EXPECT_FALSE(t[0].is_cuda());
+        EXPECT_TRUE(t[0].equal(at::full({3}, 1.5 * world, at::kDouble)));
+        const auto all = pg.all_gather(at::full({2}, int64_t{pg.rank()}, at::kLong));
+        ASSERT_EQ(all.size(), static_cast<size_t>(world));
+        for (int r = 0; r < world; ++r) {
+          EXPECT_FALSE(all[r].is_cuda());
+          EXPECT_TRUE(all[r].equal(at::full({2}, int64_t{r}, at::kLong)));
+        }
+        EXPECT_DOUBLE_EQ(all_reduce_sum(pg, 2.0), 2.0 * world);
+      },
+      std::chrono::seconds(60), "nccl");
 }
 
 }  // namespace

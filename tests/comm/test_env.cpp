@@ -10,7 +10,9 @@
 
 #include "comm/env.h"
 #include "common/error_file.h"
+#include "dtrain/backend.h"
 #include "dtrain/comm.h"
+#include "dtrain/config.h"
 #include "dtrain/elastic.h"
 #include "dtrain/errors.h"
 #include "support/ranks.h"
@@ -282,6 +284,43 @@ TEST_F(RecordError, WithoutAPathNothingIsWritten) {
 TEST_F(RecordError, RunWithErrorFileReturnsOneAndPassesResultsThrough) {
   EXPECT_EQ(run_with_error_file([] { return 7; }), 7);
   EXPECT_EQ(run_with_error_file([]() -> int { throw DataError("bad"); }), 1);
+}
+
+// ---- The backend rule (--backend) -------------------------------------------
+
+const c10::Device kCpu(c10::kCPU);
+const c10::Device kCuda1(c10::kCUDA, 1);
+
+TEST(ResolveBackend, AutoIsNcclOnCudaDevicesInABuildWithNcclAndGlooOtherwise) {
+  EXPECT_EQ(resolve_backend("auto", kCpu), "gloo");
+  // A CUDA-less build never fails on "auto", even for a CUDA device.
+  EXPECT_EQ(resolve_backend("auto", kCuda1), DTRAIN_HAVE_NCCL ? "nccl" : "gloo");
+}
+
+TEST(ResolveBackend, GlooIsKeptOnEveryDevice) {
+  EXPECT_EQ(resolve_backend("gloo", kCpu), "gloo");
+  EXPECT_EQ(resolve_backend("gloo", kCuda1), "gloo");
+}
+
+TEST(ResolveBackend, NcclWithoutNcclOrWithoutACudaDeviceIsAnErrorNamingBackendGloo) {
+  const std::string on_cpu = error_of([] { resolve_backend("nccl", kCpu); });
+  EXPECT_NE(on_cpu.find("use --backend gloo"), std::string::npos) << on_cpu;
+  EXPECT_EQ(on_cpu.find('\n'), std::string::npos) << on_cpu;
+  if (DTRAIN_HAVE_NCCL) {
+    EXPECT_EQ(resolve_backend("nccl", kCuda1), "nccl");
+    EXPECT_NE(on_cpu.find("the device is cpu"), std::string::npos) << on_cpu;
+  } else {
+    EXPECT_EQ(error_of([] { resolve_backend("nccl", kCuda1); }),
+              "--backend nccl needs a LibTorch built with CUDA and NCCL; this build is "
+              "CPU-only, use --backend gloo");
+  }
+  EXPECT_THROW(resolve_backend("nccl", kCpu), InvalidArgument);
+}
+
+TEST(ResolveBackend, AnUnknownNameIsAnErrorListingTheBackends) {
+  EXPECT_THROW(resolve_backend("mpi", kCpu), InvalidArgument);
+  EXPECT_EQ(error_of([] { resolve_backend("mpi", kCpu); }),
+            "unknown --backend 'mpi'; valid backends: auto, gloo, nccl");
 }
 
 }  // namespace

@@ -153,12 +153,12 @@ TEST(PsLiteClient, PushRequestIsLaidOutAsKVWorkerSendsIt) {
             bytes({0x08, 0x00, 0x20, 0x01, 0x28, 0x01, 0x30, 0x00, 0x38, 0x00, 0x40, 0x03,
                    0x4a, 0x02, 0x08, 0x09, 0x50, 0x00, 0x58, 0x18, 0x60, 0x00, 0x68, 0x00}));
   ASSERT_EQ(msg.data.size(), 2u);
-  EXPECT_EQ(msg.data[0], bytes({1, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0}));
-  EXPECT_EQ(msg.data[1], bytes({0x00, 0x00, 0xc0, 0x3f, 0x00, 0x00, 0x20, 0x40}));  // 1.5, 2.5
+  EXPECT_EQ(msg.data[0].view(), bytes({1, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0}));
+  EXPECT_EQ(msg.data[1].view(), bytes({0x00, 0x00, 0xc0, 0x3f, 0x00, 0x00, 0x20, 0x40}));  // 1.5, 2.5
   const Message second =
       pslite_request(PsLiteCall{true, false, 0, 3, 0}, slices[1], keys, vals, {});
-  EXPECT_EQ(second.data[0], bytes({0, 0, 0, 0, 0, 0, 0, 0x80}));
-  EXPECT_EQ(second.data[1], bytes({0x00, 0x00, 0x60, 0x40}));  // 3.5
+  EXPECT_EQ(second.data[0].view(), bytes({0, 0, 0, 0, 0, 0, 0, 0x80}));
+  EXPECT_EQ(second.data[1].view(), bytes({0x00, 0x00, 0x60, 0x40}));  // 3.5
 }
 
 TEST(PsLiteClient, PullRequestCarriesKeysAndAnEmptyFloatFrame) {
@@ -170,7 +170,7 @@ TEST(PsLiteClient, PullRequestCarriesKeysAndAnEmptyFloatFrame) {
             bytes({0x08, 0x07, 0x20, 0x01, 0x28, 0x00, 0x30, 0x00, 0x38, 0x00, 0x40, 0x09,
                    0x4a, 0x02, 0x08, 0x09, 0x50, 0x00, 0x58, 0x08, 0x60, 0x01, 0x68, 0x00}));
   ASSERT_EQ(msg.data.size(), 2u);
-  EXPECT_EQ(msg.data[0], bytes({4, 0, 0, 0, 0, 0, 0, 0}));
+  EXPECT_EQ(msg.data[0].view(), bytes({4, 0, 0, 0, 0, 0, 0, 0}));
   EXPECT_TRUE(msg.data[1].empty());
 }
 
@@ -185,7 +185,7 @@ TEST(PsLiteClient, PushPullWithLengthsAddsAnInt32Frame) {
             bytes({0x08, 0x00, 0x20, 0x01, 0x28, 0x01, 0x30, 0x00, 0x38, 0x00, 0x40, 0x01, 0x4a,
                    0x03, 0x08, 0x09, 0x03, 0x50, 0x00, 0x58, 0x24, 0x60, 0x01, 0x68, 0x00}));
   ASSERT_EQ(msg.data.size(), 3u);
-  EXPECT_EQ(msg.data[2], bytes({1, 0, 0, 0, 2, 0, 0, 0}));
+  EXPECT_EQ(msg.data[2].view(), bytes({1, 0, 0, 0, 2, 0, 0, 0}));
 }
 
 // What ps-lite's KVServer::Response sends for a pull: keys, FLOAT values,

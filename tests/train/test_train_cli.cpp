@@ -74,6 +74,31 @@ TEST_F(TrainCli, CudaWithoutAGpuIsAUsageErrorNamingDeviceCpu) {
   }
 }
 
+// --backend nccl where it cannot work (no GPU, or a CPU-only build) is refused
+// before any group forms, also without a launcher, by every command that has
+// the flag.
+TEST_F(TrainCli, BackendNcclWithoutAGpuIsAOneLineUsageErrorNamingBackendGloo) {
+  if (torch::cuda::is_available()) GTEST_SKIP() << "a GPU is visible";
+  for (auto [who, args] : {std::pair<std::string, std::string>{"train", "train " + data_},
+                           {"eval", "eval " + data_ + " --checkpoint x"},
+                           {"bench train", "bench train --model cnn --steps 1"},
+                           {"bench ddp", "bench ddp --steps 1"},
+                           {"bench collective", "bench collective -e 1K"}}) {
+    Shell r = dtrain_cli(args + " --backend nccl");
+    EXPECT_EQ(r.code, 2) << args << ": " << r.output;
+    EXPECT_EQ(r.output.rfind("dtrain " + who + ": error: --backend nccl needs ", 0), 0) << r.output;
+    EXPECT_NE(r.output.find("use --backend gloo\n"), std::string::npos) << r.output;
+    EXPECT_EQ(r.output.find('\n'), r.output.size() - 1) << "one line: " << r.output;
+  }
+}
+
+TEST_F(TrainCli, AnUnknownBackendIsAUsageErrorListingTheBackends) {
+  Shell r = dtrain_cli("train " + data_ + " --backend mpi");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_EQ(r.output,
+            "dtrain train: error: unknown --backend 'mpi'; valid backends: auto, gloo, nccl\n");
+}
+
 TEST_F(TrainCli, ProgressLinesEveryNStepsWithoutATerminalAndNoneWithQuiet) {
   Shell r = dtrain_cli("train " + data_ + " --epochs 1 --progress-steps 5 --progress-seconds 0");
   ASSERT_EQ(r.code, 0) << r.output;
@@ -295,6 +320,34 @@ class OnGpu : public testing::ScratchDir {
     return o;
   }
 };
+
+// What a user gets on a GPU without flags: cuda:<local rank>, NCCL, and the
+// benchmark's peak memory and TFLOP/s.
+TEST_F(OnGpu, ADefaultRunUnderDtrainRunUsesNcclOnCudaAndReportsPeakMemory) {
+  Shell r = dtrain_cli("run --nproc-per-node 1 -- " DTRAIN_BINARY_DIR
+                       "/dtrain bench train --model cnn --batch-size 8 --steps 2 "
+                       "--warmup-steps 1 --display-every 1 --json");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("Processes:   1 (nccl), device cuda:0"), std::string::npos) << r.output;
+  const size_t brace = r.output.rfind("{\"");
+  ASSERT_NE(brace, std::string::npos) << r.output;
+  const std::string json = r.output.substr(brace);
+  EXPECT_EQ(json.find("\"peak_mem_gib\":null"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"peak_mem_gib\":"), std::string::npos) << json;
+
+  r = dtrain_cli("run --nproc-per-node 1 -- " DTRAIN_BINARY_DIR "/dtrain bench collective -e 1K");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("nccl"), std::string::npos) << r.output;
+
+  // Two ranks (the DDP parameter check, metric sums and evaluation run over
+  // NCCL too: Note [CPU tensors on an NCCL group]).
+  if (torch::cuda::device_count() < 2) return;
+  r = dtrain_cli("run --nproc-per-node 2 -- " DTRAIN_BINARY_DIR "/dtrain train --model cnn " +
+                 std::string("--dataset mnist --data-dir ") + (dir_ / "data").string() +
+                 " --batch-size 8 --epochs 1 --quiet");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("epoch 1/1  train_loss "), std::string::npos) << r.output;
+}
 
 TEST_F(OnGpu, Fp16TrainingScalesTheLossAndReportsTheScale) {
   const auto history = train(options("fp16", true), ProcessGroup(), nullptr);

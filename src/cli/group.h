@@ -1,0 +1,39 @@
+#pragma once
+// How a `dtrain train`, `dtrain eval` or `dtrain bench` worker joins its
+// process group: the launcher's variables (env://), this rank's device, and
+// the collective backend that follows from it (--backend, Note [Choosing the
+// backend] in src/comm/process_group.cpp).
+
+#include <chrono>
+#include <string>
+
+#include "dtrain/comm.h"
+
+namespace CLI {
+class App;
+}
+
+namespace dtrain::cli {
+
+/// Adds `--backend auto|gloo|nccl` (default "auto": NCCL when the rank's
+/// device is CUDA and the build has NCCL, else Gloo), stored in `backend`.
+void add_backend_flag(CLI::App* cmd, std::string& backend);
+
+/// Resolves env:// (resolve_init_options), picks this rank's device from
+/// `device` (pick_device, dtrain/train.h: a CUDA device becomes the current
+/// one) and the backend from `backend` and that device (resolve_backend,
+/// dtrain/backend.h), then forms the
+/// group with `timeout` per collective; without a launcher's variables the
+/// single-process group. Bad names throw InvalidArgument before any peer is
+/// contacted, also without a launcher. Blocks until every rank joined (the
+/// store timeout bounds it).
+ProcessGroup join_group(const std::string& backend, const std::string& device,
+                        std::chrono::milliseconds timeout = InitOptions{}.timeout);
+
+/// What join_group forms the group with (the same steps, without forming
+/// it): for callers that form it another way, e.g. join_training_group
+/// (commands.h) in an MXJob pod.
+InitOptions group_options(const std::string& backend, const std::string& device,
+                          std::chrono::milliseconds timeout = InitOptions{}.timeout);
+
+}  // namespace dtrain::cli
