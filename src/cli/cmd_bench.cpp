@@ -177,8 +177,8 @@ void add_train(CLI::App& bench, int* exit_code) {
       // With only DMLC_* (an MXJob pod) the kvstore ranks the group; it
       // unwinds with `o` on an error (cmd_train.cpp does the same).
       TrainBenchOptions o = f->o;
-      ProcessGroup pg = join_training_group(o.kvstore, KVStoreOptions{},
-                                            group_options(f->backend, o.device), &o.kvstore_instance);
+      ProcessGroup pg = join_training_group(
+          o.kvstore, KVStoreOptions{}, group_options(f->backend, o.device), &o.kvstore_instance);
       TrainBenchResult r = run_train_bench(o, pg, [](const std::string& line) {
         std::printf("%s\n", line.c_str());
         std::fflush(stdout);

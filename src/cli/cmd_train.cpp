@@ -129,8 +129,8 @@ int run_train(const TrainFlags& f) {
     // With only DMLC_* (an MXJob pod) the kvstore is opened here and ranks
     // the group; train() then uses it (and the store unwinds with `o`).
     ProcessGroup pg = join_training_group(
-        o.kvstore, o.kvstore_options, group_options(f.group.backend, o.device, group_timeout(f.group)),
-        &o.kvstore_instance);
+        o.kvstore, o.kvstore_options,
+        group_options(f.group.backend, o.device, group_timeout(f.group)), &o.kvstore_instance);
     train(o, pg, &std::cout);
     return 0;
   } catch (const InvalidArgument& e) {

@@ -72,9 +72,10 @@ class LocalKVStore : public KVStore {
   }
   uint64_t pull_optimizer_state(int key, Values momentum) override {
     need(key, momentum.count, "pull_optimizer_state");
-    data(key, nullptr, &momentum, "pull_optimizer_state", kRequestOptimizerState);
+    const std::string body =
+        data(key, nullptr, &momentum, "pull_optimizer_state", kRequestOptimizerState);
     long long updates = 0;
-    parse_int(reply_.meta.body, &updates);  // the in-process server wrote it
+    parse_int(body, &updates);  // the in-process server wrote it
     return static_cast<uint64_t>(updates);
   }
   void push_optimizer_state(int key, ConstValues momentum, uint64_t updates) override {
@@ -98,8 +99,9 @@ class LocalKVStore : public KVStore {
           cat(op, " of key ", key, " with ", count, " values; it holds ", v->size()));
     }
   }
-  void data(int key, const ConstValues* push, Values* pull, const char* op, int request_type = 0,
-            const std::string& body = "") {
+  // Returns the reply's body.
+  std::string data(int key, const ConstValues* push, Values* pull, const char* op,
+                   int request_type = 0, const std::string& body = "") {
     const KVDType dtype = push ? push->dtype : pull->dtype;
     const size_t esize = dtype == KVDType::kFloat16 ? 2 : 4;
     const uint64_t ps_key = static_cast<uint64_t>(key);
@@ -121,7 +123,9 @@ class LocalKVStore : public KVStore {
     }
     call(m, cat(op, " of key ", key));
     if (pull) std::memcpy(pull->data, reply_.data.at(1).data(), pull->count * esize);
+    std::string reply_body = std::move(reply_.meta.body);
     reply_ = Message();  // releases the stored value (Note [Replies share the stored value])
+    return reply_body;
   }
   void call(Message& m, const std::string& what) {
     m.meta.request = true;

@@ -154,7 +154,8 @@ TEST(PsLiteClient, PushRequestIsLaidOutAsKVWorkerSendsIt) {
                    0x4a, 0x02, 0x08, 0x09, 0x50, 0x00, 0x58, 0x18, 0x60, 0x00, 0x68, 0x00}));
   ASSERT_EQ(msg.data.size(), 2u);
   EXPECT_EQ(msg.data[0].view(), bytes({1, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0}));
-  EXPECT_EQ(msg.data[1].view(), bytes({0x00, 0x00, 0xc0, 0x3f, 0x00, 0x00, 0x20, 0x40}));  // 1.5, 2.5
+  EXPECT_EQ(msg.data[1].view(),
+            bytes({0x00, 0x00, 0xc0, 0x3f, 0x00, 0x00, 0x20, 0x40}));  // 1.5, 2.5
   const Message second =
       pslite_request(PsLiteCall{true, false, 0, 3, 0}, slices[1], keys, vals, {});
   EXPECT_EQ(second.data[0].view(), bytes({0, 0, 0, 0, 0, 0, 0, 0x80}));
