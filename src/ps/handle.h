@@ -4,6 +4,7 @@
 
 #include <condition_variable>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <string>
 
@@ -33,5 +34,19 @@ struct KVHandle::State {
     cv.notify_all();
   }
 };
+
+/// Fails every request in `pending` (timestamp -> a request with a
+/// `std::shared_ptr<KVHandle::State> state`) with `why`, taking them out
+/// under `mu` and failing them after it is released: the workers' response to
+/// a dead node (Endpoint's failure callback).
+template <typename Request>
+void fail_pending(std::mutex& mu, std::map<int, Request>& pending, const std::string& why) {
+  std::map<int, Request> failed;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    failed.swap(pending);
+  }
+  for (auto& [ts, req] : failed) req.state->fail(req.state->what + ": " + why, true);
+}
 
 }  // namespace dtrain

@@ -208,14 +208,7 @@ class PsLiteWorkerImpl : public PsLiteWorker {
     state->cv.notify_all();
   }
 
-  void fail_all(const std::string& why) {
-    std::map<int, Request> pending;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      pending.swap(pending_);
-    }
-    for (auto& [ts, req] : pending) req.state->fail(cat(req.state->what, ": ", why), true);
-  }
+  void fail_all(const std::string& why) { fail_pending(mu_, pending_, why); }
 
   JobConfig config_;
   Millis timeout_;

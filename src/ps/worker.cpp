@@ -479,14 +479,7 @@ class DistKVStore : public KVStore {
     return cat("a pull response for an unexpected key ", ps_key);
   }
 
-  void fail_all(const std::string& why) {
-    std::map<int, Request> pending;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      pending.swap(pending_);
-    }
-    for (auto& [ts, req] : pending) req.state->fail(cat(req.state->what, ": ", why), true);
-  }
+  void fail_all(const std::string& why) { fail_pending(mu_, pending_, why); }
 
   JobConfig config_;
   bool sync_;
