@@ -94,7 +94,9 @@ void add_ddp(CLI::App& bench, int* exit_code) {
   cmd->add_option("--timeline", f->o.timeline,
                   "Chrome trace per rank (FILE.rank<r>.json, or {rank} in FILE); join with 'dtrain "
                   "timeline merge'");
-  add_backend_flag(cmd, f->backend);  // the model runs on the CPU: auto is gloo
+  add_backend_flag(cmd, f->backend,
+                   "Collective backend: auto or gloo (the model runs on the CPU, so nccl is "
+                   "refused)");
   cmd->add_flag("--json", f->json, "Print one JSON object (rank 0)");
   cmd->callback([f, exit_code] {
     *exit_code = with_group("ddp", f->backend, "cpu", [&](const ProcessGroup& pg) {

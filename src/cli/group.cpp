@@ -9,10 +9,12 @@
 
 namespace dtrain::cli {
 
-void add_backend_flag(CLI::App* cmd, std::string& backend) {
+void add_backend_flag(CLI::App* cmd, std::string& backend, const std::string& help) {
   cmd->add_option("--backend", backend,
-                  "Collective backend: " + join(backend_names(), ", ") +
-                      " (auto: nccl when the device is CUDA and this build has NCCL, else gloo)")
+                  !help.empty() ? help
+                                : "Collective backend: " + join(backend_names(), ", ") +
+                                      " (auto: nccl when the device is CUDA and this build has "
+                                      "NCCL, else gloo)")
       ->capture_default_str();
 }
 

@@ -17,7 +17,8 @@ namespace dtrain::cli {
 
 /// Adds `--backend auto|gloo|nccl` (default "auto": NCCL when the rank's
 /// device is CUDA and the build has NCCL, else Gloo), stored in `backend`.
-void add_backend_flag(CLI::App* cmd, std::string& backend);
+/// `help` replaces the description where a command allows less (bench ddp).
+void add_backend_flag(CLI::App* cmd, std::string& backend, const std::string& help = "");
 
 /// Resolves env:// (resolve_init_options), picks this rank's device from
 /// `device` (pick_device, dtrain/train.h: a CUDA device becomes the current

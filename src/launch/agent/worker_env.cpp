@@ -16,9 +16,7 @@
 extern char** environ;
 
 namespace dtrain::detail {
-namespace {
 
-/// `base` with `vars` set: entries with the same names are replaced.
 std::vector<std::string> set_variables(const std::vector<std::string>& base,
                                        const std::map<std::string, std::string>& vars) {
   std::vector<std::string> env;
@@ -31,8 +29,6 @@ std::vector<std::string> set_variables(const std::vector<std::string>& base,
   for (const auto& [key, value] : vars) env.push_back(cat(key, "=", value));
   return env;
 }
-
-}  // namespace
 
 std::optional<std::string> env_value(const std::vector<std::string>& env, const std::string& key) {
   for (const auto& entry : env) {

@@ -4,6 +4,7 @@
 // Pure functions over "KEY=VALUE" lists, apart from current_environment() and
 // pick_free_port(). Torch-free.
 
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -73,5 +74,9 @@ int pick_free_port();
 
 /// This process's environment as "KEY=VALUE" entries.
 std::vector<std::string> current_environment();
+
+/// `base` with `vars` set: entries with the same names are replaced.
+std::vector<std::string> set_variables(const std::vector<std::string>& base,
+                                       const std::map<std::string, std::string>& vars);
 
 }  // namespace dtrain::detail

@@ -10,6 +10,7 @@
 
 #include "common/fd.h"
 #include "common/strings.h"
+#include "launch/agent/worker_env.h"
 #include "launch/process/signal_watch.h"
 
 namespace dtrain::detail {
@@ -122,20 +123,16 @@ void WorkerGroup::start(std::vector<WorkerSpec> specs) {
 // terminal; under the launcher its stdout is a pipe to a LineRelay. So when
 // the launcher's own stdout is a terminal it tells the workers so with
 // DTRAIN_STDOUT_IS_TTY=1 (rank 0 then redraws in place, as it would on the
-// terminal itself), and its relays pass carriage returns through with the
-// rank's tag (LineRelay's pass_redraws), as torchrun users see a tqdm bar.
+// terminal itself; otherwise it sets 0, so a value inherited from an outer
+// launcher never makes a worker whose output is a file or pipe redraw), and
+// its relays pass carriage returns through with the
+// rank's tag (LineRelay's `terminal` argument, TerminalLine), as torchrun users see a tqdm bar.
 constexpr const char* kStdoutIsTty = "DTRAIN_STDOUT_IS_TTY";
 
 void WorkerGroup::start_process(Worker& w) {
   WorkerSpec spec = w.spec;
-  if (options_.stdout_fd >= 0 && ::isatty(options_.stdout_fd) == 1) {
-    auto& env = spec.process.env;
-    const std::string key = cat(kStdoutIsTty, "=");
-    env.erase(std::remove_if(env.begin(), env.end(),
-                             [&](const std::string& e) { return e.rfind(key, 0) == 0; }),
-              env.end());
-    env.push_back(key + "1");
-  }
+  const bool tty = options_.stdout_fd >= 0 && ::isatty(options_.stdout_fd) == 1;
+  spec.process.env = set_variables(spec.process.env, {{kStdoutIsTty, tty ? "1" : "0"}});
   std::string prefix = spec.role == "worker"      ? cat("[rank", spec.rank, "]: ")
                        : spec.role == "scheduler" ? std::string("[scheduler]: ")
                                                   : cat("[", spec.role, spec.rank, "]: ");
