@@ -23,10 +23,10 @@
 //
 // Thread safety: a PsLiteWorker may be used from one thread at a time;
 // handles may be waited on from any thread. Blocking: every call that waits
-// has a deadline (KVStoreOptions::timeout; close() is bounded by failure
-// detection as KVStore::close is) and fails with TimeoutError naming the
-// operation, PeerLostError naming a dead node, or DistError with a server's
-// refusal or a malformed answer.
+// has a deadline (KVStoreOptions::timeout; close() by failure detection and
+// finalize_timeout + the heartbeat timeout, as KVStore::close) and fails with TimeoutError naming
+// the operation, PeerLostError naming a dead node, or DistError with a server's refusal or a
+// malformed answer.
 
 #include <chrono>
 #include <cstdint>

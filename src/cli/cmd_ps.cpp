@@ -115,7 +115,8 @@ void add_ps_command(CLI::App& root, int* exit_code) {
     sub->add_option("--finalize-timeout", f->finalize_timeout,
                     "Scheduler: seconds the job's end waits, after the first worker closed, for "
                     "every other node to close before failing naming them; PS_FINALIZE_TIMEOUT "
-                    "overrides")
+                    "overrides; workers bound their own wait by PS_FINALIZE_TIMEOUT (default "
+                    "600), so give them at least this value")
         ->capture_default_str()
         ->check(CLI::PositiveNumber);
     const std::string r = role;

@@ -479,6 +479,7 @@ void Endpoint::try_release(int group, int app_id, int customer_id) {
   barrier_count_[group] = 0;
   barrier_senders_[group].clear();
   if (group == kAllGroups && ++all_barriers_done_ == 2) {
+    first_in_final_ = kEmpty;  // released: no deadline to watch
     // The final barrier: the job is ending, silence is no longer death.
     std::lock_guard<std::mutex> lock(mu_);
     finished_ = true;
@@ -557,6 +558,21 @@ void Endpoint::periodic(Clock::time_point now) {
   if (options_.recovery()) check_recovery(now);
 }
 
+void Endpoint::final_barrier() {
+  const Millis bound = options_.finalize_timeout >= Millis::max() - options_.heartbeat_timeout
+                           ? Millis::max()
+                           : options_.finalize_timeout + options_.heartbeat_timeout;
+  try {
+    barrier(kAllGroups, bound);
+  } catch (const TimeoutError&) {
+    check_failure();  // the scheduler's verdict, naming the late nodes
+    throw TimeoutError(cat(describe(), ": the job's final barrier did not complete within ",
+                           seconds(bound),
+                           " s: another node has not called close() and the scheduler did not "
+                           "say which (PS_FINALIZE_TIMEOUT)"));
+  }
+}
+
 // Note [Final barrier deadline].
 bool Endpoint::final_barrier_expired(Clock::time_point now) {
   if (first_in_final_ == kEmpty || now < final_deadline_) return false;
@@ -565,7 +581,7 @@ bool Endpoint::final_barrier_expired(Clock::time_point now) {
   for (int id : group_ids(kAllGroups)) {
     if (!arrived.count(id)) late.push_back(describe(id));
   }
-  if (late.empty()) return false;  // released at the last arrival
+  if (late.empty()) return false;  // defensive: a release resets first_in_final_
   terminate_job(
       kEmpty,
       cat("the job's end timed out: ", join(late, ", "), late.size() == 1 ? " has" : " have",

@@ -175,6 +175,12 @@ class Endpoint {
   /// deadline]). One barrier at a time per node.
   void barrier(int group, Millis timeout);
 
+  /// Worker: the job's final barrier (ps-lite's Finalize), bounded by
+  /// finalize_timeout + heartbeat_timeout even when the scheduler sets no
+  /// deadline (ps-lite's); TimeoutError names the late nodes when the
+  /// scheduler did, else says it did not.
+  void final_barrier();
+
   /// Worker: tells the scheduler this worker has finished, so the remaining
   /// workers' barriers no longer wait for it (Note [Leaving early]). The
   /// worker must still join the final barrier of all groups.

@@ -122,8 +122,8 @@ struct Meta {
 // may sit at any address (ZeroMQ packs small received messages into one
 // buffer): read multi-byte values with memcpy, never through a cast pointer.
 // Owners must not change the bytes while a Frame may still be sent: a
-// worker's pushed array until its handle completes (dtrain/kvstore.h), the
-// server's stored values by copy-on-write (Note [Replies share the stored
+// worker's push buffer (the copy made at the call, Note [Pushed arrays] in
+// worker.cpp), the server's stored values by copy-on-write (Note [Replies share the stored
 // value] in server.cpp).
 
 /// The bytes of one data frame, shared (Note [Frames share their bytes]).

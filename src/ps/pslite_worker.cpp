@@ -5,7 +5,7 @@
 // Note [ps-lite client requests]
 // A call slices its keys by the servers' ranges and sends one message per
 // non-empty slice, all with one fresh timestamp; the request is registered
-// before anything is sent, so no answer can miss it. The receive thread
+// before anything is sent, so no answer can miss it. The handler thread
 // files each server's answer (a server answering twice, or one not asked,
 // is ignored; a dtrain server's refusal fails the call with its text) and,
 // with the last one, assembles a pull's values into the caller's vectors
@@ -87,8 +87,8 @@ class PsLiteWorkerImpl : public PsLiteWorker {
     if (closed_) return;
     closed_ = true;
     node_.check_failure();
-    node_.leave_worker_group();                // a plain heartbeat to ps-lite's scheduler
-    node_.barrier(kAllGroups, Millis::max());  // ps-lite's Finalize; failure-detected
+    node_.leave_worker_group();  // a plain heartbeat to ps-lite's scheduler
+    node_.final_barrier();       // ps-lite's Finalize, bounded
     node_.finish();
   }
 
@@ -164,7 +164,7 @@ class PsLiteWorkerImpl : public PsLiteWorker {
     return cat(slices.size() == 1 ? "server " : "servers ", ranks);
   }
 
-  // The receive thread: Note [ps-lite client requests].
+  // The handler thread: Note [ps-lite client requests].
   void on_answer(Message& msg) {
     const Meta& m = msg.meta;
     if (m.request || m.simple_app || !is_server_id(m.sender)) return;
@@ -215,7 +215,7 @@ class PsLiteWorkerImpl : public PsLiteWorker {
   bool closed_ = false;
   std::mutex mu_;  // guards pending_
   std::map<int, Request> pending_;
-  Endpoint node_;  // last: its receive thread ends before the members above go
+  Endpoint node_;  // last: its threads end before the members above go
 };
 
 }  // namespace

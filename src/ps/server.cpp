@@ -89,13 +89,18 @@ bool push_lengths_ok(const Message& msg, size_t keys, std::vector<int32_t>* lens
          static_cast<size_t>(lens->back()) == msg.data[1].size();
 }
 
+// "" when `bytes` is a whole number of `dtype` values, else why not.
+std::string values_size_error(const Frame& bytes, int dtype, int key) {
+  const size_t elem = dtype_size(dtype);
+  if (bytes.size() % elem == 0) return "";
+  return cat("key ", key, ": ", bytes.size(), " bytes is not a whole number of ",
+             elem == 2 ? "float16" : "float32", " values");
+}
+
 // A default push's values as fp32; "" or why not.
 std::string push_values(const Frame& bytes, int dtype, int key, std::vector<float>* out) {
+  if (std::string why = values_size_error(bytes, dtype, key); !why.empty()) return why;
   const size_t elem = dtype_size(dtype);
-  if (bytes.size() % elem != 0) {
-    return cat("key ", key, ": ", bytes.size(), " bytes is not a whole number of ",
-               elem == 2 ? "float16" : "float32", " values");
-  }
   out->resize(bytes.size() / elem);
   to_float(bytes.data(), out->size(), dtype, out->data());
   return "";
@@ -339,12 +344,10 @@ void KVServer::handle_mxnet(const Message& msg) {
                        reinterpret_cast<const char*>(recved.data()), recved.size());
   }
   if (keys.size() != 1) return refuse(m, "a default push carries one key");
-  const size_t elem = dtype_size(dtype);
-  if (msg.data[1].size() % elem != 0) {
-    return refuse(m, cat("key ", key, ": ", msg.data[1].size(), " bytes is not a whole number of ",
-                         elem == 2 ? "float16" : "float32", " values"));
+  if (std::string why = values_size_error(msg.data[1], dtype, key); !why.empty()) {
+    return refuse(m, why);
   }
-  accept_push(m, key, ps_key, dtype, msg.data[1].data(), msg.data[1].size() / elem);
+  accept_push(m, key, ps_key, dtype, msg.data[1].data(), msg.data[1].size() / dtype_size(dtype));
 }
 
 // Note [Optimizer state] (server.h).

@@ -201,19 +201,7 @@ class DistKVStore : public KVStore {
     }
     node_.leave_worker_group();
     if (rank() == 0) command(ServerCommand::kStopServer, "");  // MXNet's servers need it
-    const NodeOptions& o = config_.node;
-    const Millis bound = o.finalize_timeout >= Millis::max() - o.heartbeat_timeout
-                             ? Millis::max()
-                             : o.finalize_timeout + o.heartbeat_timeout;
-    try {
-      node_.barrier(kAllGroups, bound);
-    } catch (const TimeoutError&) {
-      node_.check_failure();  // the scheduler's verdict, naming the late nodes
-      throw TimeoutError(cat(node_.describe(), ": the job's final barrier did not complete within ",
-                             seconds(bound),
-                             " s: another node has not called close() and the scheduler did not "
-                             "say which (PS_FINALIZE_TIMEOUT)"));
-    }
+    node_.final_barrier();  // bounded (Note [Final barrier deadline])
     node_.finish();
   }
 
