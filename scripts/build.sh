@@ -22,6 +22,9 @@ setup_ccache() {
   # Without pch_defines,time_macros ccache refuses every compile that uses the
   # precompiled LibTorch header ("could not use precompiled header").
   export CCACHE_SLOPPINESS="${CCACHE_SLOPPINESS:-pch_defines,time_macros,include_file_mtime,include_file_ctime}"
+  # Paths relative to the checkout, so another checkout (a git worktree) of
+  # the same sources hits the same cache entries.
+  export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$REPO_ROOT}"
   if command -v ccache >/dev/null 2>&1; then
     mkdir -p "$CCACHE_DIR"
     ccache --max-size=5G >/dev/null
