@@ -42,7 +42,7 @@ readonly RUN_PACKAGES=(
   python3-jsonschema python3-yaml
   hyperfine iproute2 procps etcd-server openmpi-bin libopenmpi-dev python3-venv
   python3-protobuf protobuf-compiler python3-pip prometheus
-  # chromium, python3-pil: tests/bench renders the scaling plot's SVG in a real
+  # chromium, python3-pil: tests/measure renders the scaling plot's SVG in a real
   # browser (headless) and checks the PNG's pixels at the plotted points.
   chromium python3-pil
 )

@@ -132,7 +132,7 @@ struct TrainBenchResult {
 /// `in_channels` x `image_size` x `image_size` image: those of every
 /// convolution and fully connected layer, counted from the shapes of the
 /// operators the forward runs (Note [Counting MACs with RecordFunction] in
-/// src/bench/flops.cpp); bias additions, normalisation, activations and
+/// src/measure/flops.cpp); bias additions, normalisation, activations and
 /// pooling are left out, as in torchvision's "GFLOPS" column (ResNet-50 at
 /// 224 px: 4.09 G). FLOPs are 2 x MACs; a training step (forward and
 /// backward) about 3 x the forward's. Runs one forward of a batch of one
@@ -330,7 +330,7 @@ int64_t parse_byte_size(const std::string& text);
 
 /// Times the collective for each size, out-of-place and in-place, and checks
 /// the results (see Note [Collectives as nccl-tests runs them] in
-/// src/bench/collective_bench.cpp). Collective. Throws InvalidArgument for an
+/// src/measure/collective_bench.cpp). Collective. Throws InvalidArgument for an
 /// unknown op, type or reduction, a bad size range or root.
 std::vector<CollectiveBenchRow> run_collective_bench(const CollectiveBenchOptions& options,
                                                      const ProcessGroup& pg);

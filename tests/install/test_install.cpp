@@ -34,7 +34,7 @@ const fs::path kExamplesBuild = kWork / "examples-build";
 
 const std::vector<std::string> kComponents = {"common",  "comm",   "ddp",   "amp",
                                               "data",    "models", "train", "launch",
-                                              "observe", "bench",  "ps",    "ps_torch"};
+                                              "observe", "measure", "ps",    "ps_torch"};
 const std::vector<std::string> kExamples = {"quickstart",        "amp",
                                             "custom_model",      "horovod_optimizer",
                                             "checkpoint_resume", "parameter_server"};

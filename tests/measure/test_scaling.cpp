@@ -66,7 +66,7 @@ TEST(Scaling, SvgIsWellFormedAndItsPointsEqualTheJson) {
   std::string out;
   {
     FILE* p = ::popen(
-        ("/usr/bin/python3 " DTRAIN_SOURCE_DIR "/tests/bench/svg_points.py " + svg).c_str(), "r");
+        ("/usr/bin/python3 " DTRAIN_SOURCE_DIR "/tests/measure/svg_points.py " + svg).c_str(), "r");
     char buf[4096];
     size_t n = 0;
     while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
@@ -111,7 +111,7 @@ TEST(Scaling, SvgRendersInHeadlessChromiumWithEveryPointWhereTheSvgPutsIt) {
   {
     FILE* p = ::popen(("HOME=" + std::string(dir) +
                        " timeout -k 5 120 /usr/bin/python3 " DTRAIN_SOURCE_DIR
-                       "/tests/bench/svg_render_check.py " +
+                       "/tests/measure/svg_render_check.py " +
                        svg + " " + chromium + " " + dir + "/scaling.png")
                           .c_str(),
                       "r");
