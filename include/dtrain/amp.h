@@ -62,6 +62,21 @@ class DistributedOptimizer;
 
 // ---- Autocast ---------------------------------------------------------------
 
+/// Mixed precision of a training run (TrainOptions::amp): none, autocast to
+/// bfloat16, or autocast to float16 with dynamic loss scaling.
+enum class AmpMode { kNone, kBf16, kFp16 };
+
+/// "none", "bf16", "fp16".
+std::string to_string(AmpMode mode);
+
+/// The mode to_string() spells `name` as; throws InvalidArgument naming the
+/// value and listing the valid ones otherwise.
+AmpMode parse_amp_mode(const std::string& name);
+
+/// The autocast dtype of `mode`: kBFloat16, kHalf; kNone has none (throws
+/// InvalidArgument).
+at::ScalarType amp_dtype(AmpMode mode);
+
 /// The autocast dtype named by a --amp value: "bf16" -> kBFloat16, "fp16" ->
 /// kHalf. Throws InvalidArgument naming the value and the valid ones
 /// otherwise ("none" is the caller's business: no autocast at all).

@@ -13,6 +13,7 @@
 
 #include "dtrain/comm.h"
 #include "dtrain/kvstore.h"
+#include "dtrain/train.h"
 
 namespace dtrain {
 
@@ -59,49 +60,35 @@ struct DdpBenchResult {
 DdpBenchResult run_ddp_bench(const DdpBenchOptions& options, const ProcessGroup& pg);
 std::string to_json(const DdpBenchResult& r);
 
-/// `dtrain bench train`: tf_cnn_benchmarks' method on synthetic data. Every
-/// step is a full training step (forward, cross-entropy, backward through
-/// DistributedDataParallel, SGD with momentum 0.9) on one random batch made
-/// on the device once, with fixed labels.
+/// `dtrain bench train`: tf_cnn_benchmarks' method, run by train()
+/// (dtrain/train.h), the loop `dtrain train` runs: every step is a whole
+/// training step of TrainOptions (forward, loss, backward through
+/// DistributedDataParallel or a kvstore, the optimizer; AMP, channels-last,
+/// observers as configured) on the "synthetic" dataset: one random batch made
+/// on the device once, with fixed labels. The same options and seed in
+/// `dtrain train --dataset synthetic` take the same steps.
 struct TrainBenchOptions {
-  /// Any make_model() name; "cnn" takes 1-channel inputs, the others 3.
-  std::string model = "resnet18";
-  int64_t batch_size = 32;  ///< per process
-  /// Input height/width; 0: 28 for cnn, 224 otherwise.
+  /// The training run. Defaults: resnet18, 32 samples per process, SGD with
+  /// lr 0.01 and momentum 0.9 (OptimizerOptions' defaults), seed 0. The
+  /// benchmark sets these fields itself: dataset (synthetic, image_size x
+  /// image_size, num_classes, (warmup_steps + steps) x accumulation_steps
+  /// batches per rank), epochs (1), evaluate_every_epoch (false),
+  /// eval_batch_size (1), checkpoints (none), log_run (false) and progress
+  /// (none); a step_observer already set is called before the benchmark's
+  /// own. Steps are optimizer steps.
+  TrainOptions train = TrainOptions().set_model("resnet18").set_batch_size(32);
+  /// Input height/width; 0: 28 for cnn (1 channel), 224 otherwise (3).
   int64_t image_size = 0;
   int64_t num_classes = 1000;
-  int threads = 0;  ///< intra-op threads (0: LibTorch default)
-  /// "none", "bf16" or "fp16" (autocast; fp16 adds a GradScaler, and needs
-  /// CUDA: on the CPU it is an InvalidArgument naming bf16).
-  std::string amp = "none";
-  /// Model weights and inputs in channels_last (NHWC) memory format.
-  bool channels_last = false;
-  int steps = 100;              ///< timed steps
-  int warmup_steps = 10;        ///< untimed steps before them
-  int display_every = 10;       ///< progress line every N timed steps (rank 0)
-  std::string device = "auto";  ///< pick_device() in dtrain/train.h
-  /// Rank 0 writes images_per_sec, loss and loss_scale scalars there every
-  /// tensorboard_every timed steps; empty: none.
-  std::string tensorboard;
-  int tensorboard_every = 10;
-  /// Chrome trace per rank, as DdpBenchOptions::timeline; empty: none.
-  std::string timeline;
-  /// Gradients through a parameter server instead of DDP's allreduce
-  /// (TrainOptions::kvstore, dtrain/train.h): empty, "local", "dist_sync",
-  /// "dist_async" or "dist_device_sync"; with DMLC_ROLE=scheduler or server
-  /// the call serves that role and exits the process.
-  std::string kvstore;
-  /// TrainOptions::kvstore_optimizer: "auto", "worker" or "server" (SGD with
-  /// lr 0.01 and momentum 0.9 on the servers).
-  std::string kvstore_optimizer = "auto";
-  /// TrainOptions::kvstore_instance: a store already open (null: opened).
-  std::shared_ptr<KVStore> kvstore_instance;
-  /// Prometheus endpoint per rank on metrics_port + local rank, as
-  /// TrainOptions::metrics_port (0: a free port, printed; -1: none): every
-  /// step is recorded, the loss as last read at a display step.
-  int metrics_port = -1;
-  std::string metrics_host = "0.0.0.0";
+  int steps = 100;         ///< timed steps
+  int warmup_steps = 10;   ///< untimed steps before them
+  int display_every = 10;  ///< progress line every N timed steps (rank 0)
 };
+
+/// The TrainOptions run_train_bench() passes to train() for a group of
+/// `world_size` ranks (the fields TrainBenchOptions::train lists set, without
+/// the step observer).
+TrainOptions train_options_for(const TrainBenchOptions& options, int world_size);
 
 struct TrainBenchResult {
   TrainBenchOptions options;  ///< with image_size resolved
@@ -111,7 +98,7 @@ struct TrainBenchResult {
   /// steps, the time averaged over ranks (tf_cnn_benchmarks' "total").
   double images_per_sec = 0;
   double step_ms = 0;     ///< mean timed step, averaged over ranks
-  double final_loss = 0;  ///< rank 0's last loss
+  double final_loss = 0;  ///< rank 0's loss of the last step
   double loss_scale = 1;  ///< GradScaler's scale at the end (1: none)
   /// Multiply-accumulates of one image's forward pass (forward_macs() in
   /// dtrain/models.h: convolutions and linear layers).
@@ -145,16 +132,18 @@ int64_t forward_macs(ImageClassifier& model, int64_t in_channels, int64_t image_
 /// One progress line, for the caller to print (rank 0 only).
 using TrainBenchPrinter = std::function<void(const std::string& line)>;
 
-/// Runs `dtrain bench train`. Collective: every rank of `pg` must call it with
-/// the same options. `print` (may be empty) gets rank 0's tf_cnn_benchmarks-
-/// style lines: a header, "Step\tImg/sec\ttotal_loss", one line per
-/// display_every steps whose images/sec is the total over ranks, and the
-/// final "total images/sec: X" between dashed rules, then "achieved TFLOP/s:
-/// X (...)" and "peak GPU memory: X GiB of Y GiB (...)" ("n/a (cpu)" on the
-/// CPU). Throws InvalidArgument
-/// for bad sizes, an unknown model (with the list), an amp/device combination
-/// autocast cannot do, a TensorBoard directory that cannot be created, or a
-/// metrics port in use, before any step runs.
+/// Runs `dtrain bench train` through train(). Collective: every rank of `pg`
+/// must call it with the same options. `print` (may be empty) gets rank 0's
+/// tf_cnn_benchmarks-style lines: a header, "Step\tImg/sec\ttotal_loss", one
+/// line per display_every steps whose images/sec is the total over ranks,
+/// and the final "total images/sec: X" between dashed rules, then "achieved
+/// TFLOP/s: X (...)" and "peak GPU memory: X GiB of Y GiB (...)" ("n/a (cpu)"
+/// on the CPU). The observers of options.train (TensorBoard, timeline,
+/// metrics endpoint, whose address every rank prints to stdout) are train()'s.
+/// Throws InvalidArgument naming the TrainBenchOptions field for bad steps,
+/// sizes or classes, and as train() for the rest (an unknown model, an
+/// amp/device combination autocast cannot do, a TensorBoard directory that
+/// cannot be created, a metrics port in use), before any step runs.
 TrainBenchResult run_train_bench(const TrainBenchOptions& options, const ProcessGroup& pg,
                                  const TrainBenchPrinter& print = {});
 /// {"impl": "dtrain", "bench": "train", "model", "world_size", "batch_size",

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
 
 #include "dtrain/options.h"
 #include "dtrain/sampler.h"
@@ -206,6 +207,12 @@ struct DatasetOptions {
   /// the uint8 output). Datasets stored as floats (fashion-mnist, mnist,
   /// synthetic) ignore it. dtrain::train() sets it on CUDA devices.
   bool uint8_inputs = false;
+  /// Where a dataset that makes its samples (synthetic) keeps them: its
+  /// batches are made once and handed out on this device, so a step copies
+  /// nothing (tf_cnn_benchmarks' synthetic data). Datasets read from files
+  /// ignore it: their batches are on the CPU and the caller copies them.
+  /// dtrain::train() sets it to the rank's device.
+  c10::Device device = c10::kCPU;
 
   DTRAIN_SETTER(DatasetOptions, name)
   DTRAIN_SETTER(DatasetOptions, data_dir)
@@ -214,6 +221,7 @@ struct DatasetOptions {
   DTRAIN_SETTER(DatasetOptions, strict)
   DTRAIN_SETTER(DatasetOptions, image_size)
   DTRAIN_SETTER(DatasetOptions, uint8_inputs)
+  DTRAIN_SETTER(DatasetOptions, device)
 };
 
 /// Opens a dataset by name with each split shared among the ranks of `pg`

@@ -152,8 +152,12 @@ std::shared_ptr<CommHook> allreduce_hook();
 std::shared_ptr<CommHook> fp16_compress_hook();
 /// The same with bfloat16 (fp32's range, 8 bits of mantissa).
 std::shared_ptr<CommHook> bf16_compress_hook();
-/// Hook by name: "none"/"allreduce", "fp16", "bf16". Throws InvalidArgument.
+/// Hook by name: one of comm_hook_names() ("allreduce" is also "none").
+/// Throws InvalidArgument naming the value and listing the names. The one
+/// place hook names are spelled: the CLI's --comm-hook takes these.
 std::shared_ptr<CommHook> comm_hook_by_name(const std::string& name);
+/// The names comm_hook_by_name() takes: "none", "fp16", "bf16".
+std::vector<std::string> comm_hook_names();
 
 /// One bucket's reduction in one backward pass, as the reducer timed it (the
 /// times DdpStats' communication figures are derived from). For observers

@@ -319,10 +319,13 @@ class ImageLoader : public Loader {
 };
 
 /// Inputs of a fixed random batch set, generated once: costs nothing per step
-/// (tf_cnn_benchmarks --synthetic). `samples` per epoch, values ~ N(0, 1).
+/// (tf_cnn_benchmarks --synthetic). `samples` per epoch, values ~ N(0, 1),
+/// made on the CPU from the seed and rank (the same values on every device)
+/// and handed out on `device`.
 std::unique_ptr<Loader> make_synthetic_loader(std::vector<int64_t> sample_shape,
                                               int64_t num_classes, int64_t samples,
-                                              const LoaderOptions& options);
+                                              const LoaderOptions& options,
+                                              c10::Device device = c10::kCPU);
 
 // ---- Preparation (`dtrain data`) -----------------------------------------------
 

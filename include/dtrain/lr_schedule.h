@@ -8,7 +8,7 @@
 /// ```
 /// void cosine(torch::optim::Optimizer& opt, int64_t steps_per_epoch) {
 ///   dtrain::LrSchedule s;
-///   s.kind = "cosine";
+///   s.kind = dtrain::LrScheduleKind::kCosine;
 ///   s.base_lr = 0.1;
 ///   s.total_steps = 90 * steps_per_epoch;
 ///   s.warmup_steps = 5 * steps_per_epoch;
@@ -26,6 +26,17 @@
 
 namespace dtrain {
 
+/// The schedules lr_at() knows (LrSchedule's list says which PyTorch
+/// scheduler each one is).
+enum class LrScheduleKind { kConstant, kStep, kMultiStep, kCosine };
+
+/// "constant", "step", "multistep", "cosine".
+std::string to_string(LrScheduleKind kind);
+
+/// The kind to_string() spells `name` as; throws InvalidArgument naming the
+/// value and listing lr_schedule_names() otherwise.
+LrScheduleKind parse_lr_schedule(const std::string& name);
+
 /// A schedule in optimizer steps. Which PyTorch scheduler each kind is:
 ///   constant   the optimizer's lr, unchanged (no scheduler)
 ///   step       StepLR(step_size, gamma)
@@ -37,8 +48,7 @@ namespace dtrain {
 /// scripts do; the main scheduler's own count then starts at step W (so a
 /// StepLR decays at W + step_size, W + 2 step_size, ...).
 struct LrSchedule {
-  /// One of lr_schedule_names().
-  std::string kind = "constant";
+  LrScheduleKind kind = LrScheduleKind::kConstant;
   /// The optimizer's lr (after any scaling rule), > 0.
   double base_lr = 0.01;
   /// step: decay every this many steps (> 0).
@@ -59,11 +69,11 @@ struct LrSchedule {
   double warmup_start_factor = 0.01;
 };
 
-/// Kinds lr_at() knows: constant, step, multistep, cosine.
+/// The names of the kinds lr_at() knows: constant, step, multistep, cosine.
 std::vector<std::string> lr_schedule_names();
 
-/// Throws InvalidArgument naming the field (and listing the kinds for an
-/// unknown one) when `s` is not a usable schedule.
+/// Throws InvalidArgument naming the field (e.g. "LrSchedule::gamma") when
+/// `s` is not a usable schedule.
 void validate(const LrSchedule& s);
 
 /// The learning rate of optimizer step `step` (0-based): what

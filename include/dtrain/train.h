@@ -15,10 +15,10 @@
 ///   o.optimizer.nesterov = true;
 ///   o.optimizer.weight_decay = 1e-4;
 ///   o.optimizer.norm_weight_decay = 0.0;
-///   o.lr_schedule = "cosine";  // dtrain/lr_schedule.h
+///   o.lr_schedule = dtrain::LrScheduleKind::kCosine;  // dtrain/lr_schedule.h
 ///   o.lr_warmup_epochs = 5;
 ///   o.label_smoothing = 0.1;
-///   o.amp = "bf16";  // dtrain/amp.h
+///   o.amp = dtrain::AmpMode::kBf16;  // dtrain/amp.h
 ///   return dtrain::train(o, pg, &std::cout);
 /// }
 /// ```
@@ -30,6 +30,7 @@
 #include <string>
 #include <vector>
 
+#include "dtrain/amp.h"
 #include "dtrain/comm.h"
 #include "dtrain/data.h"
 #include "dtrain/ddp.h"
@@ -39,6 +40,34 @@
 #include "dtrain/options.h"
 
 namespace dtrain {
+
+/// How TrainOptions::lr_scaling turns optimizer.lr into the base lr: kNone
+/// keeps it; kLinear multiplies it by the global batch (batch_size x world
+/// size x accumulation_steps) / 256 (Goyal et al.).
+enum class LrScaling { kNone, kLinear };
+
+/// "none", "linear".
+std::string to_string(LrScaling scaling);
+
+/// The rule to_string() spells `name` as; throws InvalidArgument naming the
+/// value and listing the valid ones otherwise.
+LrScaling parse_lr_scaling(const std::string& name);
+
+/// A boundary between optimizer steps, as TrainOptions::step_observer sees it.
+struct TrainStep {
+  /// Optimizer steps taken so far: the run's starting step (0, or a resumed
+  /// checkpoint's) at the call before its first step, then one more at each
+  /// call.
+  int64_t step = 0;
+  /// The 0-based epoch the step belongs to.
+  int64_t epoch = 0;
+  /// This rank's training loss of the step's last batch (as in the progress
+  /// lines: before the division by accumulation_steps), already read from
+  /// the device; NaN at the call before the first step.
+  double loss = 0;
+  /// The learning rate of the step (of the next step at the first call).
+  double lr = 0;
+};
 
 struct TrainOptions {
   /// Model registry name (model_names()).
@@ -51,15 +80,18 @@ struct TrainOptions {
   int64_t batch_size = 64;
   /// Samples per evaluation batch on each rank.
   int64_t eval_batch_size = 1000;
+  /// Evaluate on the whole test split after every epoch; false: no
+  /// evaluation (EpochMetrics' test fields are 0), e.g. for a benchmark.
+  bool evaluate_every_epoch = true;
   /// Optimizer, learning rate and weight decay groups (dtrain/optim.h);
   /// optimizer.lr is the base learning rate before lr_scaling.
   OptimizerOptions optimizer;
-  /// "none", or "linear": the base lr is multiplied by the global batch
+  /// kNone, or kLinear: the base lr is multiplied by the global batch
   /// (batch_size x world size x accumulation_steps) / 256 (Goyal et al.).
-  std::string lr_scaling = "none";
+  LrScaling lr_scaling = LrScaling::kNone;
   /// Learning-rate schedule, stepped after every optimizer step (see
-  /// lr_schedule_for()): "constant", "step", "multistep" or "cosine".
-  std::string lr_schedule = "constant";
+  /// lr_schedule_for()): constant, step, multistep or cosine.
+  LrScheduleKind lr_schedule = LrScheduleKind::kConstant;
   /// step: epochs between decays (StepLR's step_size, in epochs).
   int64_t lr_step_size = 30;
   /// multistep: epochs at which the lr decays (MultiStepLR's milestones).
@@ -81,14 +113,14 @@ struct TrainOptions {
   double clip_grad_norm = 0;
   /// Parameters, buffers and inputs in channels-last (NHWC) memory format.
   bool channels_last = false;
-  /// Mixed precision (dtrain/amp.h): "none", "bf16" (CPU and CUDA) or "fp16"
+  /// Mixed precision (dtrain/amp.h): kNone, kBf16 (CPU and CUDA) or kFp16
   /// (CUDA; with PyTorch's dynamic loss scaling). Autocast covers the
   /// forward pass and the loss on the training thread and its cast cache is
   /// cleared after each forward; under fp16 the gradients are unscaled
   /// before clipping and a step whose gradients overflowed is skipped on
   /// every rank (the step counter and the schedule still advance, as with
   /// PyTorch's scheduler).
-  std::string amp = "none";
+  AmpMode amp = AmpMode::kNone;
   /// When not empty, a state_dict file (dtrain/weights.h: Python's
   /// torch.save(dict(model.state_dict()), PATH), save_weights(), or a
   /// checkpoint) loaded into the model right after it is created, on every
@@ -163,6 +195,11 @@ struct TrainOptions {
   int keep_checkpoints = 3;
   /// Print DDP's runtime statistics every epoch.
   bool verbose = false;
+  /// Rank 0 writes the run's lines to train()'s log: the configuration,
+  /// checkpoints skipped and resumed from, progress, one line per epoch.
+  /// false: only what every rank writes there (the metrics endpoint's
+  /// address), for a program that reports the run itself (dtrain bench train).
+  bool log_run = true;
   /// Progress within an epoch, printed by rank 0 to `log`:
   ///   kNone     nothing between the epoch lines
   ///   kLines    "  epoch E/N step S/T  images/sec X  loss L  ETA m:ss" every
@@ -212,12 +249,20 @@ struct TrainOptions {
   /// optimizer step with the step count so far and the reducer's statistics
   /// (for custom monitoring and tests; it must not call into train()).
   std::function<void(int64_t step, const DdpStats& ddp)> on_step;
+  /// When set, called on every rank on the training thread once before the
+  /// run's first optimizer step and after each optimizer step (after
+  /// on_step), with the step count, epoch, this rank's loss and the learning
+  /// rate. It may run collectives over the group (every rank calls it at the
+  /// same steps), e.g. to time steps as dtrain bench train does; it must not
+  /// call into train(). Empty (the default): one test per step.
+  std::function<void(const TrainStep& step)> step_observer;
 
   DTRAIN_SETTER(TrainOptions, model)
   DTRAIN_SETTER(TrainOptions, dataset)
   DTRAIN_SETTER(TrainOptions, epochs)
   DTRAIN_SETTER(TrainOptions, batch_size)
   DTRAIN_SETTER(TrainOptions, eval_batch_size)
+  DTRAIN_SETTER(TrainOptions, evaluate_every_epoch)
   DTRAIN_SETTER(TrainOptions, optimizer)
   DTRAIN_SETTER(TrainOptions, lr_scaling)
   DTRAIN_SETTER(TrainOptions, lr_schedule)
@@ -245,6 +290,7 @@ struct TrainOptions {
   DTRAIN_SETTER(TrainOptions, checkpoint_every_epochs)
   DTRAIN_SETTER(TrainOptions, keep_checkpoints)
   DTRAIN_SETTER(TrainOptions, verbose)
+  DTRAIN_SETTER(TrainOptions, log_run)
   DTRAIN_SETTER(TrainOptions, progress)
   DTRAIN_SETTER(TrainOptions, progress_every_steps)
   DTRAIN_SETTER(TrainOptions, progress_every_seconds)
@@ -260,6 +306,7 @@ struct TrainOptions {
   DTRAIN_SETTER(TrainOptions, metrics_port)
   DTRAIN_SETTER(TrainOptions, metrics_host)
   DTRAIN_SETTER(TrainOptions, on_step)
+  DTRAIN_SETTER(TrainOptions, step_observer)
 };
 
 /// What one epoch measured (identical on every rank).
@@ -349,9 +396,11 @@ void to_channels_last(torch::nn::Module& module);
 at::Device pick_device(const std::string& name, const ProcessGroup& pg);
 
 /// Checks options that need no data or peers (sizes, counts, names,
-/// optimizer, schedule, --amp against the device, --device cuda without a
-/// GPU); throws InvalidArgument naming the flag, listing the valid values for
-/// an unknown optimizer or schedule.
+/// optimizer, schedule, amp against the device, a CUDA device without a
+/// GPU); throws InvalidArgument naming the option field (e.g.
+/// "TrainOptions::batch_size must be positive, got 0"; LrSchedule's and
+/// OptimizerOptions' fields for the schedule and optimizer), listing the
+/// valid values for an unknown model, dataset or optimizer.
 void validate(const TrainOptions& options);
 
 }  // namespace dtrain

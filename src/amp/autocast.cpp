@@ -21,6 +21,31 @@
 
 namespace dtrain {
 
+std::string to_string(AmpMode mode) {
+  switch (mode) {
+    case AmpMode::kNone:
+      return "none";
+    case AmpMode::kBf16:
+      return "bf16";
+    case AmpMode::kFp16:
+      return "fp16";
+  }
+  return "?";
+}
+
+AmpMode parse_amp_mode(const std::string& name) {
+  for (AmpMode m : {AmpMode::kNone, AmpMode::kBf16, AmpMode::kFp16}) {
+    if (name == to_string(m)) return m;
+  }
+  throw InvalidArgument(cat("unknown mixed-precision mode '", name,
+                            "'; valid modes: none, bf16 (CPU or CUDA), fp16 (CUDA)"));
+}
+
+at::ScalarType amp_dtype(AmpMode mode) {
+  if (mode == AmpMode::kNone) throw InvalidArgument("amp_dtype: AmpMode::kNone has no dtype");
+  return mode == AmpMode::kBf16 ? at::kBFloat16 : at::kHalf;
+}
+
 at::ScalarType amp_dtype_from_name(const std::string& name) {
   if (name == "bf16") return at::kBFloat16;
   if (name == "fp16") return at::kHalf;

@@ -14,6 +14,7 @@
 
 #include "cli/commands.h"
 #include "cli/group.h"
+#include "cli/option_flags.h"
 #include "cli/validators.h"
 #include "common/strings.h"
 #include "dtrain/bench.h"
@@ -86,9 +87,9 @@ void add_ddp(CLI::App& bench, int* exit_code) {
   cmd->add_option("--bucket-cap-mb", f->o.bucket_cap_mb, "DDP bucket size in MiB")
       ->capture_default_str()
       ->check(positive());
-  cmd->add_option("--comm-hook", f->o.comm_hook, "none, fp16, bf16")
+  cmd->add_option("--comm-hook", f->o.comm_hook, join(comm_hook_names(), ", "))
       ->capture_default_str()
-      ->check(CLI::IsMember({"none", "fp16", "bf16"}));
+      ->check(CLI::IsMember(comm_hook_names()));
   cmd->add_flag("--find-unused-parameters", f->o.find_unused_parameters,
                 "DDP searches the graph for unused parameters after each forward");
   cmd->add_option("--timeline", f->o.timeline,
@@ -114,15 +115,19 @@ void add_ddp(CLI::App& bench, int* exit_code) {
 void add_train(CLI::App& bench, int* exit_code) {
   struct Flags {
     TrainBenchOptions o;
+    std::string amp = "none";  // parsed once, into o.train.amp
+    std::string comm_hook = "none";
     std::string backend = "auto";
     bool json = false;
   };
   auto f = std::make_shared<Flags>();
+  TrainOptions& t = f->o.train;
   CLI::App* cmd = bench.add_subcommand(
-      "train", "Training throughput on synthetic data, as tf_cnn_benchmarks (total images/sec)");
-  cmd->add_option("--model", f->o.model, "Model: " + join(model_names(), ", "))
-      ->capture_default_str();
-  cmd->add_option("--batch-size", f->o.batch_size, "Samples per step per process")
+      "train",
+      "Training throughput of dtrain train's loop on synthetic data, as tf_cnn_benchmarks (total "
+      "images/sec)");
+  cmd->add_option("--model", t.model, "Model: " + join(model_names(), ", "))->capture_default_str();
+  cmd->add_option("--batch-size", t.batch_size, "Samples per step per process")
       ->capture_default_str()
       ->check(positive());
   cmd->add_option("--image-size", f->o.image_size, "Input size (0: 28 for cnn, else 224)")
@@ -131,13 +136,12 @@ void add_train(CLI::App& bench, int* exit_code) {
   cmd->add_option("--num-classes", f->o.num_classes, "Classes of the model's output")
       ->capture_default_str()
       ->check(positive());
-  cmd->add_option("--threads", f->o.threads, "Intra-op threads per process (0: default)")
+  cmd->add_option("--threads", t.threads, "Intra-op threads per process (0: default)")
       ->capture_default_str()
       ->check(non_negative());
-  cmd->add_option("--amp", f->o.amp, "Autocast: none, bf16, fp16 (fp16 needs CUDA)")
+  cmd->add_option("--amp", f->amp, "Autocast: none, bf16, fp16 (fp16 needs CUDA)")
       ->capture_default_str();
-  cmd->add_flag("--channels-last", f->o.channels_last,
-                "Weights and inputs in channels_last format");
+  cmd->add_flag("--channels-last", t.channels_last, "Weights and inputs in channels_last format");
   cmd->add_option("--steps", f->o.steps, "Timed steps")->capture_default_str()->check(positive());
   cmd->add_option("--warmup-steps", f->o.warmup_steps, "Untimed steps first")
       ->capture_default_str()
@@ -145,42 +149,54 @@ void add_train(CLI::App& bench, int* exit_code) {
   cmd->add_option("--display-every", f->o.display_every, "Progress line every N steps")
       ->capture_default_str()
       ->check(positive());
-  cmd->add_option("--device", f->o.device, "auto, cpu, cuda (cuda:<local rank>) or cuda:N")
+  cmd->add_option("--seed", t.seed, "Seed for initialisation and the synthetic data")
+      ->capture_default_str();
+  cmd->add_option("--device", t.device, "auto, cpu, cuda (cuda:<local rank>) or cuda:N")
       ->capture_default_str();
   add_backend_flag(cmd, f->backend);
-  cmd->add_option("--tensorboard", f->o.tensorboard,
-                  "TensorBoard directory (rank 0: images_per_sec, loss, loss_scale)");
-  cmd->add_option("--tensorboard-every", f->o.tensorboard_every, "Scalars every N steps")
+  cmd->add_option("--bucket-cap-mb", t.ddp.bucket_cap_mb, "DDP bucket size in MiB")
       ->capture_default_str()
       ->check(positive());
-  cmd->add_option("--timeline", f->o.timeline,
+  cmd->add_option("--comm-hook", f->comm_hook,
+                  "Gradient communication: " + join(comm_hook_names(), ", "))
+      ->capture_default_str()
+      ->check(CLI::IsMember(comm_hook_names()));
+  cmd->add_option("--tensorboard", t.tensorboard,
+                  "TensorBoard directory (rank 0: dtrain train's train/* scalars)");
+  cmd->add_option("--tensorboard-every", t.tensorboard_every, "Scalars every N steps")
+      ->capture_default_str()
+      ->check(positive());
+  cmd->add_option("--timeline", t.timeline,
                   "Chrome trace per rank (FILE.rank<r>.json, or {rank} in FILE)");
-  cmd->add_option("--kvstore,--kv-store", f->o.kvstore,
+  cmd->add_option("--kvstore,--kv-store", t.kvstore,
                   "Gradients through a parameter server instead of allreduce: local, dist_sync, "
                   "dist_async, dist_device_sync (start with dtrain run --ps-servers S, and for "
                   "dist_device_sync --ps-worker-per node; or run this same command in every "
                   "process with DMLC_* set, as an MXJob does)");
-  cmd->add_option("--kvstore-optimizer", f->o.kvstore_optimizer,
+  cmd->add_option("--kvstore-optimizer", t.kvstore_optimizer,
                   "With --kvstore: worker (servers sum), server (servers run SGD), auto")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "worker", "server"}));
-  cmd->add_option("--metrics-port", f->o.metrics_port,
+  cmd->add_option("--metrics-port", t.metrics_port,
                   "Serve Prometheus /metrics on P + local rank (0: a free port, printed; -1: off)")
       ->capture_default_str();
-  cmd->add_option("--metrics-host", f->o.metrics_host, "Address the metrics endpoint binds")
+  cmd->add_option("--metrics-host", t.metrics_host, "Address the metrics endpoint binds")
       ->capture_default_str();
   cmd->add_flag("--json", f->json, "Print one JSON object at the end (rank 0), after the lines");
   cmd->callback([f, exit_code] {
     try {
-      if (serve_kvstore_role(f->o.kvstore)) {  // a ps scheduler or server
+      TrainBenchOptions o = f->o;
+      o.train.amp = parse_amp_mode(f->amp);
+      o.train.ddp.comm_hook = comm_hook_by_name(f->comm_hook);
+      if (serve_kvstore_role(o.train.kvstore)) {  // a ps scheduler or server
         *exit_code = 0;
         return;
       }
       // With only DMLC_* (an MXJob pod) the kvstore ranks the group; it
       // unwinds with `o` on an error (cmd_train.cpp does the same).
-      TrainBenchOptions o = f->o;
-      ProcessGroup pg = join_training_group(
-          o.kvstore, KVStoreOptions{}, group_options(f->backend, o.device), &o.kvstore_instance);
+      ProcessGroup pg =
+          join_training_group(o.train.kvstore, o.train.kvstore_options,
+                              group_options(f->backend, o.train.device), &o.train.kvstore_instance);
       TrainBenchResult r = run_train_bench(o, pg, [](const std::string& line) {
         std::printf("%s\n", line.c_str());
         std::fflush(stdout);
@@ -188,7 +204,8 @@ void add_train(CLI::App& bench, int* exit_code) {
       if (pg.rank() == 0 && f->json) std::cout << to_json(r) << std::endl;
       *exit_code = 0;
     } catch (const InvalidArgument& e) {
-      *exit_code = report_error("dtrain bench train", e, 2);
+      *exit_code = report_error("dtrain bench train",
+                                InvalidArgument(name_flags(e.what(), train_field_flags())), 2);
     } catch (const std::exception& e) {
       *exit_code = report_error("dtrain bench train", e);
     }
@@ -352,18 +369,18 @@ void add_scaling(CLI::App& bench, int* exit_code) {
     int timeout_s = 600;
   };
   auto f = std::make_shared<Flags>();
-  f->o.model = "cnn";
+  f->o.train.model = "cnn";
   f->o.steps = 20;
   f->o.warmup_steps = 3;
-  f->o.threads = 1;
+  f->o.train.threads = 1;
   CLI::App* cmd = bench.add_subcommand(
       "scaling",
       "Images/sec and epoch time against processes: runs 'bench train' per world size; JSON + SVG");
-  cmd->add_option("--model", f->o.model, "Model: " + join(model_names(), ", "))
+  cmd->add_option("--model", f->o.train.model, "Model: " + join(model_names(), ", "))
       ->capture_default_str();
   cmd->add_option("--procs", f->procs, "World sizes on this node, comma-separated")
       ->capture_default_str();
-  cmd->add_option("--batch-size", f->o.batch_size, "Samples per step per process")
+  cmd->add_option("--batch-size", f->o.train.batch_size, "Samples per step per process")
       ->capture_default_str()
       ->check(positive());
   cmd->add_option("--image-size", f->o.image_size, "Input size (0: 28 for cnn, else 224)")
@@ -372,7 +389,7 @@ void add_scaling(CLI::App& bench, int* exit_code) {
   cmd->add_option("--steps", f->o.steps, "Measured steps per run")
       ->capture_default_str()
       ->check(positive());
-  cmd->add_option("--threads", f->o.threads, "Intra-op threads per process")
+  cmd->add_option("--threads", f->o.train.threads, "Intra-op threads per process")
       ->capture_default_str()
       ->check(non_negative());
   add_backend_flag(cmd, f->backend);  // passed on to each 'bench train'
@@ -408,10 +425,10 @@ void add_scaling(CLI::App& bench, int* exit_code) {
           }
           const std::string command =
               cat("timeout -k 5 ", f->timeout_s, " '", self, "' run --nproc-per-node ", n, " -- '",
-                  self, "' bench train --json --model ", f->o.model, " --batch-size ",
-                  f->o.batch_size, " --image-size ", f->o.image_size, " --steps ", f->o.steps,
+                  self, "' bench train --json --model ", f->o.train.model, " --batch-size ",
+                  f->o.train.batch_size, " --image-size ", f->o.image_size, " --steps ", f->o.steps,
                   " --warmup-steps ", f->o.warmup_steps, " --display-every ", f->o.steps,
-                  " --threads ", f->o.threads, " --backend '", f->backend, "' 2>&1");
+                  " --threads ", f->o.train.threads, " --backend '", f->backend, "' 2>&1");
           std::fprintf(stderr, "dtrain bench scaling: %lld process(es)...\n", n);
           std::string out;
           FILE* pipe = ::popen(command.c_str(), "r");

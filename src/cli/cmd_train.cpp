@@ -9,6 +9,7 @@
 
 #include "cli/commands.h"
 #include "cli/group.h"
+#include "cli/option_flags.h"
 #include "cli/validators.h"
 #include "common/strings.h"
 #include "dtrain/errors.h"
@@ -28,7 +29,11 @@ struct GroupFlags {
 struct TrainFlags {
   TrainOptions options;
   GroupFlags group;
+  // Parsed once, in run_train, into TrainOptions' typed fields.
   std::string comm_hook = "none";
+  std::string amp = "none";
+  std::string lr_scaling = "none";
+  std::string lr_schedule = "constant";
   std::string checkpoint_every;
   std::string adamw_betas = "0.9,0.999";
   std::string lr_milestones;
@@ -103,6 +108,12 @@ int run_train(const TrainFlags& f) {
   try {
     TrainOptions o = f.options;
     o.ddp.comm_hook = comm_hook_by_name(f.comm_hook);
+    o.amp = parse_amp_mode(f.amp);
+    o.lr_scaling = parse_lr_scaling(f.lr_scaling);
+    o.lr_schedule = parse_lr_schedule(f.lr_schedule);
+    if (!f.checkpoint_every.empty() && o.checkpoint_dir.empty()) {
+      throw InvalidArgument("--checkpoint-every needs --checkpoint-dir");
+    }
     if (!f.checkpoint_every.empty() &&
         !parse_checkpoint_every(f.checkpoint_every, &o.checkpoint_every_steps,
                                 &o.checkpoint_every_epochs)) {
@@ -134,7 +145,8 @@ int run_train(const TrainFlags& f) {
     train(o, pg, &std::cout);
     return 0;
   } catch (const InvalidArgument& e) {
-    return report_error("dtrain train", e, 2);
+    return report_error("dtrain train", InvalidArgument(name_flags(e.what(), train_field_flags())),
+                        2);
   } catch (const std::exception& e) {
     return report_error("dtrain train", e);
   }
@@ -147,9 +159,14 @@ int run_eval(const EvalFlags& f) {
     evaluate(f.options, pg, &std::cout);
     return 0;
   } catch (const InvalidArgument& e) {
-    return report_error("dtrain eval", e, 2);
+    return report_error("dtrain eval", InvalidArgument(name_flags(e.what(), eval_field_flags())),
+                        2);
   } catch (const std::exception& e) {
-    return report_error("dtrain eval", e);
+    // A runtime error naming a field (the checkpoint directory, the logits
+    // file) names the flag too; others pass unchanged.
+    const std::string message = name_flags(e.what(), eval_field_flags());
+    return message == e.what() ? report_error("dtrain eval", e)
+                               : report_error("dtrain eval", Error(message));
   }
 }
 
@@ -229,10 +246,10 @@ void add_train_command(CLI::App& root, int* exit_code) {
       ->expected(1)
       ->check(non_negative());
   // Learning-rate schedule.
-  cmd->add_option("--lr-scaling", o.lr_scaling,
+  cmd->add_option("--lr-scaling", flags->lr_scaling,
                   "none, or linear: lr x global batch / 256 (Goyal et al.)")
       ->capture_default_str();
-  cmd->add_option("--lr-schedule", o.lr_schedule,
+  cmd->add_option("--lr-schedule", flags->lr_schedule,
                   "Schedule, stepped every optimizer step: " + join(lr_schedule_names(), ", "))
       ->capture_default_str();
   cmd->add_option("--lr-step-size", o.lr_step_size, "step: epochs between decays")
@@ -259,7 +276,7 @@ void add_train_command(CLI::App& root, int* exit_code) {
   cmd->add_option("--label-smoothing", o.label_smoothing, "Label smoothing in [0, 1)")
       ->capture_default_str()
       ->check(non_negative());
-  cmd->add_option("--amp", o.amp,
+  cmd->add_option("--amp", flags->amp,
                   "Mixed precision: none, bf16 (CPU, CUDA), fp16 (CUDA, dynamic loss scaling)")
       ->capture_default_str();
   cmd->add_option("--clip-grad-norm", o.clip_grad_norm,
@@ -314,9 +331,10 @@ void add_train_command(CLI::App& root, int* exit_code) {
   cmd->add_option("--bucket-cap-mb", o.ddp.bucket_cap_mb, "DDP bucket size in MiB")
       ->capture_default_str()
       ->check(positive());
-  cmd->add_option("--comm-hook", flags->comm_hook, "Gradient communication: none, fp16, bf16")
+  cmd->add_option("--comm-hook", flags->comm_hook,
+                  "Gradient communication: " + join(comm_hook_names(), ", "))
       ->capture_default_str()
-      ->check(CLI::IsMember({"none", "fp16", "bf16"}));
+      ->check(CLI::IsMember(comm_hook_names()));
   cmd->add_option("--accumulation-steps", o.accumulation_steps,
                   "Batches accumulated (no_sync) per optimizer step")
       ->capture_default_str()

@@ -99,7 +99,10 @@ std::shared_ptr<CommHook> comm_hook_by_name(const std::string& name) {
   if (name == "none" || name == "allreduce") return allreduce_hook();
   if (name == "fp16") return fp16_compress_hook();
   if (name == "bf16") return bf16_compress_hook();
-  throw InvalidArgument(cat("unknown comm hook '", name, "'; valid hooks: none, fp16, bf16"));
+  throw InvalidArgument(
+      cat("unknown comm hook '", name, "'; valid hooks: ", join(comm_hook_names(), ", ")));
 }
+
+std::vector<std::string> comm_hook_names() { return {"none", "fp16", "bf16"}; }
 
 }  // namespace dtrain

@@ -84,7 +84,8 @@ double time_buffer_broadcast(const ProcessGroup& pg, torch::nn::Module& m, int r
 
 DdpBenchResult run_ddp_bench(const DdpBenchOptions& o, const ProcessGroup& pg) {
   if (o.batch_size < 1 || o.steps < 1 || o.warmup < 0) {
-    throw InvalidArgument("bench ddp: --batch-size and --steps must be positive");
+    throw InvalidArgument(
+        "bench ddp: DdpBenchOptions::batch_size and steps must be positive, warmup >= 0");
   }
   if (o.threads > 0) at::set_num_threads(o.threads);
   DdpBenchResult r;

@@ -1,30 +1,24 @@
-// `dtrain bench train`: whole training steps on synthetic data, timed and
-// reported as tf_cnn_benchmarks does.
+// `dtrain bench train`: whole training steps of train() (the loop of
+// `dtrain train`) on synthetic data, timed and reported as tf_cnn_benchmarks
+// does; the timing is a TrainOptions::step_observer.
 #define DTRAIN_COMPAT_CUDA_MEMORY  // compat::cuda_peak_allocated_bytes
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <memory>
+#include <iostream>
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
-#include <torch/nn/functional/loss.h>
-#include <torch/optim/sgd.h>
-#include <torch/utils.h>
 #include <nlohmann/json.hpp>
 
 #include "common/strings.h"
-#include "dtrain/amp.h"
 #include "dtrain/bench.h"
 #include "dtrain/compat.h"
 #include "dtrain/config.h"
-#include "dtrain/ddp.h"
 #include "dtrain/errors.h"
-#include "dtrain/metrics.h"
 #include "dtrain/models.h"
-#include "dtrain/summary.h"
-#include "dtrain/timeline.h"
 #include "dtrain/train.h"
-#include "train/kv_sync.h"
+#include "train/kv_sync.h"  // kvstore_update, for the header line
 #if DTRAIN_HAVE_CUDA
 #include <cuda_runtime_api.h>
 #endif
@@ -57,213 +51,174 @@ std::string fixed(double v, int digits) {
   return buf;
 }
 
-// The bench's optimizer (SGD, lr 0.01, momentum 0.9) and kvstore, as the
-// trainer's options, so that --kvstore means the same in both.
-TrainOptions as_train_options(const TrainBenchOptions& o) {
-  TrainOptions t;
-  t.optimizer.name = "sgd";
-  t.optimizer.lr = 0.01;
-  t.optimizer.momentum = 0.9;
-  t.amp = o.amp;
-  t.kvstore = o.kvstore;
-  t.kvstore_optimizer = o.kvstore_optimizer;
-  t.kvstore_instance = o.kvstore_instance;
-  return t;
+int64_t resolved_image_size(const TrainBenchOptions& o) {
+  return o.image_size > 0 ? o.image_size : (o.train.model == "cnn" ? 28 : 224);
 }
 
 void check_options(const TrainBenchOptions& o) {
-  if (o.batch_size < 1 || o.steps < 1 || o.warmup_steps < 0 || o.image_size < 0 ||
-      o.num_classes < 1 || o.display_every < 1 || o.tensorboard_every < 1 || o.threads < 0) {
-    throw InvalidArgument(
-        "bench train: --batch-size, --steps, --num-classes, --display-every and "
-        "--tensorboard-every must be positive, --warmup-steps, --image-size and --threads "
-        "non-negative");
-  }
-  if (o.amp != "none" && o.amp != "bf16" && o.amp != "fp16") {
-    throw InvalidArgument(cat("bench train: --amp '", o.amp, "' is not one of none, bf16, fp16"));
-  }
-  detail::validate_kvstore(as_train_options(o));
+  auto at_least = [](const char* field, int64_t v, int64_t min) {
+    if (v < min) {
+      throw InvalidArgument(cat("TrainBenchOptions::", field,
+                                min > 0 ? " must be positive, got " : " must be >= 0, got ", v));
+    }
+  };
+  at_least("steps", o.steps, 1);
+  at_least("display_every", o.display_every, 1);
+  at_least("num_classes", o.num_classes, 1);
+  at_least("warmup_steps", o.warmup_steps, 0);
+  at_least("image_size", o.image_size, 0);
 }
 
+// Note [Timing as tf_cnn_benchmarks]
+// The clock starts at the end of the warm-up (the step observer's call after
+// step warmup_steps, or before the first step without warm-up) once every
+// rank is there (a barrier), and each timed interval ends at a step the
+// observer sees: train() has read that step's loss from the device then, so
+// the interval's work is done. Ranks run in lock-step (every step ends in
+// DDP's allreduce), so rank 0's clock over an interval times every rank's
+// steps and the total rate is world x batch x steps / time; the whole run's
+// time is averaged over ranks.
+class StepClock {
+ public:
+  StepClock(const TrainBenchOptions& o, const ProcessGroup& pg, at::Device device,
+            const TrainBenchPrinter& print, TrainBenchResult& r)
+      : o_(o), pg_(pg), device_(device), print_(print), r_(r) {}
+
+  void operator()(const TrainStep& s) {
+    if (s.step == 0) header();
+    if (s.step == o_.warmup_steps) start();
+    const int64_t i = s.step - o_.warmup_steps;  // timed steps so far
+    if (i < 1) return;
+    const bool last = i == o_.steps;
+    if (i % o_.display_every != 0 && !last) return;
+    const auto now = Clock::now();
+    const double secs = std::chrono::duration<double>(now - display_start_).count();
+    say(cat(i, "\ttotal images/sec: ", fixed(images_per_step() * (i - display_from_) / secs, 1),
+            "\t", fixed(s.loss, 3)));
+    display_start_ = now;
+    display_from_ = i;
+    if (last) finish(s.loss);
+  }
+
+ private:
+  double images_per_step() const {
+    return static_cast<double>(o_.train.batch_size) * o_.train.accumulation_steps * pg_.size();
+  }
+  void say(const std::string& line) const {
+    if (pg_.rank() == 0 && print_) print_(line);
+  }
+
+  void header() const {
+    const TrainOptions& t = o_.train;
+    const int64_t size = resolved_image_size(o_);
+    say(cat("Model:       ", t.model, " (", size, "x", size, ", ", o_.num_classes, " classes)"));
+    say(cat("Batch size:  ", t.batch_size * pg_.size(), " global, ", t.batch_size, " per process"));
+    say(cat("Processes:   ", pg_.size(), " (", pg_.backend_name(), "), device ", r_.device,
+            ", threads ", at::get_num_threads()));
+    say(cat("AMP:         ", to_string(t.amp), ", memory format ",
+            t.channels_last ? "channels_last" : "contiguous"));
+    say(cat("Optimizer:   ", t.optimizer.name, " (momentum ", t.optimizer.momentum,
+            "), synthetic data"));
+    // As KvSync::describe() words it: each rank is a worker.
+    say(cat("Gradients:   ",
+            t.kvstore.empty()
+                ? std::string("DDP allreduce")
+                : cat("kvstore ", t.kvstore, " (", pg_.size(), " worker(s)), optimizer on the ",
+                      detail::kvstore_update(t) == KVUpdate::kOnServers ? "servers" : "workers")));
+    say(cat("Warm-up:     ", o_.warmup_steps, " steps, timed: ", o_.steps, " steps"));
+  }
+
+  void start() {
+    // The peak over the timed steps (torch.cuda.reset_peak_memory_stats()
+    // then max_memory_allocated(), as the peer measures it): the weights,
+    // gradients and optimizer state the warm-up made plus each step's most.
+    if (device_.is_cuda()) compat::reset_cuda_peak_allocated(device_.index());
+    pg_.barrier();
+    say("Step\tImg/sec\ttotal_loss");
+    start_ = display_start_ = Clock::now();
+  }
+
+  void finish(double loss) {
+    r_.final_loss = loss;
+    const double total_s = all_reduce_mean(pg_, seconds_since(start_));
+    r_.step_ms = total_s * 1000.0 / o_.steps;
+    r_.images_per_sec = images_per_step() * o_.steps / total_s;
+    if (device_.is_cuda()) {
+      constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+      r_.peak_mem_gib =
+          static_cast<double>(compat::cuda_peak_allocated_bytes(device_.index())) / kGiB;
+      r_.gpu_mem_gib = static_cast<double>(gpu_total_memory_bytes(device_.index())) / kGiB;
+    }
+  }
+
+  const TrainBenchOptions& o_;
+  const ProcessGroup& pg_;
+  at::Device device_;
+  const TrainBenchPrinter& print_;
+  TrainBenchResult& r_;
+  Clock::time_point start_, display_start_;
+  int64_t display_from_ = 0;
+};
+
 }  // namespace
+
+TrainOptions train_options_for(const TrainBenchOptions& o, int world_size) {
+  TrainOptions t = o.train;
+  const int64_t size = resolved_image_size(o);
+  // One epoch of exactly warmup_steps + steps optimizer steps.
+  const int64_t batches =
+      (static_cast<int64_t>(o.warmup_steps) + o.steps) * std::max(1, o.train.accumulation_steps);
+  t.dataset.name = "synthetic";
+  t.dataset.data_dir = cat(o.train.model == "cnn" ? 1 : 3, "x", size, "x", size, ":", o.num_classes,
+                           ":", t.batch_size * world_size * batches);
+  t.dataset.image_size = 0;
+  t.epochs = 1;
+  t.evaluate_every_epoch = false;
+  t.eval_batch_size = 1;     // the test split's one batch stays small
+  t.checkpoint_dir.clear();  // no resume: the steps are counted from 0
+  t.checkpoint_every_steps = t.checkpoint_every_epochs = 0;
+  t.log_run = false;
+  t.progress = TrainOptions::Progress::kNone;
+  t.step_observer = nullptr;
+  return t;
+}
 
 TrainBenchResult run_train_bench(const TrainBenchOptions& o, const ProcessGroup& pg,
                                  const TrainBenchPrinter& print) {
   check_options(o);
-  if (o.threads > 0) at::set_num_threads(o.threads);
-  const bool rank0 = pg.rank() == 0;
-  auto say = [&](const std::string& line) {
-    if (rank0 && print) print(line);
-  };
   TrainBenchResult r;
   r.options = o;
+  r.options.image_size = resolved_image_size(o);
   r.world_size = pg.size();
-  const at::Device device = pick_device(o.device, pg);
+  TrainOptions t = train_options_for(o, pg.size());
+  validate(t);  // before anything runs: a bad option fails as in dtrain train
+  const at::Device device = pick_device(t.device, pg);
   r.device = device.str();
-  const bool amp = o.amp != "none";
-  const at::ScalarType amp_dtype = amp ? amp_dtype_from_name(o.amp) : at::kFloat;
-  if (amp) check_autocast(device.type(), amp_dtype);
-
-  const bool cnn = o.model == "cnn";
-  ModelOptions mo;
-  mo.in_channels = cnn ? 1 : 3;
-  mo.image_size = o.image_size > 0 ? o.image_size : (cnn ? 28 : 224);
-  mo.num_classes = o.num_classes;
-  r.options.image_size = mo.image_size;
-
-  // Sinks first: a directory that cannot be created fails before any work.
-  std::unique_ptr<SummaryWriter> tb;
-  if (rank0 && !o.tensorboard.empty()) tb = std::make_unique<SummaryWriter>(o.tensorboard);
-  std::unique_ptr<Timeline> tl;
-  if (!o.timeline.empty()) {
-    tl = std::make_unique<Timeline>(timeline_path_for_rank(o.timeline, pg.rank(), pg.size()),
-                                    TimelineOptions{pg.rank(), ""});
+  {
+    // Counted on a CPU copy of the model: the count depends on the shapes only.
+    ModelOptions mo;
+    mo.in_channels = t.model == "cnn" ? 1 : 3;
+    mo.image_size = r.options.image_size;
+    mo.num_classes = o.num_classes;
+    auto model = make_model(t.model, mo);
+    r.forward_macs = forward_macs(*model, mo.in_channels, mo.image_size);
   }
-  std::unique_ptr<MetricsExporter> metrics;
-  if (o.metrics_port >= 0) {
-    MetricsOptions mo;
-    mo.port = o.metrics_port == 0 ? 0 : o.metrics_port + pg.local_rank();
-    mo.host = o.metrics_host;
-    mo.rank = pg.rank();
-    mo.gpu_metrics = device.is_cuda();
-    metrics = std::make_unique<MetricsExporter>(mo);
-    std::printf("rank %d: metrics on http://%s:%d/metrics\n", pg.rank(), mo.host.c_str(),
-                metrics->port());
-    std::fflush(stdout);
-  }
-
-  torch::manual_seed(0);
-  auto model = make_model(o.model, mo);
-  model->to(device);
-  if (o.channels_last) to_channels_last(*model);
-  r.forward_macs = forward_macs(*model, mo.in_channels, mo.image_size);  // eval mode, restored
-  DdpOptions dopt;
-  dopt.bucket_observer =
-      timeline_bucket_observer(tl.get(), o.kvstore.empty() ? "allreduce" : "pushpull");
-  const TrainOptions kv_options = as_train_options(o);
-  std::unique_ptr<detail::KvSync> kv =
-      detail::KvSync::open(kv_options, pg, *model, kv_options.optimizer.lr);
-  if (kv) dopt.comm_hook = kv->hook();
-  DistributedDataParallel<ImageClassifier> ddp(model, pg, dopt);
-  torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.01).momentum(0.9));
-  GradScalerOptions so;
-  so.enabled = amp && needs_grad_scaler(amp_dtype);
-  so.process_group = pg;
-  GradScaler scaler(so);
-
-  // Synthetic data as tf_cnn_benchmarks makes it: one random batch on the
-  // device, labels fixed for the run; nothing is loaded or copied per step.
-  torch::manual_seed(1 + pg.rank());
-  const auto fopts = at::TensorOptions().device(device);
-  at::Tensor x = at::randn({o.batch_size, mo.in_channels, mo.image_size, mo.image_size}, fopts);
-  if (o.channels_last) x = x.contiguous(at::MemoryFormat::ChannelsLast);
-  at::Tensor y = at::randint(0, o.num_classes, {o.batch_size}, fopts.dtype(at::kLong));
-
-  auto step = [&]() -> at::Tensor {
-    TimelineSpan step_span(tl.get(), "step");
-    opt.zero_grad();
-    at::Tensor loss;
-    {
-      TimelineSpan s(tl.get(), "forward");
-      AutocastGuard autocast(device.type(), amp_dtype, amp);
-      loss = torch::nn::functional::cross_entropy(ddp.forward(x), y);
-    }
-    {
-      TimelineSpan s(tl.get(), "backward");
-      scaler.scale(loss).backward();
-    }
-    {
-      TimelineSpan s(tl.get(), "optimizer step");
-      if (kv && kv->updates_on_servers()) {
-        kv->step();  // the servers' SGD: their weights into the model
-      } else {
-        scaler.step(opt);
-        scaler.update();
-      }
-    }
-    return loss;
+  StepClock clock(o, pg, device, print, r);
+  t.step_observer = [&clock, user = o.train.step_observer](const TrainStep& s) {
+    if (user) user(s);
+    clock(s);
   };
-
-  say(cat("Model:       ", o.model, " (", mo.image_size, "x", mo.image_size, ", ", o.num_classes,
-          " classes)"));
-  say(cat("Batch size:  ", o.batch_size * pg.size(), " global, ", o.batch_size, " per process"));
-  say(cat("Processes:   ", pg.size(), " (", pg.backend_name(), "), device ", r.device, ", threads ",
-          at::get_num_threads()));
-  say(cat("AMP:         ", o.amp, ", memory format ",
-          o.channels_last ? "channels_last" : "contiguous"));
-  say(cat("Optimizer:   sgd (momentum 0.9), synthetic data"));
-  say(cat("Gradients:   ", kv ? kv->describe() : std::string("DDP allreduce")));
-  say(cat("Warm-up:     ", o.warmup_steps, " steps, timed: ", o.steps, " steps"));
-  at::Tensor loss;
-  for (int i = 0; i < o.warmup_steps; ++i) loss = step();
-  // Note [Timing as tf_cnn_benchmarks] Ranks run in lock-step (every step
-  // ends in DDP's allreduce), so rank 0's wall clock over an interval times
-  // every rank's steps and the total rate is world x batch x steps / time.
-  // Reading the loss (item()) waits for the device, so each interval ends
-  // with its work done; no other synchronisation is added to the steps.
-  if (loss.defined()) loss.item<float>();
-  // The peak over the timed steps (torch.cuda.reset_peak_memory_stats()
-  // then max_memory_allocated(), as the peer measures it): the weights,
-  // gradients and optimizer state the warm-up made plus each step's most.
-  if (device.is_cuda()) compat::reset_cuda_peak_allocated(device.index());
-  pg.barrier();
-  say("Step\tImg/sec\ttotal_loss");
-  const double images_per_step = static_cast<double>(o.batch_size) * pg.size();
-  const auto start = Clock::now();
-  auto display_start = start, tb_start = start;
-  int display_from = 0, tb_from = 0;
-  auto step_start = start;
-  double last_loss = 0;
-  for (int i = 1; i <= o.steps; ++i) {
-    loss = step();
-    if (metrics) {  // no device synchronisation: the loss is the last one read
-      const auto now = Clock::now();
-      metrics->record_step(
-          {std::chrono::duration<double>(now - step_start).count(), o.batch_size, last_loss, 0, 0});
-      step_start = now;
-    }
-    const bool display = i % o.display_every == 0 || i == o.steps;
-    const bool write_tb = tb && (i % o.tensorboard_every == 0 || i == o.steps);
-    if (!display && !write_tb) continue;
-    const double loss_value = loss.item<float>();
-    last_loss = loss_value;
-    const auto now = Clock::now();
-    if (display) {
-      const double secs = std::chrono::duration<double>(now - display_start).count();
-      say(cat(i, "\ttotal images/sec: ", fixed(images_per_step * (i - display_from) / secs, 1),
-              "\t", fixed(loss_value, 3)));
-      if (metrics) metrics->set_images_per_second(o.batch_size * (i - display_from) / secs);
-      display_start = now;
-      display_from = i;
-    }
-    if (write_tb) {
-      const double secs = std::chrono::duration<double>(now - tb_start).count();
-      tb->add_scalar("images_per_sec", images_per_step * (i - tb_from) / secs, i);
-      tb->add_scalar("loss", loss_value, i);
-      tb->add_scalar("loss_scale", scaler.is_enabled() ? scaler.get_scale() : 1.0, i);
-      tb_start = now;
-      tb_from = i;
-    }
-  }
-  r.final_loss = loss.item<float>();
-  const double total_s = all_reduce_mean(pg, seconds_since(start));
-  r.step_ms = total_s * 1000.0 / o.steps;
-  r.images_per_sec = images_per_step * o.steps / total_s;
-  r.loss_scale = scaler.is_enabled() ? scaler.get_scale() : 1.0;
+  const std::vector<EpochMetrics> epochs = train(t, pg, &std::cout);
+  r.loss_scale = !epochs.empty() && epochs.back().loss_scale > 0 ? epochs.back().loss_scale : 1.0;
   // Note [Achieved FLOP/s] A training step is counted as 3 forward passes
   // (backward computes the gradients of inputs and of weights, each about a
   // forward's work), 2 FLOPs per multiply-accumulate: 6 x forward MACs per
   // image, times the total images/sec of all ranks.
   r.tflops = 6.0 * static_cast<double>(r.forward_macs) * r.images_per_sec / 1e12;
-  if (device.is_cuda()) {
-    constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
-    r.peak_mem_gib = static_cast<double>(compat::cuda_peak_allocated_bytes(device.index())) / kGiB;
-    r.gpu_mem_gib = static_cast<double>(gpu_total_memory_bytes(device.index())) / kGiB;
-  }
-  if (kv) kv->close();
-  if (tb) tb->flush();
-  if (tl) tl->flush();
   const std::string rule(64, '-');
+  auto say = [&](const std::string& line) {
+    if (pg.rank() == 0 && print) print(line);
+  };
   say(rule);
   say(cat("total images/sec: ", fixed(r.images_per_sec, 2)));
   say(rule);
@@ -281,16 +236,17 @@ std::string to_json(const TrainBenchResult& r) {
   nlohmann::json j;
   j["impl"] = "dtrain";
   j["bench"] = "train";
-  j["model"] = r.options.model;
+  const TrainOptions& t = r.options.train;
+  j["model"] = t.model;
   j["world_size"] = r.world_size;
-  j["batch_size"] = r.options.batch_size;
+  j["batch_size"] = t.batch_size;
   j["image_size"] = r.options.image_size;
   j["num_classes"] = r.options.num_classes;
-  j["amp"] = r.options.amp;
-  j["channels_last"] = r.options.channels_last;
-  j["threads"] = r.options.threads;
+  j["amp"] = to_string(t.amp);
+  j["channels_last"] = t.channels_last;
+  j["threads"] = t.threads;
   j["device"] = r.device;
-  j["kvstore"] = r.options.kvstore.empty() ? "none" : r.options.kvstore;
+  j["kvstore"] = t.kvstore.empty() ? "none" : t.kvstore;
   j["steps"] = r.options.steps;
   j["warmup_steps"] = r.options.warmup_steps;
   j["images_per_sec"] = r.images_per_sec;

@@ -41,7 +41,8 @@ void load_weights_collective(ImageClassifier& model, const EvalOptions& o, const
           for (const auto& s : skipped) *log << "skipped " << s << std::endl;
         }
         if (!found) {
-          throw DataError(cat("no valid checkpoint in --checkpoint ", o.checkpoint_dir));
+          throw DataError(
+              cat("no valid checkpoint in EvalOptions::checkpoint_dir ", o.checkpoint_dir));
         }
         load_model_state(model, found->checkpoint.model, found->path);
         if (log) *log << "weights from " << found->path << std::endl;
@@ -81,11 +82,15 @@ at::Tensor gather_logits(const std::vector<at::Tensor>& mine, int64_t total, int
 void validate(const EvalOptions& o) {
   if (o.checkpoint_dir.empty() == o.init_weights.empty()) {
     throw InvalidArgument(
-        "give the weights with exactly one of --checkpoint DIR, --init-weights PATH");
+        "give the weights with exactly one of EvalOptions::checkpoint_dir, "
+        "EvalOptions::init_weights");
   }
-  if (o.batch_size < 1)
-    throw InvalidArgument(cat("--batch-size must be positive, got ", o.batch_size));
-  if (o.threads < 0) throw InvalidArgument(cat("--threads must be >= 0, got ", o.threads));
+  if (o.batch_size < 1) {
+    throw InvalidArgument(cat("EvalOptions::batch_size must be positive, got ", o.batch_size));
+  }
+  if (o.threads < 0) {
+    throw InvalidArgument(cat("EvalOptions::threads must be >= 0, got ", o.threads));
+  }
   detail::check_device(o.device);
   bool known = false;
   for (const auto& n : model_names()) known = known || n == o.model;
@@ -137,7 +142,9 @@ EvalResult evaluate(const EvalOptions& o, const ProcessGroup& pg, std::ostream* 
       const std::vector<char> bytes = torch::pickle_save(all);
       std::ofstream out(o.logits_file, std::ios::binary | std::ios::trunc);
       out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-      if (!out.flush()) throw Error(cat("cannot write --logits-file '", o.logits_file, "'"));
+      if (!out.flush()) {
+        throw Error(cat("cannot write EvalOptions::logits_file '", o.logits_file, "'"));
+      }
     }
   }
   if (log) {

@@ -275,13 +275,14 @@ void validate_kvstore(const TrainOptions& o) {
     throw InvalidArgument(
         cat("--norm-weight-decay/--bias-weight-decay are not supported", why, ")"));
   }
-  if (o.lr_schedule != "constant" || o.lr_warmup_epochs > 0 || o.lr_warmup_steps > 0) {
-    throw InvalidArgument(
-        cat("--lr-schedule ", o.lr_schedule, " / --lr-warmup are not supported", why, ")"));
+  if (o.lr_schedule != LrScheduleKind::kConstant || o.lr_warmup_epochs > 0 ||
+      o.lr_warmup_steps > 0) {
+    throw InvalidArgument(cat("--lr-schedule ", to_string(o.lr_schedule),
+                              " / --lr-warmup are not supported", why, ")"));
   }
   if (o.clip_grad_norm > 0)
     throw InvalidArgument(cat("--clip-grad-norm is not supported", why, ")"));
-  if (o.amp == "fp16") throw InvalidArgument(cat("--amp fp16 is not supported", why, ")"));
+  if (o.amp == AmpMode::kFp16) throw InvalidArgument(cat("--amp fp16 is not supported", why, ")"));
 }
 
 KVUpdate kvstore_update(const TrainOptions& o) {

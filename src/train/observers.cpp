@@ -59,12 +59,12 @@ std::string config_markdown(const TrainOptions& o, int world_size) {
       {"epochs", std::to_string(o.epochs)},
       {"optimizer", o.optimizer.name},
       {"lr", cat(o.optimizer.lr)},
-      {"lr scaling", o.lr_scaling},
-      {"lr schedule", o.lr_schedule},
+      {"lr scaling", to_string(o.lr_scaling)},
+      {"lr schedule", to_string(o.lr_schedule)},
       {"weight decay", cat(o.optimizer.weight_decay)},
       {"label smoothing", cat(o.label_smoothing)},
       {"clip grad norm", cat(o.clip_grad_norm)},
-      {"amp", o.amp},
+      {"amp", to_string(o.amp)},
       {"channels last", o.channels_last ? "yes" : "no"},
       {"device", o.device},
       {"bucket cap MB", cat(o.ddp.bucket_cap_mb)},
@@ -279,9 +279,11 @@ void TrainObservers::epoch_end(const EpochMetrics& m, int64_t step) {
   if (metrics_) metrics_->set_images_per_second(m.images_per_sec / std::max(1, world_size_));
   if (!tb_) return;
   tb_->add_scalar("epoch/train_loss", m.train_loss, step);
-  tb_->add_scalar("epoch/test_top1", m.test_acc, step);
-  tb_->add_scalar("epoch/test_top5", m.test_top5, step);
-  tb_->add_scalar("epoch/test_loss", m.test_loss, step);
+  if (o_.evaluate_every_epoch) {
+    tb_->add_scalar("epoch/test_top1", m.test_acc, step);
+    tb_->add_scalar("epoch/test_top5", m.test_top5, step);
+    tb_->add_scalar("epoch/test_loss", m.test_loss, step);
+  }
   tb_->add_scalar("epoch/images_per_sec", m.images_per_sec, step);
   tb_->add_scalar("epoch/epoch", static_cast<double>(m.epoch), step);
   if (o_.tensorboard_histograms && model_ != nullptr) {

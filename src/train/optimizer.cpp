@@ -64,20 +64,24 @@ void validate(const OptimizerOptions& o) {
     throw InvalidArgument(
         cat("unknown optimizer '", o.name, "'; valid optimizers: ", join(names, ", ")));
   }
-  if (!(o.lr > 0)) throw InvalidArgument(cat("--lr must be positive, got ", o.lr));
-  if (o.momentum < 0) throw InvalidArgument(cat("--momentum must be >= 0, got ", o.momentum));
-  if (o.name == "sgd" && o.nesterov && o.momentum <= 0) {
-    throw InvalidArgument("--nesterov needs --momentum > 0");
+  // Messages name the fields; the CLI maps them to its flags.
+  if (!(o.lr > 0)) throw InvalidArgument(cat("OptimizerOptions::lr must be positive, got ", o.lr));
+  if (o.momentum < 0) {
+    throw InvalidArgument(cat("OptimizerOptions::momentum must be >= 0, got ", o.momentum));
   }
-  for (auto [flag, v] : {std::pair<const char*, double>{"--weight-decay", o.weight_decay},
-                         {"--norm-weight-decay", o.norm_weight_decay.value_or(0)},
-                         {"--bias-weight-decay", o.bias_weight_decay.value_or(0)}}) {
-    if (v < 0) throw InvalidArgument(cat(flag, " must be >= 0, got ", v));
+  if (o.name == "sgd" && o.nesterov && o.momentum <= 0) {
+    throw InvalidArgument("OptimizerOptions::nesterov needs OptimizerOptions::momentum > 0");
+  }
+  for (auto [field, v] : {std::pair<const char*, double>{"weight_decay", o.weight_decay},
+                          {"norm_weight_decay", o.norm_weight_decay.value_or(0)},
+                          {"bias_weight_decay", o.bias_weight_decay.value_or(0)}}) {
+    if (v < 0) throw InvalidArgument(cat("OptimizerOptions::", field, " must be >= 0, got ", v));
   }
   if (!(o.beta1 >= 0 && o.beta1 < 1 && o.beta2 >= 0 && o.beta2 < 1)) {
-    throw InvalidArgument(cat("--adamw-betas must be in [0, 1), got ", o.beta1, ",", o.beta2));
+    throw InvalidArgument(
+        cat("OptimizerOptions::beta1 and beta2 must be in [0, 1), got ", o.beta1, ",", o.beta2));
   }
-  if (!(o.eps >= 0)) throw InvalidArgument(cat("--adamw-eps must be >= 0, got ", o.eps));
+  if (!(o.eps >= 0)) throw InvalidArgument(cat("OptimizerOptions::eps must be >= 0, got ", o.eps));
 }
 
 ParameterGroups parameter_groups(torch::nn::Module& module, const OptimizerOptions& o) {

@@ -37,21 +37,31 @@ std::string to_json(const EpochMetrics& m) {
   return j.dump();
 }
 
+std::string to_string(LrScaling scaling) {
+  return scaling == LrScaling::kLinear ? "linear" : "none";
+}
+
+LrScaling parse_lr_scaling(const std::string& name) {
+  if (name == "none") return LrScaling::kNone;
+  if (name == "linear") return LrScaling::kLinear;
+  throw InvalidArgument(cat("unknown lr scaling '", name, "'; valid rules: none, linear"));
+}
+
+// Messages name the fields (TrainOptions::x); the CLI maps them to its flags.
 void validate(const TrainOptions& o) {
-  auto positive = [](const char* flag, double v) {
-    if (!(v > 0)) throw InvalidArgument(cat(flag, " must be positive, got ", v));
+  auto positive = [](const char* field, double v) {
+    if (!(v > 0)) throw InvalidArgument(cat("TrainOptions::", field, " must be positive, got ", v));
   };
-  positive("--epochs", static_cast<double>(o.epochs));
-  positive("--batch-size", static_cast<double>(o.batch_size));
-  positive("--eval-batch-size", static_cast<double>(o.eval_batch_size));
-  positive("--accumulation-steps", o.accumulation_steps);
-  positive("--bucket-cap-mb", o.ddp.bucket_cap_mb);
+  positive("epochs", static_cast<double>(o.epochs));
+  positive("batch_size", static_cast<double>(o.batch_size));
+  positive("eval_batch_size", static_cast<double>(o.eval_batch_size));
+  positive("accumulation_steps", o.accumulation_steps);
+  positive("ddp.bucket_cap_mb", o.ddp.bucket_cap_mb);
   validate(o.optimizer);
-  if (o.lr_scaling != "none" && o.lr_scaling != "linear") {
-    throw InvalidArgument(cat("--lr-scaling '", o.lr_scaling, "' is not one of none, linear"));
-  }
   if (o.lr_warmup_epochs > 0 && o.lr_warmup_steps > 0) {
-    throw InvalidArgument("--lr-warmup takes epochs or steps, not both");
+    throw InvalidArgument(
+        "TrainOptions::lr_warmup_epochs and TrainOptions::lr_warmup_steps are both set; the "
+        "warm-up takes epochs or steps, not both");
   }
   {
     // Everything but the step counts the data decides (checked again in
@@ -61,36 +71,49 @@ void validate(const TrainOptions& o) {
     validate(lr_schedule_for(epochs_only, 1, 1));
   }
   if (!(o.label_smoothing >= 0 && o.label_smoothing < 1)) {
-    throw InvalidArgument(cat("--label-smoothing must be in [0, 1), got ", o.label_smoothing));
+    throw InvalidArgument(
+        cat("TrainOptions::label_smoothing must be in [0, 1), got ", o.label_smoothing));
   }
   if (o.clip_grad_norm < 0) {
-    throw InvalidArgument(cat("--clip-grad-norm must be >= 0, got ", o.clip_grad_norm));
+    throw InvalidArgument(cat("TrainOptions::clip_grad_norm must be >= 0, got ", o.clip_grad_norm));
   }
   if (o.progress_every_steps < 0 || o.progress_every_seconds < 0) {
-    throw InvalidArgument("--progress-every must be >= 0");
+    throw InvalidArgument(
+        cat("TrainOptions::",
+            o.progress_every_steps < 0 ? "progress_every_steps" : "progress_every_seconds",
+            " must be >= 0"));
   }
   if (o.tensorboard_every < 1) {
-    throw InvalidArgument(cat("--tensorboard-every must be positive, got ", o.tensorboard_every));
+    throw InvalidArgument(
+        cat("TrainOptions::tensorboard_every must be positive, got ", o.tensorboard_every));
   }
   if (o.metrics_port < -1 || o.metrics_port > 65535) {
-    throw InvalidArgument(cat(
-        "--metrics-port must be -1 (off), 0 (a free port) or up to 65535, got ", o.metrics_port));
+    throw InvalidArgument(
+        cat("TrainOptions::metrics_port must be -1 (off), 0 (a free port) or up "
+            "to 65535, got ",
+            o.metrics_port));
   }
-  if (o.threads < 0) throw InvalidArgument(cat("--threads must be >= 0, got ", o.threads));
+  if (o.threads < 0)
+    throw InvalidArgument(cat("TrainOptions::threads must be >= 0, got ", o.threads));
   detail::check_device(o.device);
-  if (o.amp != "none") {
+  if (o.amp != AmpMode::kNone) {
     const bool cuda = o.device != "cpu" && (o.device != "auto" || torch::cuda::is_available());
-    check_autocast(cuda ? c10::DeviceType::CUDA : c10::DeviceType::CPU, amp_dtype_from_name(o.amp));
+    check_autocast(cuda ? c10::DeviceType::CUDA : c10::DeviceType::CPU, amp_dtype(o.amp));
   }
   if (o.checkpoint_every_steps < 0 || o.checkpoint_every_epochs < 0) {
-    throw InvalidArgument(cat("--checkpoint-every must be positive, got ",
-                              std::min(o.checkpoint_every_steps, o.checkpoint_every_epochs)));
+    throw InvalidArgument(
+        cat("TrainOptions::",
+            o.checkpoint_every_steps < 0 ? "checkpoint_every_steps" : "checkpoint_every_epochs",
+            " must be >= 0, got ", std::min(o.checkpoint_every_steps, o.checkpoint_every_epochs)));
   }
   if (o.keep_checkpoints < 1) {
-    throw InvalidArgument(cat("--keep-checkpoints must be >= 1, got ", o.keep_checkpoints));
+    throw InvalidArgument(
+        cat("TrainOptions::keep_checkpoints must be >= 1, got ", o.keep_checkpoints));
   }
   if (o.checkpoint_dir.empty() && (o.checkpoint_every_steps > 0 || o.checkpoint_every_epochs > 0)) {
-    throw InvalidArgument("--checkpoint-every needs --checkpoint-dir");
+    throw InvalidArgument(
+        "TrainOptions::checkpoint_every_steps or checkpoint_every_epochs is set but "
+        "TrainOptions::checkpoint_dir is empty");
   }
   detail::validate_kvstore(o);
   bool known = false;
@@ -111,7 +134,7 @@ LrSchedule lr_schedule_for(const TrainOptions& o, int64_t steps_per_epoch, int w
   LrSchedule s;
   s.kind = o.lr_schedule;
   s.base_lr = o.optimizer.lr;
-  if (o.lr_scaling == "linear") {
+  if (o.lr_scaling == LrScaling::kLinear) {
     s.base_lr *= static_cast<double>(o.batch_size * world_size * o.accumulation_steps) / 256.0;
   }
   s.step_size = o.lr_step_size * steps_per_epoch;

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <filesystem>
 #include <iomanip>
+#include <limits>
 
 #include <ATen/Parallel.h>
 #include <torch/utils.h>
@@ -65,7 +66,7 @@ std::optional<LoadedCheckpoint> find_checkpoint(const TrainOptions& o, std::ostr
   std::filesystem::create_directories(o.checkpoint_dir, ec);
   if (ec) {
     throw InvalidArgument(
-        cat("cannot create --checkpoint-dir '", o.checkpoint_dir, "': ", ec.message()));
+        cat("cannot create TrainOptions::checkpoint_dir '", o.checkpoint_dir, "': ", ec.message()));
   }
   std::vector<std::string> skipped;
   std::optional<LoadedCheckpoint> found = load_latest_checkpoint(o.checkpoint_dir, &skipped);
@@ -108,10 +109,10 @@ std::optional<Checkpoint> share_checkpoint(std::optional<LoadedCheckpoint> found
 Trainer::Trainer(const TrainOptions& options, const ProcessGroup& pg, std::ostream* log)
     : o_(options),
       pg_(pg),
-      log_(pg.rank() == 0 ? log : nullptr),
+      log_(pg.rank() == 0 && options.log_run ? log : nullptr),
       rank_log_(log),
       leader_(pg.rank() == 0),
-      progress_(pg.rank() == 0 ? log : nullptr, options.progress, options.progress_every_steps,
+      progress_(log_, options.progress, options.progress_every_steps,
                 options.progress_every_seconds) {}
 
 void Trainer::setup() {
@@ -126,8 +127,8 @@ void Trainer::setup() {
     metrics_.open(o_.metrics_file,
                   found_ ? std::ios::out | std::ios::app : std::ios::out | std::ios::trunc);
     if (!metrics_) {
-      throw InvalidArgument(
-          cat("cannot write --metrics-file '", o_.metrics_file, "': ", std::strerror(errno)));
+      throw InvalidArgument(cat("cannot write TrainOptions::metrics_file '", o_.metrics_file,
+                                "': ", std::strerror(errno)));
     }
   }
   origin_ = found_ ? found_->path : std::string("the checkpoint");
@@ -136,6 +137,7 @@ void Trainer::setup() {
   device_ = pick_device(o_.device, pg_);
   DatasetOptions data = o_.dataset;
   data.uint8_inputs = data.uint8_inputs || device_.is_cuda();  // normalised on the GPU
+  data.device = device_;  // synthetic batches are made there once
   data.train = loader_options(o_, /*train=*/true);
   data.test = loader_options(o_, /*train=*/false);
   splits_ = open_dataset(data, pg_);
@@ -151,8 +153,8 @@ void Trainer::setup() {
     params_.insert(params_.end(), group.params().begin(), group.params().end());
   }
   GradScalerOptions so;
-  if (o_.amp != "none") {
-    amp_dtype_ = amp_dtype_from_name(o_.amp);
+  if (o_.amp != AmpMode::kNone) {
+    amp_dtype_ = amp_dtype(o_.amp);
     check_autocast(device_.type(), *amp_dtype_);
     so.enabled = needs_grad_scaler(*amp_dtype_);
   } else {
@@ -202,11 +204,11 @@ void Trainer::log_start() const {
         << splits_.train->batches_per_epoch() << " steps per epoch, " << at::get_num_threads()
         << " thread(s) per rank on " << device_.str() << std::endl;
   *log_ << "  optimizer " << o_.optimizer.name << ", lr " << schedule_.base_lr
-        << (o_.lr_scaling == "linear" ? " (linear scaling)" : "") << ", schedule "
-        << schedule_.kind;
+        << (o_.lr_scaling == LrScaling::kLinear ? " (linear scaling)" : "") << ", schedule "
+        << to_string(schedule_.kind);
   if (schedule_.warmup_steps > 0) *log_ << " after " << schedule_.warmup_steps << " warm-up steps";
   *log_ << (o_.channels_last ? ", channels-last" : "")
-        << (amp_dtype_ ? ", amp " + o_.amp : std::string()) << std::endl;
+        << (amp_dtype_ ? ", amp " + to_string(o_.amp) : std::string()) << std::endl;
   if (kv_) *log_ << "  " << kv_->describe() << std::endl;
   if (!resume_) return;
   *log_ << "resumed from " << origin_ << " (epoch " << first_epoch_ + 1 << ", step " << global_step_
@@ -218,8 +220,8 @@ void Trainer::log_start() const {
           << " samples)" << std::endl;
   }
   if (resume_->seed != o_.seed) {
-    *log_ << "  warning: the checkpoint was written with --seed " << resume_->seed
-          << ", this run uses --seed " << o_.seed
+    *log_ << "  warning: the checkpoint was written with seed " << resume_->seed
+          << ", this run uses seed " << o_.seed
           << ": the rest of the epoch is a different sample order" << std::endl;
   }
 }
@@ -309,6 +311,7 @@ Trainer::EpochTotals Trainer::run_epoch(int64_t epoch) {
                      t.loss_sum / t.samples);
     obs_->batch_done(batch.targets.size(0), loss_value, sync_step, global_step_, lr_);
     if (sync_step && o_.on_step) o_.on_step(global_step_, ddp_->stats());
+    if (sync_step && o_.step_observer) o_.step_observer({global_step_, epoch, loss_value, lr_});
     obs_->wait_for_batch();
   }
   progress_.finish();
@@ -320,8 +323,10 @@ Trainer::EpochTotals Trainer::run_epoch(int64_t epoch) {
 EpochMetrics Trainer::evaluate(int64_t epoch, const EpochTotals& t) {
   TimelineSpan span(obs_->timeline(), "evaluate");
   const double train_seconds = t.seconds;
-  const ClassificationCounts c =
-      evaluate_split(*model_, *splits_.test, device_, o_.channels_last, nullptr, splits_.normalize);
+  const ClassificationCounts c = o_.evaluate_every_epoch
+                                     ? evaluate_split(*model_, *splits_.test, device_,
+                                                      o_.channels_last, nullptr, splits_.normalize)
+                                     : ClassificationCounts{};
   // Ranks step in lockstep (DDP), so the sum of the ranks' rates is the
   // group's throughput.
   std::vector<double> sums =
@@ -393,6 +398,10 @@ std::vector<EpochMetrics> Trainer::run() {
   resume();
   wrap();
   log_start();
+  if (o_.step_observer) {
+    o_.step_observer({global_step_, first_epoch_, std::numeric_limits<double>::quiet_NaN(),
+                      lr_at(schedule_, global_step_)});
+  }
   std::vector<EpochMetrics> history;
   for (int64_t epoch = first_epoch_; epoch < o_.epochs; ++epoch) {
     const auto start = Clock::now();

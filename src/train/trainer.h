@@ -60,7 +60,7 @@ class Trainer {
 
   const TrainOptions& o_;
   const ProcessGroup& pg_;
-  std::ostream* log_;       // rank 0's, else null
+  std::ostream* log_;       // rank 0's with options.log_run, else null
   std::ostream* rank_log_;  // this rank's, may be null
   bool leader_;
   // Resolved in setup().

@@ -120,7 +120,7 @@ TEST_F(Eval, AMissingCheckpointFailsOnEveryRankNamingTheDirectory) {
         errors[pg.rank()] = testing::error_of([&] { evaluate(o, pg, nullptr); });
       },
       std::chrono::seconds(60));
-  EXPECT_EQ(errors[0], "no valid checkpoint in --checkpoint " + o.checkpoint_dir);
+  EXPECT_EQ(errors[0], "no valid checkpoint in EvalOptions::checkpoint_dir " + o.checkpoint_dir);
   EXPECT_EQ(errors[1], "rank 1: rank 0 could not load the weights");
 }
 
@@ -128,7 +128,8 @@ TEST_F(Eval, WeightsComeFromExactlyOneSource) {
   EvalOptions o = options("x.pt");
   o.init_weights = "w.pt";
   EXPECT_EQ(testing::error_of([&] { validate(o); }),
-            "give the weights with exactly one of --checkpoint DIR, --init-weights PATH");
+            "give the weights with exactly one of EvalOptions::checkpoint_dir, "
+            "EvalOptions::init_weights");
 }
 
 }  // namespace

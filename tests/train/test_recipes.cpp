@@ -195,9 +195,9 @@ TEST(Optimizers, AnUnknownNameIsRefusedWithTheList) {
 
 TEST(LrSchedules, EqualTorchOptimLrSchedulerStepByStep) {
   if (!testing::python_has_torch()) GTEST_SKIP() << "/usr/bin/python3 cannot import torch";
-  auto make = [](std::string kind, int64_t warmup) {
+  auto make = [](const std::string& kind, int64_t warmup) {
     LrSchedule s;
-    s.kind = std::move(kind);
+    s.kind = parse_lr_schedule(kind);
     s.base_lr = 0.1;
     s.warmup_steps = warmup;
     s.warmup_start_factor = 0.01;
@@ -232,7 +232,7 @@ TEST(LrSchedules, EqualTorchOptimLrSchedulerStepByStep) {
 
   nlohmann::json configs = nlohmann::json::array();
   for (const auto& [c, n] : cases) {
-    configs.push_back({{"kind", c.kind},
+    configs.push_back({{"kind", to_string(c.kind)},
                        {"base_lr", c.base_lr},
                        {"step_size", c.step_size},
                        {"milestones", c.milestones},
@@ -260,8 +260,9 @@ TEST(LrSchedules, EqualTorchOptimLrSchedulerStepByStep) {
       const double got = lr_at(sched, step);
       const double rel = std::abs(got - expected[step]) / expected[step];
       worst = std::max(worst, rel);
-      EXPECT_LE(rel, 1e-12) << sched.kind << " (warm-up " << sched.warmup_steps << ") step " << step
-                            << ": dtrain " << got << ", PyTorch " << expected[step];
+      EXPECT_LE(rel, 1e-12) << to_string(sched.kind) << " (warm-up " << sched.warmup_steps
+                            << ") step " << step << ": dtrain " << got << ", PyTorch "
+                            << expected[step];
     }
     ++k;
   }
@@ -274,8 +275,8 @@ TEST(LrSchedules, EpochsBecomeStepsAndLinearScalingUsesTheGlobalBatch) {
   o.optimizer.lr = 0.1;
   o.batch_size = 32;
   o.accumulation_steps = 2;
-  o.lr_scaling = "linear";
-  o.lr_schedule = "multistep";
+  o.lr_scaling = LrScaling::kLinear;
+  o.lr_schedule = LrScheduleKind::kMultiStep;
   o.lr_milestones = {2, 4};
   o.lr_warmup_epochs = 1;
   o.epochs = 5;
@@ -287,16 +288,18 @@ TEST(LrSchedules, EpochsBecomeStepsAndLinearScalingUsesTheGlobalBatch) {
 }
 
 TEST(LrSchedules, AnUnknownKindIsRefusedWithTheList) {
-  LrSchedule s;
-  s.kind = "onecycle";
-  EXPECT_EQ(testing::error_of([&] { validate(s); }),
+  EXPECT_EQ(testing::error_of([] { parse_lr_schedule("onecycle"); }),
             "unknown lr schedule 'onecycle'; valid schedules: constant, step, multistep, cosine");
+  for (const std::string& name : lr_schedule_names()) {
+    EXPECT_EQ(to_string(parse_lr_schedule(name)), name);
+  }
   TrainOptions o;
-  o.lr_schedule = "cosine";
+  o.lr_schedule = LrScheduleKind::kCosine;
   o.epochs = 3;
   o.lr_warmup_epochs = 3;
   EXPECT_EQ(testing::error_of([&] { validate(o); }),
-            "--lr-schedule cosine needs more steps (3) than the warm-up (3)");
+            "the cosine schedule needs more LrSchedule::total_steps (3) than "
+            "LrSchedule::warmup_steps (3)");
 }
 
 // ---- Loss, clipping, top-5 --------------------------------------------------------

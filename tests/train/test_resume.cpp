@@ -152,14 +152,14 @@ TEST_F(Resume, TwoEpochsStraightEqualOneEpochThenAResumedSecond) {
 NamedTensors Resume::adamw_cosine_resume_equals_straight(const std::string& amp,
                                                          const std::string& device) {
   TrainOptions o = options(amp + "-straight", 2);
-  o.amp = amp;
+  o.amp = parse_amp_mode(amp);
   o.device = device;
   o.optimizer.name = "adamw";
   o.optimizer.lr = 2e-3;
   o.optimizer.weight_decay = 0.05;
   o.optimizer.norm_weight_decay = 0.0;  // two parameter groups
   o.optimizer.bias_weight_decay = 0.0;
-  o.lr_schedule = "cosine";
+  o.lr_schedule = LrScheduleKind::kCosine;
   o.lr_warmup_steps = 5;
   o.lr_min = 1e-4;
   o.label_smoothing = 0.1;
@@ -343,10 +343,13 @@ TEST_F(Resume, CheckpointOptionsAreValidatedBeforeTraining) {
   TrainOptions o = options("", 1);
   o.checkpoint_dir.clear();
   o.checkpoint_every_steps = 5;
-  EXPECT_EQ(testing::error_of([&] { validate(o); }), "--checkpoint-every needs --checkpoint-dir");
+  EXPECT_EQ(testing::error_of([&] { validate(o); }),
+            "TrainOptions::checkpoint_every_steps or checkpoint_every_epochs is set but "
+            "TrainOptions::checkpoint_dir is empty");
   o = options("run", 1);
   o.keep_checkpoints = 0;
-  EXPECT_EQ(testing::error_of([&] { validate(o); }), "--keep-checkpoints must be >= 1, got 0");
+  EXPECT_EQ(testing::error_of([&] { validate(o); }),
+            "TrainOptions::keep_checkpoints must be >= 1, got 0");
   EXPECT_EQ(resume_batch(64, 8, 3, 4), 2);
   EXPECT_EQ(resume_batch(1000, 8, 1, 12), 12);
 }

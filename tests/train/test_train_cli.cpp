@@ -18,6 +18,7 @@
 #include "dtrain/data.h"
 #include "dtrain/models.h"
 #include "dtrain/train.h"
+#include "support/ranks.h"
 #include "support/shell.h"
 #include "train/fixtures.h"
 #include "train/python.h"
@@ -60,6 +61,58 @@ TEST_F(TrainCli, UnknownOptimizerOrScheduleOrFp16OnCpuIsAOneLineUsageError) {
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.output.find("--lr-milestones '3,x' is not a list of epochs"), std::string::npos)
       << r.output;
+}
+
+// Library users set fields, CLI users flags: the same mistake is told in the
+// words of each (the CLI maps the field to its flag, cli/option_flags.h).
+TEST_F(TrainCli, ABadOptionNamesTheFieldInTheLibraryAndTheFlagOnTheCommandLine) {
+  TrainOptions o;
+  o.label_smoothing = 1.5;
+  EXPECT_EQ(testing::error_of([&] { validate(o); }),
+            "TrainOptions::label_smoothing must be in [0, 1), got 1.5");
+  Shell r = dtrain_cli("train " + data_ + " --label-smoothing 1.5");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.output, "dtrain train: error: --label-smoothing must be in [0, 1), got 1.5\n");
+
+  o = TrainOptions();
+  o.lr_warmup_epochs = 1;
+  o.lr_warmup_steps = 1;
+  EXPECT_EQ(testing::error_of([&] { validate(o); }),
+            "TrainOptions::lr_warmup_epochs and TrainOptions::lr_warmup_steps are both set; the "
+            "warm-up takes epochs or steps, not both");
+  r = dtrain_cli("train " + data_ + " --lr-warmup-epochs 1 --lr-warmup-steps 1");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.output,
+            "dtrain train: error: --lr-warmup-epochs and --lr-warmup-steps are both set; the "
+            "warm-up takes epochs or steps, not both\n");
+
+  o = TrainOptions();
+  o.metrics_port = 70000;
+  EXPECT_EQ(testing::error_of([&] { validate(o); }),
+            "TrainOptions::metrics_port must be -1 (off), 0 (a free port) or up to 65535, got "
+            "70000");
+  r = dtrain_cli("bench train --model cnn --device cpu --metrics-port 70000");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.output,
+            "dtrain bench train: error: --metrics-port must be -1 (off), 0 (a free port) or up "
+            "to 65535, got 70000\n");
+}
+
+TEST(TypedOptions, EveryNameParsesToTheValueThatSpellsIt) {
+  for (AmpMode m : {AmpMode::kNone, AmpMode::kBf16, AmpMode::kFp16}) {
+    EXPECT_EQ(parse_amp_mode(to_string(m)), m);
+  }
+  for (LrScaling s : {LrScaling::kNone, LrScaling::kLinear}) {
+    EXPECT_EQ(parse_lr_scaling(to_string(s)), s);
+  }
+  EXPECT_EQ(testing::error_of([] { parse_amp_mode("fp8"); }),
+            "unknown mixed-precision mode 'fp8'; valid modes: none, bf16 (CPU or CUDA), fp16 "
+            "(CUDA)");
+  EXPECT_EQ(testing::error_of([] { parse_lr_scaling("sqrt"); }),
+            "unknown lr scaling 'sqrt'; valid rules: none, linear");
+  for (const std::string& name : comm_hook_names()) {
+    EXPECT_NE(comm_hook_by_name(name), nullptr) << name;
+  }
 }
 
 TEST_F(TrainCli, CudaWithoutAGpuIsAUsageErrorNamingDeviceCpu) {
@@ -311,7 +364,7 @@ class OnGpu : public testing::ScratchDir {
     o.epochs = 2;
     o.batch_size = 8;
     o.device = "cuda";
-    o.amp = amp;
+    o.amp = parse_amp_mode(amp);
     o.channels_last = channels_last;
     o.clip_grad_norm = 1.0;
     o.progress = TrainOptions::Progress::kNone;

@@ -139,8 +139,8 @@ DatasetSplits open_synthetic(const DatasetOptions& o) {
   DatasetSplits s;
   s.num_classes = classes;
   s.sample_shape = shape;
-  s.train = make_synthetic_loader(shape, classes, samples, o.train);
-  s.test = make_synthetic_loader(shape, classes, std::max(1LL, samples / 10), o.test);
+  s.train = make_synthetic_loader(shape, classes, samples, o.train, o.device);
+  s.test = make_synthetic_loader(shape, classes, std::max(1LL, samples / 10), o.test, o.device);
   return s;
 }
 

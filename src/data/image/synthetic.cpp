@@ -16,7 +16,7 @@ namespace {
 class SyntheticLoader : public Loader {
  public:
   SyntheticLoader(const std::vector<int64_t>& shape, int64_t num_classes, int64_t samples,
-                  const LoaderOptions& o)
+                  const LoaderOptions& o, c10::Device device)
       : options_(o) {
     if (o.batch_size < 1 || num_classes < 1 || samples < 1 || shape.size() != 3) {
       throw InvalidArgument(cat("synthetic data needs a positive batch size (", o.batch_size,
@@ -36,6 +36,8 @@ class SyntheticLoader : public Loader {
     for (int64_t i = 0; i < o.batch_size; ++i) {
       targets_.data_ptr<int64_t>()[i] = static_cast<int64_t>(rng.below(num_classes));
     }
+    inputs_ = inputs_.to(device);
+    targets_ = targets_.to(device);
   }
 
   void start_epoch(int64_t) override { cursor_ = 0; }
@@ -73,8 +75,8 @@ class SyntheticLoader : public Loader {
 
 std::unique_ptr<Loader> make_synthetic_loader(std::vector<int64_t> sample_shape,
                                               int64_t num_classes, int64_t samples,
-                                              const LoaderOptions& options) {
-  return std::make_unique<SyntheticLoader>(sample_shape, num_classes, samples, options);
+                                              const LoaderOptions& options, c10::Device device) {
+  return std::make_unique<SyntheticLoader>(sample_shape, num_classes, samples, options, device);
 }
 
 }  // namespace dtrain

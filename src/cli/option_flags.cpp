@@ -1,0 +1,80 @@
+#include "cli/option_flags.h"
+
+#include <algorithm>
+
+namespace dtrain::cli {
+
+std::string name_flags(std::string message, const FieldFlags& fields) {
+  FieldFlags sorted = fields;
+  std::stable_sort(sorted.begin(), sorted.end(),
+                   [](const auto& a, const auto& b) { return a.first.size() > b.first.size(); });
+  for (const auto& [field, flag] : sorted) {
+    for (size_t at = message.find(field); at != std::string::npos;
+         at = message.find(field, at + flag.size())) {
+      message.replace(at, field.size(), flag);
+    }
+  }
+  return message;
+}
+
+const FieldFlags& train_field_flags() {
+  static const FieldFlags flags = {
+      {"TrainOptions::model", "--model"},
+      {"TrainOptions::epochs", "--epochs"},
+      {"TrainOptions::batch_size", "--batch-size"},
+      {"TrainOptions::eval_batch_size", "--eval-batch-size"},
+      {"TrainOptions::accumulation_steps", "--accumulation-steps"},
+      {"TrainOptions::ddp.bucket_cap_mb", "--bucket-cap-mb"},
+      {"TrainOptions::lr_warmup_epochs", "--lr-warmup-epochs"},
+      {"TrainOptions::lr_warmup_steps", "--lr-warmup-steps"},
+      {"TrainOptions::label_smoothing", "--label-smoothing"},
+      {"TrainOptions::clip_grad_norm", "--clip-grad-norm"},
+      {"TrainOptions::progress_every_steps", "--progress-steps"},
+      {"TrainOptions::progress_every_seconds", "--progress-seconds"},
+      {"TrainOptions::tensorboard_every", "--tensorboard-every"},
+      {"TrainOptions::metrics_port", "--metrics-port"},
+      {"TrainOptions::metrics_file", "--metrics-file"},
+      {"TrainOptions::threads", "--threads"},
+      {"TrainOptions::checkpoint_every_steps", "--checkpoint-every"},
+      {"TrainOptions::checkpoint_every_epochs", "--checkpoint-every"},
+      {"TrainOptions::keep_checkpoints", "--keep-checkpoints"},
+      {"TrainOptions::checkpoint_dir", "--checkpoint-dir"},
+      {"OptimizerOptions::lr", "--lr"},
+      {"OptimizerOptions::momentum", "--momentum"},
+      {"OptimizerOptions::nesterov", "--nesterov"},
+      {"OptimizerOptions::weight_decay", "--weight-decay"},
+      {"OptimizerOptions::norm_weight_decay", "--norm-weight-decay"},
+      {"OptimizerOptions::bias_weight_decay", "--bias-weight-decay"},
+      {"OptimizerOptions::beta1 and beta2", "--adamw-betas"},
+      {"OptimizerOptions::eps", "--adamw-eps"},
+      // train() builds the schedule from these flags (lr_schedule_for).
+      {"LrSchedule::base_lr", "--lr (after --lr-scaling)"},
+      {"LrSchedule::warmup_steps", "the warm-up (--lr-warmup-epochs or --lr-warmup-steps)"},
+      {"LrSchedule::warmup_start_factor", "--lr-warmup-decay"},
+      {"LrSchedule::gamma", "--lr-gamma"},
+      {"LrSchedule::step_size", "--lr-step-size"},
+      {"LrSchedule::milestones", "--lr-milestones"},
+      {"LrSchedule::total_steps", "steps (--epochs)"},
+      {"LrSchedule::min_lr", "--lr-min"},
+      // dtrain bench train's own.
+      {"TrainBenchOptions::steps", "--steps"},
+      {"TrainBenchOptions::warmup_steps", "--warmup-steps"},
+      {"TrainBenchOptions::display_every", "--display-every"},
+      {"TrainBenchOptions::num_classes", "--num-classes"},
+      {"TrainBenchOptions::image_size", "--image-size"},
+  };
+  return flags;
+}
+
+const FieldFlags& eval_field_flags() {
+  static const FieldFlags flags = {
+      {"EvalOptions::checkpoint_dir", "--checkpoint"},
+      {"EvalOptions::init_weights", "--init-weights"},
+      {"EvalOptions::batch_size", "--batch-size"},
+      {"EvalOptions::threads", "--threads"},
+      {"EvalOptions::logits_file", "--logits-file"},
+  };
+  return flags;
+}
+
+}  // namespace dtrain::cli

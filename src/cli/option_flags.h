@@ -1,0 +1,28 @@
+#pragma once
+// Library errors name the option field they are about ("TrainOptions::
+// batch_size must be positive"), as library users set fields, not flags. The
+// CLI tells its users the flag instead: each subcommand maps the fields it
+// sets to its flags here and rewrites the messages it reports.
+
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace dtrain::cli {
+
+/// (field as the library spells it, flag) pairs.
+using FieldFlags = std::vector<std::pair<std::string, std::string>>;
+
+/// `message` with every field of `fields` replaced by its flag (the longest
+/// field first, so "TrainOptions::lr_warmup_steps" is not taken for a field
+/// it starts with). Text naming no field is returned unchanged.
+std::string name_flags(std::string message, const FieldFlags& fields);
+
+/// The TrainOptions (and its LrSchedule and OptimizerOptions) fields that
+/// `dtrain train` and `dtrain bench train` set, with their flags.
+const FieldFlags& train_field_flags();
+
+/// The EvalOptions fields `dtrain eval` sets, with their flags.
+const FieldFlags& eval_field_flags();
+
+}  // namespace dtrain::cli
