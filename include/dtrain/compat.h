@@ -50,9 +50,10 @@ void disable_libuv(TcpStoreOptions& options) {
 /// validate dialect (VALIDATE + magic number, PING; checked with 2.11).
 /// connect_tcp_store probes the server only where it knows the dialect.
 enum class StoreDialect { kLegacy, kValidate, kNotProbed };
-constexpr StoreDialect kStoreClientDialect = DTRAIN_TORCH_VERSION < 200    ? StoreDialect::kLegacy
-                                             : DTRAIN_TORCH_VERSION >= 203 ? StoreDialect::kValidate
-                                                                           : StoreDialect::kNotProbed;
+constexpr StoreDialect kStoreClientDialect = DTRAIN_TORCH_VERSION < 200 ? StoreDialect::kLegacy
+                                             : DTRAIN_TORCH_VERSION >= 203
+                                                 ? StoreDialect::kValidate
+                                                 : StoreDialect::kNotProbed;
 
 /// Gloo allreduces bfloat16 tensors from 2.0 on; 1.13 rejects them
 /// ("Invalid scalar type"), so the bf16 comm hook gathers instead there.

@@ -7,11 +7,11 @@
 #include <algorithm>
 #include <iostream>
 
+#include <torch/version.h>
 #include <torch/csrc/distributed/c10d/FileStore.hpp>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
-#include <torch/version.h>
 
 #include "comm/store_server/probe.h"
 #include "comm/store_server/server.h"
@@ -34,8 +34,8 @@ c10d::TCPStoreOptions tcp_options(int port, bool is_server, std::chrono::millise
 
 }  // namespace
 
-TcpStoreServer::TcpStoreServer(std::string host,
-                               std::unique_ptr<store_server::StoreServer> server, StorePtr store)
+TcpStoreServer::TcpStoreServer(std::string host, std::unique_ptr<store_server::StoreServer> server,
+                               StorePtr store)
     : host_(std::move(host)),
       port_(server->port()),
       server_(std::move(server)),
@@ -70,8 +70,8 @@ std::unique_ptr<TcpStoreServer> TcpStoreServer::start(const TcpStoreServerOption
     return std::unique_ptr<TcpStoreServer>(
         new TcpStoreServer(options.host, std::move(server), StorePtr(std::move(client))));
   } catch (const std::exception& e) {
-    throw StoreError(cat("cannot connect to the store just started on port ", server->port(),
-                         ": ", first_line(e.what())));
+    throw StoreError(cat("cannot connect to the store just started on port ", server->port(), ": ",
+                         first_line(e.what())));
   }
 }
 

@@ -36,11 +36,11 @@ class PythonStoreServer {
  public:
   PythonStoreServer(const std::string& python, int port) : port_(port) {
     out_ = cat("/tmp/dtrain-pystore-", ::getpid(), "-", port);
-    const auto r = run_shell(cat(
-        python, " -c \"import datetime, time, torch.distributed as d; ",
-        "s = d.TCPStore('127.0.0.1', ", port, ", 1, True, datetime.timedelta(seconds=60), ",
-        "wait_for_workers=False); s.set('from_python', 'hi'); print('up', flush=True); ",
-        "time.sleep(300)\" > ", out_, " 2>&1 & echo $!"));
+    const auto r = run_shell(
+        cat(python, " -c \"import datetime, time, torch.distributed as d; ",
+            "s = d.TCPStore('127.0.0.1', ", port, ", 1, True, datetime.timedelta(seconds=60), ",
+            "wait_for_workers=False); s.set('from_python', 'hi'); print('up', flush=True); ",
+            "time.sleep(300)\" > ", out_, " 2>&1 & echo $!"));
     pid_ = std::atoi(r.output.c_str());
     for (int i = 0; i < 1200 && !up(); ++i) std::this_thread::sleep_for(100ms);
   }
@@ -105,11 +105,11 @@ TEST(StoreDialects, KeysOfDtrainsStoreReachPythonClientsOfBothReleases) {
   for (const std::string& py : {testing::python_torch_113(), testing::python_torch_2x()}) {
     if (py.empty()) continue;
     ++ran;
-    const auto r = run_shell(cat(
-        "timeout -k 5 120 ", py, " -c \"import datetime, torch.distributed as d; ",
-        "s = d.TCPStore('127.0.0.1', ", server->port(), ", None, False, ",
-        "datetime.timedelta(seconds=30)); print(s.get('from_dtrain').decode()); ",
-        "s.set('from_python', 'yes')\" 2>&1"));
+    const auto r =
+        run_shell(cat("timeout -k 5 120 ", py, " -c \"import datetime, torch.distributed as d; ",
+                      "s = d.TCPStore('127.0.0.1', ", server->port(), ", None, False, ",
+                      "datetime.timedelta(seconds=30)); print(s.get('from_dtrain').decode()); ",
+                      "s.set('from_python', 'yes')\" 2>&1"));
     EXPECT_EQ(r.code, 0) << r.output;
     EXPECT_NE(r.output.find("ok"), std::string::npos) << r.output;
     EXPECT_EQ(value(server->store(), "from_python"), "yes");

@@ -25,7 +25,9 @@ std::string python(Peer p) {
   return p == Peer::k113 ? testing::python_torch_113() : testing::python_torch_2x();
 }
 
-const char* why_absent(Peer p) { return p == Peer::k113 ? testing::kNoPeer113 : testing::kNoPeer2x; }
+const char* why_absent(Peer p) {
+  return p == Peer::k113 ? testing::kNoPeer113 : testing::kNoPeer2x;
+}
 
 // `dtrain run FLAGS -- PYTHON ddp_program.py`, bounded, with its output.
 testing::ShellRun dtrain_run(const std::string& env, const std::string& flags,

@@ -53,8 +53,8 @@ std::int64_t parse_counter(const std::string& key, const Bytes& value) {
   char* end = nullptr;
   const long long v = std::strtoll(text.c_str(), &end, 10);
   if (text.empty() || errno != 0 || end == text.c_str()) {
-    throw QueryError(cat("ADD to key '", key, "' whose value '", text.substr(0, 32),
-                         "' is not an integer"));
+    throw QueryError(
+        cat("ADD to key '", key, "' whose value '", text.substr(0, 32), "' is not an integer"));
   }
   return v;
 }
@@ -161,8 +161,8 @@ void KeySpace::apply(ConnId conn, const Query& q) {
       return;
     }
     case Op::kCheck: {
-      const bool all = std::all_of(q.keys.begin(), q.keys.end(),
-                                   [&](const std::string& k) { return ready(k); });
+      const bool all =
+          std::all_of(q.keys.begin(), q.keys.end(), [&](const std::string& k) { return ready(k); });
       reply(conn, u8_reply(all ? kCheckReady : kCheckNotReady));
       return;
     }
@@ -211,7 +211,8 @@ void KeySpace::apply(ConnId conn, const Query& q) {
     }
     case Op::kQueueLen: {
       auto it = queues_.find(q.keys[0]);
-      reply(conn, i64_reply(it == queues_.end() ? 0 : static_cast<std::int64_t>(it->second.size())));
+      reply(conn,
+            i64_reply(it == queues_.end() ? 0 : static_cast<std::int64_t>(it->second.size())));
       return;
     }
     case Op::kListKeys: {

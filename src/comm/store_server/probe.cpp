@@ -104,7 +104,8 @@ Answer ask_in(Dialect d, int fd, std::chrono::milliseconds timeout) {
   if (d == Dialect::kLegacy) {
     Query q;
     q.op = Op::kNumKeys;
-    return ask(fd, encode_query(d, q), 8, [](const Bytes&) { return true; }, timeout);
+    return ask(
+        fd, encode_query(d, q), 8, [](const Bytes&) { return true; }, timeout);
   }
   // The nonce's bytes make a legacy server's key length 0xffffff0d3c85f7ce
   // (Note [Dialect detection]): beyond a vector's max_size, so it throws
@@ -143,7 +144,8 @@ ProbeResult probe_store(const std::string& host, int port, Dialect preferred,
     while (true) {
       fd = connect_once(host, port, deadline, &result.error);
       if (fd.valid() || Clock::now() >= deadline) break;
-      std::this_thread::sleep_for(std::min(pause, std::chrono::milliseconds(remaining_ms(deadline))));
+      std::this_thread::sleep_for(
+          std::min(pause, std::chrono::milliseconds(remaining_ms(deadline))));
       pause = std::min(pause * 2, std::chrono::milliseconds(1000));
     }
     if (!fd.valid()) return result;

@@ -254,12 +254,12 @@ void StoreServer::Loop::serve(ConnId id, Conn& c) {
   std::size_t start = 0;
   while (!c.closing && start < c.in.size()) {
     Query q;
-    ParseResult r = parse_query(c.dialect, c.in.data() + start, c.in.size() - start,
-                                options_.limits, &q);
+    ParseResult r =
+        parse_query(c.dialect, c.in.data() + start, c.in.size() - start, options_.limits, &q);
     if (r.status == ParseStatus::kNeedMore) break;
     if (r.status == ParseStatus::kMalformed) {
-      close_with(c, cat("malformed ", dialect_name(c.dialect), " query (", r.error,
-                        "; bytes ", hex_prefix(c.in, start), ")"));
+      close_with(c, cat("malformed ", dialect_name(c.dialect), " query (", r.error, "; bytes ",
+                        hex_prefix(c.in, start), ")"));
       return;
     }
     start += r.consumed;
@@ -288,8 +288,8 @@ void StoreServer::Loop::enqueue(ConnId id, const Bytes& b) {
 
 void StoreServer::Loop::flush(Conn& c) {
   while (c.out.size() > c.out_start) {
-    const ssize_t sent = ::send(c.fd.get(), c.out.data() + c.out_start,
-                                c.out.size() - c.out_start, MSG_NOSIGNAL);
+    const ssize_t sent =
+        ::send(c.fd.get(), c.out.data() + c.out_start, c.out.size() - c.out_start, MSG_NOSIGNAL);
     if (sent > 0) {
       c.out_start += static_cast<std::size_t>(sent);
       continue;

@@ -10,14 +10,13 @@ namespace {
 
 // Query codes by dialect, indexed by the wire byte (Note [Dialect detection]).
 constexpr std::array<Op, 13> kLegacyOps = {
-    Op::kSet,     Op::kCompareSet, Op::kGet,      Op::kAdd,      Op::kCheck,
-    Op::kWait,    Op::kNumKeys,    Op::kWatchKey, Op::kDeleteKey, Op::kAppend,
-    Op::kMultiGet, Op::kMultiSet,  Op::kCancelWait};
+    Op::kSet,      Op::kCompareSet, Op::kGet,       Op::kAdd,       Op::kCheck,
+    Op::kWait,     Op::kNumKeys,    Op::kWatchKey,  Op::kDeleteKey, Op::kAppend,
+    Op::kMultiGet, Op::kMultiSet,   Op::kCancelWait};
 constexpr std::array<Op, 18> kValidateOps = {
-    Op::kValidate,  Op::kSet,       Op::kCompareSet, Op::kGet,        Op::kAdd,
-    Op::kCheck,     Op::kWait,      Op::kNumKeys,    Op::kDeleteKey,  Op::kAppend,
-    Op::kMultiGet,  Op::kMultiSet,  Op::kCancelWait, Op::kPing,       Op::kQueuePush,
-    Op::kQueuePop,  Op::kQueueLen,  Op::kListKeys};
+    Op::kValidate,   Op::kSet,     Op::kCompareSet, Op::kGet,      Op::kAdd,      Op::kCheck,
+    Op::kWait,       Op::kNumKeys, Op::kDeleteKey,  Op::kAppend,   Op::kMultiGet, Op::kMultiSet,
+    Op::kCancelWait, Op::kPing,    Op::kQueuePush,  Op::kQueuePop, Op::kQueueLen, Op::kListKeys};
 
 // Note [Dialect detection]: the longest first key a legacy SET may have.
 constexpr std::uint64_t kMaxLegacyFirstKey = 1024 * 1024;
@@ -156,11 +155,11 @@ const char* dialect_name(Dialect d) {
 }
 
 const char* op_name(Op op) {
-  static const char* const kNames[] = {
-      "VALIDATE",   "SET",        "COMPARE_SET", "GET",        "ADD",
-      "CHECK",      "WAIT",       "GETNUMKEYS",  "WATCH_KEY",  "DELETE_KEY",
-      "APPEND",     "MULTI_GET",  "MULTI_SET",   "CANCEL_WAIT", "PING",
-      "QUEUE_PUSH", "QUEUE_POP",  "QUEUE_LEN",   "LIST_KEYS"};
+  static const char* const kNames[] = {"VALIDATE",  "SET",         "COMPARE_SET", "GET",
+                                       "ADD",       "CHECK",       "WAIT",        "GETNUMKEYS",
+                                       "WATCH_KEY", "DELETE_KEY",  "APPEND",      "MULTI_GET",
+                                       "MULTI_SET", "CANCEL_WAIT", "PING",        "QUEUE_PUSH",
+                                       "QUEUE_POP", "QUEUE_LEN",   "LIST_KEYS"};
   return kNames[static_cast<int>(op)];
 }
 

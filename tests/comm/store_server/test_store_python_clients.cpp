@@ -39,11 +39,11 @@ class PythonClients : public ::testing::Test {
   // `waiter` waits for a key that `setter` sets once the waiter is waiting.
   void wait_across(const std::string& waiter, const std::string& setter, const std::string& key) {
     const std::string out = cat("/tmp/dtrain-store-waiter-", ::getpid(), "-", key);
-    const testing::ShellRun r = run_shell(cat(
-        client(waiter, "wait " + key), " > ", out, " 2>&1 & pid=$!; ",
-        "for i in $(seq 600); do grep -q waiting ", out, " && break; sleep 0.1; done; ",
-        "sleep 0.5; ", client(setter, "set " + key + " hello"), " 2>&1; ",
-        "wait $pid; echo waiter=$?; cat ", out, "; rm -f ", out));
+    const testing::ShellRun r = run_shell(
+        cat(client(waiter, "wait " + key), " > ", out, " 2>&1 & pid=$!; ",
+            "for i in $(seq 600); do grep -q waiting ", out, " && break; sleep 0.1; done; ",
+            "sleep 0.5; ", client(setter, "set " + key + " hello"), " 2>&1; ",
+            "wait $pid; echo waiter=$?; cat ", out, "; rm -f ", out));
     EXPECT_NE(r.output.find("waiter=0"), std::string::npos) << r.output;
     EXPECT_NE(r.output.find("hello\nOK torch"), std::string::npos) << r.output;
   }

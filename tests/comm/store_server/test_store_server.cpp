@@ -13,9 +13,9 @@
 
 #include "comm/store_server/key_space.h"
 #include "comm/store_server/probe.h"
+#include "comm/store_server/raw_client.h"
 #include "comm/store_server/server.h"
 #include "comm/store_server/wire.h"
-#include "comm/store_server/raw_client.h"
 
 namespace dtrain::store_server {
 namespace {
@@ -35,7 +35,7 @@ const std::vector<Exchange> kTorch113 = {
     {true, "030500000000000000696e69742f0100000000000000"},  // ADD init/ 1
     {false, "0100000000000000"},
     {true, "0002000000000000002f6b01000000000000007605010000000000000002000000000000002f6b"},
-    {false, "00"},  // SET /k v, WAIT [/k] -> STOP_WAITING
+    {false, "00"},                     // SET /k v, WAIT [/k] -> STOP_WAITING
     {true, "0202000000000000002f6b"},  // GET /k
     {false, "010000000000000076"},
     {true, "0302000000000000002f630500000000000000"},  // ADD /c 5
@@ -112,7 +112,8 @@ const std::vector<Exchange> kTorch211 = {
     {false, "0200000000000000010000000000000061"},
     {true, "11"},  // LIST_KEYS
     {false,
-     "060000000000000002000000000000002f6102000000000000002f6303000000000000002f6d310300000000000000"
+     "060000000000000002000000000000002f6102000000000000002f6303000000000000002f6d31030000000000000"
+     "0"
      "2f6d3204000000000000002f6e65770500000000000000696e69742f"},
 };
 
@@ -143,7 +144,8 @@ void replay(int port, const std::vector<Exchange>& conversation) {
     if (conversation[i].from_client) {
       ASSERT_TRUE(c.send(b));
       if (i + 1 == conversation.size() || conversation[i + 1].from_client) {
-        EXPECT_TRUE(c.silent()) << "a reply to exchange " << i << " that the real server did not send";
+        EXPECT_TRUE(c.silent()) << "a reply to exchange " << i
+                                << " that the real server did not send";
       }
     } else {
       EXPECT_EQ(c.recv(b.size()), b) << "reply to exchange " << i - 1;
@@ -210,9 +212,11 @@ TEST(StoreWire, UnknownCodesAndOversizedLengthsAreMalformed) {
             ParseStatus::kMalformed);
   // A GET whose key claims 1 GiB: refused from its 9 bytes, nothing buffered.
   const Bytes huge_key = hex("03 00000040 00000000");
-  ParseResult r = parse_query(Dialect::kValidate, huge_key.data(), huge_key.size(), WireLimits{}, &q);
+  ParseResult r =
+      parse_query(Dialect::kValidate, huge_key.data(), huge_key.size(), WireLimits{}, &q);
   EXPECT_EQ(r.status, ParseStatus::kMalformed);
-  EXPECT_NE(r.error.find("key of 1073741824 bytes exceeds the limit"), std::string::npos) << r.error;
+  EXPECT_NE(r.error.find("key of 1073741824 bytes exceeds the limit"), std::string::npos)
+      << r.error;
   const Bytes many_keys = hex("06 ffffffff ffffffff");
   r = parse_query(Dialect::kValidate, many_keys.data(), many_keys.size(), WireLimits{}, &q);
   EXPECT_EQ(r.status, ParseStatus::kMalformed);
@@ -279,15 +283,15 @@ TEST(StoreServer, ALegacyWatcherHearsEveryChangeOfItsKey) {
   auto server = start_server(&log);
   RawClient watcher(server->port()), writer(server->port());
   ASSERT_TRUE(watcher.send(hex("07 0100000000000000 6b")));  // WATCH_KEY k
-  EXPECT_EQ(watcher.recv(1), hex("03"));                      // KEY_CALLBACK_REGISTERED
+  EXPECT_EQ(watcher.recv(1), hex("03"));                     // KEY_CALLBACK_REGISTERED
   ASSERT_TRUE(writer.send(hex("00 0100000000000000 6b 0100000000000000 31")));  // SET k 1
   EXPECT_EQ(watcher.recv(27),
             hex("01 0100000000000000 6b 0000000000000000 0100000000000000 31"));  // created
-  ASSERT_TRUE(writer.send(hex("03 0100000000000000 6b 0100000000000000")));  // ADD k 1
+  ASSERT_TRUE(writer.send(hex("03 0100000000000000 6b 0100000000000000")));       // ADD k 1
   EXPECT_EQ(writer.recv(8), hex("0200000000000000"));
   EXPECT_EQ(watcher.recv(28),
             hex("00 0100000000000000 6b 0100000000000000 31 0100000000000000 32"));  // updated
-  ASSERT_TRUE(writer.send(hex("08 0100000000000000 6b")));  // DELETE_KEY k
+  ASSERT_TRUE(writer.send(hex("08 0100000000000000 6b")));                           // DELETE_KEY k
   EXPECT_EQ(writer.recv(8), hex("0100000000000000"));
   EXPECT_EQ(watcher.recv(27),
             hex("02 0100000000000000 6b 0100000000000000 32 0000000000000000"));  // deleted
@@ -328,7 +332,7 @@ TEST(StoreServer, AddingToAValueThatIsNotANumberClosesTheConnection) {
   auto server = start_server(&log);
   RawClient c(server->port());
   ASSERT_TRUE(c.send(hex("00 0100000000000000 6b 0200000000000000 6869")));  // SET k hi
-  ASSERT_TRUE(c.send(hex("03 0100000000000000 6b 0100000000000000")));        // ADD k 1
+  ASSERT_TRUE(c.send(hex("03 0100000000000000 6b 0100000000000000")));       // ADD k 1
   EXPECT_TRUE(c.closed_by_server());
   const auto lines = log.get();
   ASSERT_EQ(lines.size(), 1u);
