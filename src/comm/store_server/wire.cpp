@@ -191,7 +191,12 @@ ParseResult parse_query(Dialect d, const std::uint8_t* data, std::size_t n,
     q.op = kValidateOps[code];
   } else {
     r.status = ParseStatus::kMalformed;
-    r.error = cat("query code ", int{code}, " is not a ", dialect_name(d), " query");
+    r.error =
+        d == Dialect::kValidate
+            ? cat("query code ", int{code}, " is none of the ", dialect_name(d),
+                  " queries dtrain serves (0-17, up to 2.11's LIST_KEYS): a newer "
+                  "PyTorch's query?")
+            : cat("query code ", int{code}, " is none of the ", dialect_name(d), " queries (0-12)");
     return r;
   }
   Cursor c(data + 1, n - 1, limits);

@@ -327,6 +327,22 @@ TEST(StoreServer, AMalformedQueryClosesOnlyThatConnectionWithALineNamingThePeer)
   EXPECT_NE(lines[0].find("query code 42"), std::string::npos) << lines[0];
 }
 
+TEST(StoreServer, AQueryOfANewerReleaseIsNamedAsSuch) {
+  Logged log;
+  auto server = start_server(&log);
+  RawClient c(server->port());
+  ASSERT_TRUE(c.validate());
+  ASSERT_TRUE(
+      c.send(hex("12 0100000000000000 62 0200000000000000")));  // BARRIER b 2 (a later release)
+  EXPECT_TRUE(c.closed_by_server());
+  ASSERT_EQ(log.get().size(), 1u);
+  EXPECT_NE(log.get()[0].find("query code 18 is none of the validate (PyTorch 2.x TCPStore) "
+                              "queries dtrain serves (0-17, up to 2.11's LIST_KEYS): a newer "
+                              "PyTorch's query?"),
+            std::string::npos)
+      << log.get()[0];
+}
+
 TEST(StoreServer, AddingToAValueThatIsNotANumberClosesTheConnection) {
   Logged log;
   auto server = start_server(&log);
