@@ -45,16 +45,6 @@ void disable_libuv(TcpStoreOptions& options) {
 #endif
 }
 
-/// The TCPStore dialect of the linked LibTorch's c10d client (wire.h in
-/// src/comm/store_server): 1.13 speaks the legacy dialect, 2.3 and later the
-/// validate dialect (VALIDATE + magic number, PING; checked with 2.11).
-/// connect_tcp_store probes the server only where it knows the dialect.
-enum class StoreDialect { kLegacy, kValidate, kNotProbed };
-constexpr StoreDialect kStoreClientDialect = DTRAIN_TORCH_VERSION < 200 ? StoreDialect::kLegacy
-                                             : DTRAIN_TORCH_VERSION >= 203
-                                                 ? StoreDialect::kValidate
-                                                 : StoreDialect::kNotProbed;
-
 /// Gloo allreduces bfloat16 tensors from 2.0 on; 1.13 rejects them
 /// ("Invalid scalar type"), so the bf16 comm hook gathers instead there.
 constexpr bool kGlooAllreducesBFloat16 = DTRAIN_TORCH_VERSION >= 200;

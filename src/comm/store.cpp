@@ -89,12 +89,19 @@ namespace {
 // c10d's client as before.
 constexpr auto kProbeAnswerTimeout = std::chrono::seconds(5);
 
+// The dialect of the linked LibTorch's c10d client (store_server/wire.h):
+// 1.13 speaks the legacy dialect, 2.3 and later the validate dialect (VALIDATE
+// + magic number, PING; checked with 2.11). Releases in between are not
+// probed. (Kept here rather than in compat.h: only this file asks.)
+constexpr store_server::Dialect kClientDialect =
+    DTRAIN_TORCH_VERSION < 200    ? store_server::Dialect::kLegacy
+    : DTRAIN_TORCH_VERSION >= 203 ? store_server::Dialect::kValidate
+                                  : store_server::Dialect::kUndecided;
+
 void check_store_dialect(const std::string& host, int port, std::chrono::milliseconds timeout) {
   using store_server::Dialect;
-  if (compat::kStoreClientDialect == compat::StoreDialect::kNotProbed) return;
-  const Dialect mine = compat::kStoreClientDialect == compat::StoreDialect::kLegacy
-                           ? Dialect::kLegacy
-                           : Dialect::kValidate;
+  if (kClientDialect == Dialect::kUndecided) return;
+  const Dialect mine = kClientDialect;
   const auto answer_timeout =
       std::min<std::chrono::milliseconds>(timeout, std::chrono::milliseconds(kProbeAnswerTimeout));
   const store_server::ProbeResult r =
