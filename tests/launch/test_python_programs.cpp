@@ -49,13 +49,14 @@ std::vector<std::string> words(const std::string& s) {
   return out;
 }
 
-struct Run {
+struct LaunchRun {
   LaunchResult result;
   std::string output;  ///< the workers' tagged output and the launcher's notes
 };
 
 // One agent running `python ddp_program.py`, its output kept in a file.
-Run launch_python(const std::string& py, LaunchOptions o, const std::vector<std::string>& env) {
+LaunchRun launch_python(const std::string& py, LaunchOptions o,
+                        const std::vector<std::string>& env) {
   const std::string out = cat("/tmp/dtrain-pyprog-", ::getpid(), "-",
                               std::hash<std::thread::id>()(std::this_thread::get_id()));
   const int fd = ::open(out.c_str(), O_CREAT | O_TRUNC | O_WRONLY | O_CLOEXEC, 0644);
@@ -69,7 +70,7 @@ Run launch_python(const std::string& py, LaunchOptions o, const std::vector<std:
   for (char** p = environ; *p != nullptr; ++p) e.emplace_back(*p);
   e.insert(e.end(), env.begin(), env.end());
   o.environment = e;
-  Run r;
+  LaunchRun r;
   try {
     r.result = launch(o);
   } catch (const std::exception& ex) {
@@ -101,7 +102,7 @@ class PythonPrograms : public ::testing::TestWithParam<Peer> {
 };
 
 TEST_P(PythonPrograms, TwoRanksTrainAndAllreduce) {
-  const Run r = launch_python(py_, two_ranks(), {});
+  const LaunchRun r = launch_python(py_, two_ranks(), {});
   EXPECT_TRUE(r.result.succeeded()) << r.output;
   EXPECT_NE(r.output.find("rank 0/2 allreduce 3 restart 0 " + version()), std::string::npos)
       << r.output;
@@ -113,14 +114,14 @@ TEST_P(PythonPrograms, TwoRanksTrainAndAllreduce) {
 TEST_P(PythonPrograms, AFailedRankIsRestartedAndTheGroupFinishes) {
   LaunchOptions o = two_ranks();
   o.max_restarts = 1;
-  const Run r = launch_python(py_, o, {"FAIL_RANK=1"});
+  const LaunchRun r = launch_python(py_, o, {"FAIL_RANK=1"});
   EXPECT_TRUE(r.result.succeeded()) << r.output;
   EXPECT_EQ(r.result.restarts, 1) << r.output;
   EXPECT_NE(r.output.find("rank 1/2 allreduce 3 restart 1"), std::string::npos) << r.output;
 }
 
 TEST_P(PythonPrograms, TheRootCauseComesFromRecordsErrorFile) {
-  const Run r = launch_python(py_, two_ranks(), {"FAIL_RANK=1", "FAIL_UNTIL_RESTART=9"});
+  const LaunchRun r = launch_python(py_, two_ranks(), {"FAIL_RANK=1", "FAIL_UNTIL_RESTART=9"});
   EXPECT_FALSE(r.result.succeeded()) << r.output;
   ASSERT_TRUE(r.result.root_cause.has_value()) << r.output;
   EXPECT_EQ(r.result.root_cause->rank, 1) << r.output;
@@ -136,9 +137,9 @@ TEST_P(PythonPrograms, TwoNodesOnLoopbackFormOneGroup) {
   o.rdzv_endpoint = cat("127.0.0.1:", testing::free_port());
   o.run_id = "py";
   o.linger_timeout = 10s;
-  Run first;
+  LaunchRun first;
   std::thread other([&] { first = launch_python(py_, o, {}); });
-  const Run second = launch_python(py_, o, {});
+  const LaunchRun second = launch_python(py_, o, {});
   other.join();
   EXPECT_TRUE(first.result.succeeded()) << first.output;
   EXPECT_TRUE(second.result.succeeded()) << second.output;
