@@ -18,6 +18,7 @@
 #   DTRAIN_SKIP_CUDA_TORCH=1  skip the CUDA LibTorch stage when it cannot run
 #                         here (no toolkit, no index) instead of failing
 #   DTRAIN_TORCH_*        passed on to scripts/cuda-torch.sh (see its header)
+#   DTRAIN_SKIP_PEER_TORCH=1  do not make the PyTorch 2.x Python peer (its tests skip)
 set -euo pipefail
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -146,6 +147,27 @@ print_summary() {
   fi
 }
 
+# The PyTorch 2.x Python peer (scripts/peer-torch.sh: PyPI's torch 2.11 in a
+# venv) that the store-dialect and Python-program tests drive beside Debian's
+# torch 1.13. Without it those tests skip, saying so; so this stage never
+# fails the run: it records why it could not make the venv. DTRAIN_SKIP_PEER_TORCH=1
+# leaves it out.
+peer_torch_stage() {
+  local name="peer torch 2.11 (Python)" start=$SECONDS
+  if [[ "${DTRAIN_SKIP_PEER_TORCH:-0}" == 1 ]]; then
+    skip_stage "$name" "DTRAIN_SKIP_PEER_TORCH=1 (its tests skip)"
+    return 0
+  fi
+  log "stage: $name"
+  if bash scripts/peer-torch.sh >"$LOG_DIR/peer-torch.log" 2>&1; then
+    STAGES+=("$name|ok|$((SECONDS - start))")
+  else
+    local why
+    why="$(grep -m1 'ERROR' "$LOG_DIR/peer-torch.log" | sed 's/.*ERROR: //' || true)"
+    skip_stage "$name" "${why:-see $LOG_DIR/peer-torch.log} (its tests skip)"
+  fi
+}
+
 main() {
   cd "$REPO_ROOT"
   LOG_DIR="$(mktemp -d "${TMPDIR:-/tmp}/dtrain-test.XXXXXX")"
@@ -157,6 +179,7 @@ main() {
     print_summary
     return 1
   fi
+  peer_torch_stage
   if [[ "${DTRAIN_CUDA_ONLY:-0}" != 1 ]]; then
     # Seconds, and it needs only clang-format-14 from the step above: a
     # formatting slip is reported before the long stages start (they still run).

@@ -20,6 +20,9 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 namespace dtrain {
+namespace store_server {
+class StoreServer;
+}
 
 using StorePtr = c10::intrusive_ptr<c10d::Store>;
 
@@ -35,8 +38,13 @@ struct TcpStoreServerOptions {
   std::chrono::milliseconds timeout = kDefaultStoreTimeout;
 };
 
-/// A TCP key/value store hosted in this process (c10d's TCPStore daemon). The
-/// server stops when the object is destroyed. Thread-safe.
+/// A TCP key/value store hosted in this process. It speaks c10d's TCPStore
+/// protocol in both dialects, whichever LibTorch dtrain is built on: PyTorch
+/// 1.13's and PyTorch 2.x's (VALIDATE + PING; checked with 2.11), one per
+/// connection, over one key space, so Python programs on either release and
+/// dtrain's own ranks meet in it. A client of another dialect is closed with
+/// one line on standard error naming it. The server stops when the object is
+/// destroyed. Thread-safe.
 ///
 /// Preconditions: the port is free (0 picks a free one); the server outlives
 /// every client that still needs it (a worker's group, a rendezvous).
@@ -55,15 +63,22 @@ class TcpStoreServer {
   StorePtr store() const { return store_; }
 
  private:
-  TcpStoreServer(std::string host, int port, StorePtr store);
+  TcpStoreServer(std::string host, std::unique_ptr<store_server::StoreServer> server,
+                 StorePtr store);
   std::string host_;
   int port_;
+  std::unique_ptr<store_server::StoreServer> server_;  // outlives store_ (declared first)
   StorePtr store_;
 };
 
 /// Connects to a TCP store at host:port, retrying until `timeout`. Throws
-/// TimeoutError naming host:port when no server answers in time. Blocking
-/// calls on the returned store also use `timeout`.
+/// TimeoutError naming host:port when no server answers in time. Before
+/// c10d's client connects, the server's dialect is asked (a few seconds at
+/// most): a server that speaks only the other dialect than the linked
+/// LibTorch's client (torchrun 2.x's store for a 1.13 build, torchrun 1.13's
+/// for a 2.x build) throws StoreError naming both and the fix, instead of
+/// c10d's silent retries. Blocking calls on the returned store also use
+/// `timeout`.
 StorePtr connect_tcp_store(const std::string& host, int port, std::chrono::milliseconds timeout);
 
 /// A store in a file on a (shared) filesystem, for `file://` initialisation.

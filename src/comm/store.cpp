@@ -4,11 +4,17 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <iostream>
+
+#include <torch/version.h>
 #include <torch/csrc/distributed/c10d/FileStore.hpp>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include "comm/store_server/probe.h"
+#include "comm/store_server/server.h"
 #include "common/strings.h"
 #include "dtrain/compat.h"
 #include "dtrain/errors.h"
@@ -28,8 +34,12 @@ c10d::TCPStoreOptions tcp_options(int port, bool is_server, std::chrono::millise
 
 }  // namespace
 
-TcpStoreServer::TcpStoreServer(std::string host, int port, StorePtr store)
-    : host_(std::move(host)), port_(port), store_(std::move(store)) {}
+TcpStoreServer::TcpStoreServer(std::string host, std::unique_ptr<store_server::StoreServer> server,
+                               StorePtr store)
+    : host_(std::move(host)),
+      port_(server->port()),
+      server_(std::move(server)),
+      store_(std::move(store)) {}
 
 TcpStoreServer::~TcpStoreServer() = default;
 
@@ -37,29 +47,103 @@ std::unique_ptr<TcpStoreServer> TcpStoreServer::start(const TcpStoreServerOption
   if (options.port < 0 || options.port > 65535) {
     throw InvalidArgument(cat("store port ", options.port, " is out of range 0-65535"));
   }
-  // c10d reports a taken port as a generic socket error; check first so the
-  // message names host:port and the fix.
+  // Checked first so the message names host:port and the fix.
   if (options.port != 0 && !port_is_free(options.port)) {
     throw StoreError(cat("cannot host the store on ", options.host, ":", options.port,
                          ": address already in use; choose another port (--master-port) or 0 "
                          "for a free one"));
   }
+  std::unique_ptr<store_server::StoreServer> server;
   try {
-    auto store = c10::make_intrusive<c10d::TCPStore>(
-        options.host, tcp_options(options.port, /*is_server=*/true, options.timeout));
-    int port = store->getPort();
-    return std::unique_ptr<TcpStoreServer>(
-        new TcpStoreServer(options.host, port, StorePtr(std::move(store))));
+    store_server::StoreServerOptions so;
+    so.port = options.port;
+    server = store_server::StoreServer::start(so);
   } catch (const std::exception& e) {
     throw StoreError(cat("cannot host the store on ", options.host, ":", options.port, ": ",
                          first_line(e.what())));
   }
+  // This process's own client: c10d's, over loopback (the server listens on
+  // every interface), so that everything in dtrain uses one Store interface.
+  try {
+    auto client = c10::make_intrusive<c10d::TCPStore>(
+        "127.0.0.1", tcp_options(server->port(), /*is_server=*/false, options.timeout));
+    return std::unique_ptr<TcpStoreServer>(
+        new TcpStoreServer(options.host, std::move(server), StorePtr(std::move(client))));
+  } catch (const std::exception& e) {
+    throw StoreError(cat("cannot connect to the store just started on port ", server->port(), ": ",
+                         first_line(e.what())));
+  }
 }
+
+namespace {
+
+// Note [Store dialect probe]
+// c10d's TCPStore client meets a server of the other dialect badly: a 1.13
+// client's queries are ignored by a 2.x server (it waits for VALIDATE), and a
+// 2.x client's VALIDATE makes a 1.13 server drop the connection, which the
+// client retries; both for the whole store timeout (30 minutes in PyTorch).
+// So before c10d connects, dtrain asks the server in the linked client's
+// dialect and then in the other (store_server/probe.h). Only a definite
+// answer in the other dialect fails, in one line naming both; a server that
+// answers neither in time (a slow one, another service) gets one warning and
+// c10d's client as before.
+constexpr auto kProbeAnswerTimeout = std::chrono::seconds(5);
+
+// The dialect of the linked LibTorch's c10d client (store_server/wire.h):
+// 1.13 speaks the legacy dialect, 2.3 and later the validate dialect (VALIDATE
+// + magic number, PING; checked with 2.11). Releases in between are not
+// probed. (Kept here rather than in compat.h: only this file asks.)
+constexpr store_server::Dialect kClientDialect =
+    DTRAIN_TORCH_VERSION < 200    ? store_server::Dialect::kLegacy
+    : DTRAIN_TORCH_VERSION >= 203 ? store_server::Dialect::kValidate
+                                  : store_server::Dialect::kUndecided;
+
+void check_store_dialect(const std::string& host, int port, std::chrono::milliseconds timeout) {
+  using store_server::Dialect;
+  if (kClientDialect == Dialect::kUndecided) return;
+  const Dialect mine = kClientDialect;
+  const auto answer_timeout =
+      std::min<std::chrono::milliseconds>(timeout, std::chrono::milliseconds(kProbeAnswerTimeout));
+  const store_server::ProbeResult r =
+      store_server::probe_store(host, port, mine, timeout, answer_timeout);
+  if (!r.connected) {
+    throw TimeoutError(cat("could not connect to the store at ", host, ":", port, " within ",
+                           timeout.count() / 1000.0, " s (", r.error,
+                           "); check MASTER_ADDR/MASTER_PORT and that rank 0 or the launcher "
+                           "is running"));
+  }
+  if (r.dialect == mine) return;
+  const std::string built = cat("LibTorch ", TORCH_VERSION_MAJOR, ".", TORCH_VERSION_MINOR);
+  if (r.dialect == Dialect::kValidate) {
+    throw StoreError(cat("the store at ", host, ":", port,
+                         " speaks PyTorch 2.x's TCPStore dialect (torchrun 2.x or a PyTorch 2.x "
+                         "rank 0 hosts it), which this dtrain, built on ",
+                         built,
+                         ", cannot speak: build dtrain on LibTorch 2.x, or start the job with "
+                         "`dtrain run`, whose store speaks both"));
+  }
+  if (r.dialect == Dialect::kLegacy) {
+    throw StoreError(cat("the store at ", host, ":", port,
+                         " speaks PyTorch 1.13's TCPStore dialect (torchrun 1.13 or a PyTorch "
+                         "1.13 rank 0 hosts it), which this dtrain, built on ",
+                         built,
+                         ", cannot speak: start the job with `dtrain run` (its store speaks both) "
+                         "or a PyTorch 2.x torchrun, or build dtrain on LibTorch 1.13"));
+  }
+  std::cerr << "dtrain: warning: the store at " << host << ":" << port
+            << " answered neither PyTorch 1.13's nor 2.x's TCPStore dialect within "
+            << answer_timeout.count() / 1000.0
+            << " s; connecting anyway (check MASTER_ADDR/MASTER_PORT name a c10d store)"
+            << std::endl;
+}
+
+}  // namespace
 
 StorePtr connect_tcp_store(const std::string& host, int port, std::chrono::milliseconds timeout) {
   if (port <= 0 || port > 65535) {
     throw InvalidArgument(cat("store port ", port, " is out of range 1-65535"));
   }
+  check_store_dialect(host, port, timeout);
   try {
     return c10::make_intrusive<c10d::TCPStore>(host,
                                                tcp_options(port, /*is_server=*/false, timeout));
