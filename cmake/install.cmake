@@ -124,6 +124,16 @@ function(dtrain_install)
   else()
     set(DTRAIN_TORCH_DEPENDENCY "find_dependency(Torch HINTS \"${Torch_DIR}\")")
   endif()
+  # A program linking the installed dtrain finds a LibTorch outside the
+  # system's folders as dtrain's own programs do (Note [RPATH to the wheel]).
+  set(DTRAIN_RPATH_CONFIG "")
+  if(DTRAIN_TORCH_RPATH)
+    string(REPLACE ";" ":" _dtrain_rpath "${DTRAIN_TORCH_RPATH}")
+    set(DTRAIN_RPATH_CONFIG
+        "set_property(TARGET dtrain::dtrain APPEND PROPERTY INTERFACE_LINK_OPTIONS\n"
+        "             \"LINKER:--disable-new-dtags\" \"LINKER:-rpath,${_dtrain_rpath}\")")
+    string(REPLACE ";" "" DTRAIN_RPATH_CONFIG "${DTRAIN_RPATH_CONFIG}")
+  endif()
   configure_package_config_file(${DTRAIN_ROOT}/cmake/dtrainConfig.cmake.in
     ${CMAKE_BINARY_DIR}/generated/dtrainConfig.cmake
     INSTALL_DESTINATION ${DTRAIN_INSTALL_CMAKEDIR})

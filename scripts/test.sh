@@ -135,7 +135,7 @@ print_summary() {
   printf '\n==> test: summary\n'
   for entry in "${STAGES[@]}"; do
     IFS='|' read -r name status secs <<<"$entry"
-    printf '    %-28s %-24s %6s\n' "$name" "$status" "${secs}s"
+    printf '    %-36s %-24s %6s\n' "$name" "$status" "${secs}s"
   done
   local logfile title
   for logfile in ctest-wheel ctest-system; do
