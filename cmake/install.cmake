@@ -112,7 +112,28 @@ function(dtrain_install)
   install(FILES ${DTRAIN_ROOT}/README.md DESTINATION ${CMAKE_INSTALL_DOCDIR})
 
   _dtrain_config_dependencies("${A_COMPONENTS}" DTRAIN_CONFIG_DEPENDENCIES)
-  set(DTRAIN_TORCH_DIR_HINT "${Torch_DIR}")
+  # How the installed package finds LibTorch: as the build did.
+  if(DTRAIN_TORCH_CPU_ONLY)
+    # The wheel's CPU library (Note [The wheel's CPU library]): the same
+    # imported target `torch`, from the same folder, without a CUDA toolkit.
+    install(FILES ${DTRAIN_ROOT}/cmake/torch_cpu.cmake DESTINATION ${DTRAIN_INSTALL_CMAKEDIR}
+            RENAME dtrainTorchCpu.cmake)
+    set(DTRAIN_TORCH_DEPENDENCY "set(DTRAIN_TORCH_CPU_PREFIX \"${TORCH_INSTALL_PREFIX}\")\n"
+                                "include(\"\${CMAKE_CURRENT_LIST_DIR}/dtrainTorchCpu.cmake\")")
+    string(REPLACE ";" "" DTRAIN_TORCH_DEPENDENCY "${DTRAIN_TORCH_DEPENDENCY}")
+  else()
+    set(DTRAIN_TORCH_DEPENDENCY "find_dependency(Torch HINTS \"${Torch_DIR}\")")
+  endif()
+  # A program linking the installed dtrain finds a LibTorch outside the
+  # system's folders as dtrain's own programs do (Note [RPATH to the wheel]).
+  set(DTRAIN_RPATH_CONFIG "")
+  if(DTRAIN_TORCH_RPATH)
+    string(REPLACE ";" ":" _dtrain_rpath "${DTRAIN_TORCH_RPATH}")
+    set(DTRAIN_RPATH_CONFIG
+        "set_property(TARGET dtrain::dtrain APPEND PROPERTY INTERFACE_LINK_OPTIONS\n"
+        "             \"LINKER:--disable-new-dtags\" \"LINKER:-rpath,${_dtrain_rpath}\")")
+    string(REPLACE ";" "" DTRAIN_RPATH_CONFIG "${DTRAIN_RPATH_CONFIG}")
+  endif()
   configure_package_config_file(${DTRAIN_ROOT}/cmake/dtrainConfig.cmake.in
     ${CMAKE_BINARY_DIR}/generated/dtrainConfig.cmake
     INSTALL_DESTINATION ${DTRAIN_INSTALL_CMAKEDIR})

@@ -3,6 +3,13 @@
 # data-parallel across 2 worker processes.
 #
 #   scripts/demo.sh [EXTRA dtrain train ARGS...]   e.g. --epochs 1 --threads 1
+#
+# It builds only what it runs, the `dtrain` program (not the tests, examples
+# and benchmarks), on the default LibTorch: PyPI's torch wheel 2.11, set up
+# by scripts/build.sh through scripts/torch-wheel.sh (the CPU library, or the
+# CUDA build where the CUDA toolkit is; Debian's LibTorch 1.13 where the wheel
+# cannot be had, with a line saying why). DTRAIN_TORCH and the other
+# variables of scripts/build.sh apply.
 set -euo pipefail
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -15,7 +22,7 @@ main() {
   log "stage: install dependencies"
   bash scripts/install-deps.sh
   log "stage: build"
-  bash scripts/build.sh
+  DTRAIN_BUILD_TARGETS=dtrain bash scripts/build.sh
   log "stage: train (2 processes)"
   local dtrain="${DTRAIN_BUILD_DIR:-${REPO_ROOT}/build}/dtrain"
   exec "$dtrain" run --nproc-per-node 2 -- \

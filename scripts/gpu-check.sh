@@ -12,10 +12,13 @@
 #   bash scripts/gpu-check.sh configure  only unpack and configure (a quick check)
 #
 # The GPU machine lacks the libraries dtrain builds with from Debian
-# (nlohmann-json, CLI11, GoogleTest, libturbojpeg, libpng, zlib) and Gloo's
+# (nlohmann-json, CLI11, GoogleTest, libturbojpeg, libpng, zlib, ZeroMQ,
+# prometheus-cpp; DEB_PACKAGES lists them and why), pkg-config, and Gloo's
 # headers, which c10d's ProcessGroupGloo.hpp includes and the torch wheel does
 # not ship. They are unpacked with `dpkg -x` into a prefix (never /) that goes
-# into CMAKE_PREFIX_PATH, the compiler's include path and pkg-config's sysroot.
+# into CMAKE_PREFIX_PATH, the compiler's include path and the carried
+# pkg-config's sysroot. The programs find the carried libraries, like the
+# wheel's, through their RPATH (Note [RPATH to the wheel] in CMakeLists.txt).
 # Each step's output is tee'd to $OUT/<step>.log under pipefail, so a time-out
 # still leaves the logs; $OUT/summary.txt lists every step and its result.
 # Plan: build ~3 min at -j16, unit tests ~3 min, benchmarks ~3 min.
@@ -49,12 +52,28 @@ readonly CTEST_ARGS="${DTRAIN_GPU_CTEST_ARGS:--L unit}"
 OUT="${OUT:-/tmp/dtrain-gpu-check}"
 readonly MULTIARCH=x86_64-linux-gnu
 
-# The -dev packages dtrain builds with, and the run-time libraries of those
-# that are not header-only (their .so symlinks point into them).
+# Every Debian package the build needs and the GPU machine lacks: the -dev
+# packages dtrain builds with, the run-time libraries of those that are not
+# header-only (their .so symlinks point into them, and the tests load them),
+# and what their CMake and pkg-config files ask for. Left out: what every
+# Linux with a compiler has (libc6, libstdc++6, libgcc-s1).
+#   JSON, CLI11, GoogleTest, Gloo's headers (the wheel lacks include/gloo),
+#   zlib, JPEG and PNG: the components' own finds.
+#   ZeroMQ (src/ps): libzmq3-dev through pkg-config, and libzmq5's libraries.
+#   prometheus-cpp (src/observe): its CMake package finds civetweb (whose
+#   targets name the civetweb program), CURL (for prometheus-cpp::push, not
+#   linked) and zlib, and checks that every library of its targets exists.
+#   pkgconf: CMake's FindPkgConfig needs a pkg-config program; the carried
+#   one is used, so the machine's (if any) plays no part.
 readonly DEB_PACKAGES=(
   nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev libgloo-dev
   zlib1g-dev zlib1g libturbojpeg0-dev libturbojpeg0 libjpeg62-turbo-dev libjpeg62-turbo
   libpng-dev libpng16-16
+  libzmq3-dev libzmq5 libsodium23 libpgm-5.3-0 libnorm1 libbsd0 libmd0
+  libgssapi-krb5-2 libkrb5-3 libk5crypto3 libkrb5support0 libkeyutils1 libcom-err2
+  prometheus-cpp-dev libprometheus-cpp-core1.0 libprometheus-cpp-pull1.0 libprometheus-cpp-push1.0
+  libcivetweb-dev libcivetweb1 civetweb libcurl4-openssl-dev libcurl4
+  pkgconf pkgconf-bin libpkgconf3
 )
 
 STEPS=()   # "name|status|seconds"
@@ -131,8 +150,12 @@ print("cmake_prefix_path", torch.utils.cmake_prefix_path)'
 }
 
 find_torch() {
-  TORCH_DIR="$("$PYTHON" -c 'import os, torch; print(os.path.dirname(torch.__file__))')" ||
-    die "$PYTHON cannot import torch; set DTRAIN_GPU_PYTHON"
+  # find_spec, not import: the folder is all CMake needs (a venv holding the
+  # wheel with --no-deps, as in the rehearsal, cannot import torch).
+  TORCH_DIR="$("$PYTHON" -c 'import importlib.util, os
+spec = importlib.util.find_spec("torch")
+print(os.path.dirname(spec.origin) if spec and spec.origin else "")')" || TORCH_DIR=""
+  [[ -n "$TORCH_DIR" ]] || die "$PYTHON has no torch package; set DTRAIN_GPU_PYTHON"
   [[ -f "$TORCH_DIR/share/cmake/Torch/TorchConfig.cmake" ]] || die "no TorchConfig.cmake under $TORCH_DIR"
   if [[ -n "${DTRAIN_CUDA_HOME:-}" ]]; then
     CUDA_HOME="$DTRAIN_CUDA_HOME"
@@ -189,6 +212,22 @@ unpack() {
       echo "relinked ${link#"$PREFIX"} -> $PREFIX$target"
     fi
   done < <(find "$PREFIX" -type l -lname '/*')
+  # libzmq.pc's Requires.private (krb5-gssapi, libsodium, openpgm, norm,
+  # libbsd) are for static links; pkg-config still wants their .pc files. The
+  # shared libzmq.so.5 names its own libraries, so the line goes.
+  sed -i '/^Requires.private:/d' "$PREFIX/usr/lib/$MULTIARCH/pkgconfig/libzmq.pc" ||
+    die "no libzmq.pc in the carried packages"
+  # The carried pkgconf, with its library and only the prefix's .pc files,
+  # whose /usr paths it prefixes with the prefix.
+  cat >"$PREFIX/pkg-config" <<EOF
+#!/bin/sh
+export LD_LIBRARY_PATH="$PREFIX/usr/lib/$MULTIARCH\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}"
+export PKG_CONFIG_SYSROOT_DIR="$PREFIX"
+export PKG_CONFIG_LIBDIR="$PREFIX/usr/lib/$MULTIARCH/pkgconfig:$PREFIX/usr/share/pkgconfig"
+exec "$PREFIX/usr/bin/pkgconf" "\$@"
+EOF
+  chmod +x "$PREFIX/pkg-config"
+  "$PREFIX/pkg-config" --modversion libzmq || die "the carried pkgconf cannot read libzmq.pc"
   if [[ -d "$TORCH_DIR/include/gloo" ]]; then
     echo "torch ships include/gloo: Debian's Gloo headers stay unused"
   else
@@ -198,11 +237,8 @@ unpack() {
 }
 
 configure() {
-  # pkg-config (when the machine has it) reads only the prefix's .pc files and
-  # prefixes their /usr paths with it.
-  export PKG_CONFIG_SYSROOT_DIR="$PREFIX"
-  export PKG_CONFIG_LIBDIR="$PREFIX/usr/lib/$MULTIARCH/pkgconfig:$PREFIX/usr/share/pkgconfig"
   cmake -S "$REPO_ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+    "-DPKG_CONFIG_EXECUTABLE=$PREFIX/pkg-config" \
     "-DCMAKE_PREFIX_PATH=$TORCH_DIR;$TORCH_DIR/share/cmake;$PREFIX/usr" \
     "-DCMAKE_LIBRARY_PATH=$PREFIX/usr/lib/$MULTIARCH" \
     "-DCMAKE_CXX_STANDARD_INCLUDE_DIRECTORIES=$PREFIX/usr/include;$PREFIX/usr/include/$MULTIARCH" \

@@ -28,7 +28,7 @@ readonly BUILD_PACKAGES=(
 # Run time, data and the tests: the dataset, the PyTorch peer for the
 # benchmark, process and network tools, MPI and etcd for the launcher's
 # later rendezvous back ends, python3-venv for the venv that holds the CUDA
-# torch wheel of the LibTorch 2.x stage (scripts/cuda-torch.sh).
+# torch wheel, the default LibTorch (scripts/torch-wheel.sh).
 # python3-protobuf, protobuf-compiler: the observe tests decode TensorBoard
 # event files with protobuf's own runtime over a .proto compiled at test time
 # (an independent reader of dtrain's encoder). python3-pip: installs

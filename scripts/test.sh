@@ -1,23 +1,27 @@
 #!/usr/bin/env bash
 # README command 2 (and CI, through .ci/run): set up, check the C++ files'
-# formatting (scripts/check-format.sh), build, run every test with ctest, then
-# build against a CUDA LibTorch 2.x (PyPI's torch wheel with the CUDA toolkit,
-# so every CUDA and NCCL path compiles and links) and run the unit tests there
-# on the CPU (scripts/cuda-torch.sh).
-#
+# formatting (scripts/check-format.sh), then two builds:
+#   1. the default build, LibTorch 2.11 from PyPI's torch wheel
+#      (scripts/build.sh, scripts/torch-wheel.sh) -- the CUDA build where the
+#      CUDA toolkit is, so every CUDA and NCCL path compiles and links, else
+#      the wheel's CPU library -- and EVERY test on it (ctest);
+#   2. the 1.13 build, Debian's LibTorch (DTRAIN_TORCH=system, in
+#      build-1.13/), only the unit tests and what they run, and `ctest -L unit`.
 # Every stage runs even when an earlier test stage failed, so one run reports
 # everything; the exit status is non-zero when any stage failed, and the last
-# lines are a summary with ctest's result lines.
+# lines are a summary with ctest's result lines. Without the CUDA toolkit the
+# CUDA build is skipped (the CPU build takes its place) and the very last line
+# says so and how to enable it; CI=true (.ci/run) requires the CUDA build.
 #
 # Environment:
-#   DTRAIN_CTEST_TIMEOUT  limit for the whole host ctest run, s (default 2700)
+#   DTRAIN_CTEST_TIMEOUT  limit for each ctest run, s (default 2700)
 #   DTRAIN_TEST_TIMEOUT   per-test default for tests without one, s (default 300)
 #   DTRAIN_JOBS           ctest/build parallelism (default 2 for ctest, nproc to build)
-#   DTRAIN_BUILD_DIR      host build directory (default <repo>/build)
-#   DTRAIN_CUDA_ONLY=1    run only set-up and the CUDA LibTorch stage
-#   DTRAIN_SKIP_CUDA_TORCH=1  skip the CUDA LibTorch stage when it cannot run
-#                         here (no toolkit, no index) instead of failing
-#   DTRAIN_TORCH_*        passed on to scripts/cuda-torch.sh (see its header)
+#   DTRAIN_BUILD_DIR      the 2.11 build (default <repo>/build)
+#   DTRAIN_SYSTEM_BUILD_DIR  the 1.13 build (default <repo>/build-1.13)
+#   DTRAIN_TEST_STAGES    which builds, of "wheel system" (default both)
+#   CI=true               the 2.11 build must be the CUDA build (no fallback)
+#   DTRAIN_TORCH_*, DTRAIN_CUDA_HOME  passed on to scripts/torch-wheel.sh
 #   DTRAIN_SKIP_PEER_TORCH=1  do not make the PyTorch 2.x Python peer (its tests skip)
 set -euo pipefail
 
@@ -27,6 +31,9 @@ readonly CTEST_TIMEOUT="${DTRAIN_CTEST_TIMEOUT:-2700}"
 readonly TEST_TIMEOUT="${DTRAIN_TEST_TIMEOUT:-300}"
 readonly CTEST_JOBS="${DTRAIN_JOBS:-2}"
 readonly BUILD_DIR="${DTRAIN_BUILD_DIR:-${REPO_ROOT}/build}"
+readonly SYSTEM_BUILD_DIR="${DTRAIN_SYSTEM_BUILD_DIR:-${REPO_ROOT}/build-1.13}"
+readonly TEST_STAGES="${DTRAIN_TEST_STAGES:-wheel system}"
+readonly CUDA_HOME="${DTRAIN_CUDA_HOME:-/usr/local/cuda}"
 
 LOG_DIR=""
 STAGES=()     # "name|status|seconds"
@@ -52,8 +59,8 @@ run_stage() {
   (
     set -o pipefail
     # tee ignores SIGINT and SIGTERM so that what the stage prints while it
-    # stops (e.g. which cuda-torch stage failed) still reaches log and terminal.
-    # A subshell, not exec: CMD may be a function (host_ctest).
+    # stops (e.g. why the torch wheel could not be set up) still reaches log and terminal.
+    # A subshell, not exec: CMD may be a function (run_ctest).
     ( "$@" ) 2>&1 | { trap '' INT TERM; tee "$logfile"; }
   ) &
   STAGE_PID=$!
@@ -107,12 +114,15 @@ on_signal() {
   exit $((128 + $(kill -l "$sig")))
 }
 
-host_ctest() {
+# run_ctest BUILD_DIR [CTEST ARGS...]
+run_ctest() {
+  local dir="$1"
+  shift
   # timeout: a hung test must not hang CI; ctest's own --timeout covers tests
   # without a TIMEOUT property.
   timeout --kill-after=30 "$CTEST_TIMEOUT" \
-    ctest --test-dir "$BUILD_DIR" --output-on-failure --no-tests=error -j "$CTEST_JOBS" \
-    --timeout "$TEST_TIMEOUT"
+    ctest --test-dir "$dir" --output-on-failure --no-tests=error -j "$CTEST_JOBS" \
+    --timeout "$TEST_TIMEOUT" "$@"
 }
 
 # ctest's result lines: "N% tests passed, ...", the failed list, "Total Test time".
@@ -126,24 +136,25 @@ print_summary() {
   printf '\n==> test: summary\n'
   for entry in "${STAGES[@]}"; do
     IFS='|' read -r name status secs <<<"$entry"
-    printf '    %-28s %-24s %6s\n' "$name" "$status" "${secs}s"
+    printf '    %-36s %-24s %6s\n' "$name" "$status" "${secs}s"
   done
-  if [[ -s "$LOG_DIR/cuda-torch.log" ]]; then
-    printf '\n  LibTorch 2.11 + CUDA (torch wheel) ctest -L unit on the CPU:\n'
-    if grep -q 'tests passed, ' "$LOG_DIR/cuda-torch.log"; then
-      ctest_summary "$LOG_DIR/cuda-torch.log"
-    else
-      grep -E '^==> cuda-torch: (FAILED|SKIPPED|ERROR)' "$LOG_DIR/cuda-torch.log" || true
-    fi | sed 's/^/    /'
-  fi
-  if [[ -s "$LOG_DIR/ctest.log" ]]; then
-    printf '\n  LibTorch 1.13 (host) ctest:\n'
-    ctest_summary "$LOG_DIR/ctest.log" | sed 's/^/    /'
-  fi
+  local logfile title
+  for logfile in ctest-wheel ctest-system; do
+    [[ -s "$LOG_DIR/$logfile.log" ]] || continue
+    title="LibTorch 2.11 (torch wheel) ctest, every test"
+    [[ "$logfile" == ctest-system ]] && title="LibTorch 1.13 (Debian) ctest -L unit"
+    printf '\n  %s:\n' "$title"
+    ctest_summary "$LOG_DIR/$logfile.log" | sed 's/^/    /'
+  done
   if [[ $FAILED -ne 0 ]]; then
     printf '\n==> test: FAILED (logs in %s)\n' "$LOG_DIR"
   else
     printf '\n==> test: all stages passed\n'
+  fi
+  # Last: what did not run here, and how to run it.
+  if [[ -n "$SKIPPED_CUDA" ]]; then
+    printf '==> test: skipped the CUDA build (%s): install the CUDA 13 toolkit with cuDNN and NCCL at %s, or set DTRAIN_CUDA_HOME, to run it\n' \
+      "$SKIPPED_CUDA" "$CUDA_HOME"
   fi
 }
 
@@ -168,6 +179,8 @@ peer_torch_stage() {
   fi
 }
 
+SKIPPED_CUDA="" # why the CUDA build did not run, when it did not
+
 main() {
   cd "$REPO_ROOT"
   LOG_DIR="$(mktemp -d "${TMPDIR:-/tmp}/dtrain-test.XXXXXX")"
@@ -180,22 +193,51 @@ main() {
     return 1
   fi
   peer_torch_stage
-  if [[ "${DTRAIN_CUDA_ONLY:-0}" != 1 ]]; then
-    # Seconds, and it needs only clang-format-14 from the step above: a
-    # formatting slip is reported before the long stages start (they still run).
-    run_stage "format (clang-format-14)" "$LOG_DIR/format.log" bash scripts/check-format.sh
+  # Seconds, and it needs only clang-format-14 from the step above: a
+  # formatting slip is reported before the long stages start (they still run).
+  run_stage "format (clang-format-14)" "$LOG_DIR/format.log" bash scripts/check-format.sh
+
+  if [[ " $TEST_STAGES " == *" wheel "* ]]; then
+    local flavour="CPU library" build_env=(DTRAIN_TORCH=wheel)
+    if [[ "${CI:-}" == true ]]; then
+      flavour="CUDA"
+      build_env+=(DTRAIN_REQUIRE_CUDA=1)
+    elif [[ -x "$CUDA_HOME/bin/nvcc" && -f "$CUDA_HOME/include/nccl.h" ]]; then
+      flavour="CUDA"
+    elif [[ -x "$CUDA_HOME/bin/nvcc" ]]; then
+      SKIPPED_CUDA="the toolkit at $CUDA_HOME has no nccl.h"
+    else
+      SKIPPED_CUDA="no CUDA toolkit at $CUDA_HOME"
+    fi
     local failed_before=$FAILED
     FAILED=0
-    run_stage "build (LibTorch 1.13)" "$LOG_DIR/build.log" bash scripts/build.sh
+    run_stage "build (LibTorch 2.11, $flavour)" "$LOG_DIR/build-wheel.log" \
+      env "${build_env[@]}" DTRAIN_BUILD_DIR="$BUILD_DIR" bash scripts/build.sh
     local build_failed=$FAILED
     FAILED=$((failed_before | FAILED))
     if [[ $build_failed -eq 0 ]]; then
-      run_stage "ctest (LibTorch 1.13)" "$LOG_DIR/ctest.log" host_ctest
+      run_stage "ctest (LibTorch 2.11, all)" "$LOG_DIR/ctest-wheel.log" run_ctest "$BUILD_DIR"
     else
-      skip_stage "ctest (LibTorch 1.13)" "build failed"
+      skip_stage "ctest (LibTorch 2.11, all)" "build failed"
     fi
   fi
-  run_stage "LibTorch 2.11 + CUDA" "$LOG_DIR/cuda-torch.log" bash scripts/cuda-torch.sh
+
+  if [[ " $TEST_STAGES " == *" system "* ]]; then
+    # Only the unit tests and the programs they start (bench/ off): the full
+    # suite runs on the 2.11 build above.
+    local failed_before=$FAILED
+    FAILED=0
+    run_stage "build (LibTorch 1.13, unit tests)" "$LOG_DIR/build-system.log" \
+      env DTRAIN_TORCH=system DTRAIN_BUILD_DIR="$SYSTEM_BUILD_DIR" DTRAIN_BUILD_TARGETS="dtrain dtrain_unit_tests" \
+      bash scripts/build.sh -DDTRAIN_BUILD_BENCH=OFF
+    local build_failed=$FAILED
+    FAILED=$((failed_before | FAILED))
+    if [[ $build_failed -eq 0 ]]; then
+      run_stage "ctest -L unit (LibTorch 1.13)" "$LOG_DIR/ctest-system.log" run_ctest "$SYSTEM_BUILD_DIR" -L unit
+    else
+      skip_stage "ctest -L unit (LibTorch 1.13)" "build failed"
+    fi
+  fi
   print_summary
   return "$FAILED"
 }

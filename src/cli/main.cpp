@@ -15,8 +15,23 @@
 #include "cli/commands.h"
 #include "common/strings.h"
 #include "dtrain/elastic.h"
+#include "dtrain/version.h"
 
 namespace dtrain::cli {
+
+// `dtrain --version`: dtrain's version, then what this build was built with
+// (the generated version.h), so a bug report names the LibTorch in use.
+std::string version_text() {
+  std::string text =
+      "dtrain " DTRAIN_VERSION "\nLibTorch " DTRAIN_TORCH_VERSION " (" DTRAIN_TORCH_ORIGIN ")";
+  const std::string cuda = DTRAIN_CUDA_VERSION;
+  const std::string nccl = DTRAIN_NCCL_VERSION;
+  text += cuda.empty() ? "\nCUDA: none (CPU build)" : "\nCUDA " + cuda;
+  if (!nccl.empty()) {
+    text += "\nNCCL " + nccl;
+  }
+  return text;
+}
 
 int report_error(const std::string& who, const std::exception& e, int exit_code) {
   std::cerr << who << ": error: " << first_line(e.what()) << std::endl;
@@ -31,7 +46,7 @@ int report_error(const std::string& who, const std::exception& e, int exit_code)
 int main(int argc, char** argv) {
   CLI::App app{"dtrain: distributed data-parallel training for LibTorch", "dtrain"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", "dtrain 0.1.0");
+  app.set_version_flag("--version", dtrain::cli::version_text());
   int exit_code = 0;
   dtrain::cli::add_run_command(app, &exit_code);
   dtrain::cli::add_train_command(app, &exit_code);

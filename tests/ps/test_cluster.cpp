@@ -1,6 +1,7 @@
 // Whole jobs on loopback, every node a thread: dist_sync sums, dist_async,
 // key placement, the local store, start-up failures.
 #include <gtest/gtest.h>
+#include <netdb.h>
 
 #include <atomic>
 #include <functional>
@@ -321,6 +322,11 @@ TEST(PsCluster, WorkerWithoutASchedulerLogsItsWaitThenFailsNamingTheAddressItTri
 }
 
 TEST(PsCluster, AHostNameSchedulerAddressIsResolvedForBinding) {
+  addrinfo* found = nullptr;
+  if (getaddrinfo("localhost", nullptr, nullptr, &found) != 0) {
+    GTEST_SKIP() << "the name localhost does not resolve here (no /etc/hosts entry)";
+  }
+  freeaddrinfo(found);
   const int port = testing::free_port();
   auto opts = [&](ps::Role role) {
     auto o = testing::node_options(role, port, 1, 1);

@@ -5,6 +5,9 @@
 // does). channels-last (library) gives NCHW's results, on the CPU and a GPU.
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstdlib>
 
@@ -183,11 +186,25 @@ TEST_F(TrainCli, ProgressLinesEveryTSecondsWithoutATerminal) {
   EXPECT_EQ(r.output.find('\r'), std::string::npos) << r.output;
 }
 
+// Whether a pseudo-terminal can be opened: a container without a devpts
+// mount at /dev/pts has /dev/ptmx but no terminal to go with it.
+bool can_open_terminal() {
+  const int fd = posix_openpt(O_RDWR | O_NOCTTY);
+  if (fd < 0) return false;
+  const char* name = grantpt(fd) == 0 && unlockpt(fd) == 0 ? ptsname(fd) : nullptr;
+  const bool ok = name != nullptr && access(name, F_OK) == 0;
+  close(fd);
+  return ok;
+}
+
 // `script` (util-linux, in Debian's essential bsdutils) gives the launcher a
 // terminal; its output is what the terminal received ("\n" becomes "\r\n").
 TEST_F(TrainCli, ProgressIsRedrawnInPlaceWithTheRankTagUnderDtrainRunOnATerminal) {
   if (std::system("command -v script >/dev/null 2>&1") != 0) {
     GTEST_SKIP() << "no 'script' (util-linux) to give the launcher a terminal";
+  }
+  if (!can_open_terminal()) {
+    GTEST_SKIP() << "no pseudo-terminal can be opened (no devpts mounted at /dev/pts)";
   }
   const std::string dtrain = DTRAIN_BINARY_DIR "/dtrain";
   const std::string run = dtrain + " run --nproc-per-node 1 -- " + dtrain + " train " + data_ +
