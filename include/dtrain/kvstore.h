@@ -86,7 +86,7 @@ struct GradientCompression {
 };
 
 /// The processes of one node, as dist_device_sync reduces through them
-/// (Note [Device sync] in src/ps/device_sync.cpp). dtrain/kvstore_torch.h
+/// (Note [Device sync] in src/ps/device_sync/device_sync.cpp). dtrain/kvstore_torch.h
 /// makes one over a c10d process group (Gloo on CPU, NCCL on GPU):
 /// kv_local_group(pg). Every call is collective: all members call it in the
 /// same order with arrays of the same size and dtype; it blocks, bounded by
@@ -138,7 +138,7 @@ struct KVStoreOptions {
   std::chrono::milliseconds finalize_timeout{600000};
   /// Where log lines go; empty: stderr.
   std::function<void(const std::string&)> log;
-  /// SSP for dist_async (Note [Stale synchronous parallel] in src/ps/ssp.h):
+  /// SSP for dist_async (Note [Stale synchronous parallel] in src/ps/server/ssp.h):
   /// a worker's pull of a key, after it has pushed that key c times, waits
   /// until every worker still in the job has pushed it at least c − staleness
   /// times; 0 keeps the workers in step (a pull sees every worker's pushes
@@ -199,12 +199,12 @@ class KVStore {
   /// "dist_device_sync" (the processes of a node first sum through
   /// options.local_group, then local rank 0 pushes and pulls for the node as
   /// one dist_sync worker and broadcasts what it pulled: DMLC_NUM_WORKER
-  /// counts nodes; see Note [Device sync] in src/ps/device_sync.cpp for
+  /// counts nodes; see Note [Device sync] in src/ps/device_sync/device_sync.cpp for
   /// rank() and num_workers()). Anything else: InvalidArgument listing the
   /// types. Dist types read DMLC_* from `env`
   /// (docs/ps.md); with DMLC_ROLE=scheduler or server, create() serves that
   /// role and then exits the process with status 0 when the job ends
-  /// (MXNet's contract; Note [Serving from create] in src/ps/kvstore.cpp).
+  /// (MXNet's contract; Note [Serving from create] in src/ps/job/route.cpp).
   static std::unique_ptr<KVStore> create(const std::string& type, KVStoreOptions options = {},
                                          const EnvLookup& env = {});
 
@@ -237,7 +237,7 @@ class KVStore {
   /// without an optimizer) and returns the servers' update count (rounds or
   /// async pushes applied since init; for a key split over the servers, the
   /// largest of its parts'). It follows the values' sharding (Note
-  /// [Optimizer state] in src/ps/server.h). Not collective: one worker may
+  /// [Optimizer state] in src/ps/server/server.h). Not collective: one worker may
   /// call it, between steps (no push of the key in flight); blocks up to
   /// timeout(). Throws InvalidArgument for a key not initialised or a wrong
   /// size, TimeoutError, PeerLostError, DistError as a pull does.

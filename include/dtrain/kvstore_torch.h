@@ -79,7 +79,7 @@ inline Values kv_output(const at::Tensor& t) {
 std::shared_ptr<KVLocalGroup> kv_local_group(const ProcessGroup& pg);
 
 /// Forms this node's group from the launcher's variables (Note [Local group
-/// from the environment] in src/ps/local_group.cpp): LOCAL_RANK and
+/// from the environment] in src/ps/device_sync/local_group.cpp): LOCAL_RANK and
 /// LOCAL_WORLD_SIZE over the launcher-hosted store at MASTER_ADDR:MASTER_PORT,
 /// NCCL when CUDA is available, else Gloo; one process: a group of one.
 /// Throws InvalidArgument when no launcher hosts the store, TimeoutError
@@ -92,7 +92,7 @@ inline constexpr int kKVProcessGroupKey = 2147483000;
 
 /// The workers of a dist kvstore as a c10d process group, for processes that
 /// have only MXNet's DMLC_* variables (Note [Workers' group through the
-/// kvstore] in src/ps/worker_group.cpp): rank kv.rank(), size
+/// kvstore] in src/ps/device_sync/worker_group.cpp): rank kv.rank(), size
 /// kv.num_workers(); worker 0 hosts the group's TCP store on a free port at
 /// the address it advertises to the parameter server (DMLC_NODE_HOST,
 /// DMLC_INTERFACE, ... read from `env`, empty: the process environment) and

@@ -78,7 +78,7 @@ ProcessGroup join_training_group(const std::string& kvstore, const KVStoreOption
     return ProcessGroup();
   }
   // Only DMLC_* (an MXJob pod): the kvstore's scheduler ranks the workers
-  // (Note [Workers' group through the kvstore] in src/ps/worker_group.cpp).
+  // (Note [Workers' group through the kvstore] in src/ps/device_sync/worker_group.cpp).
   *kv = create_kvstore(kvstore, kv_options);
   return kv_process_group(**kv, init);
 }
