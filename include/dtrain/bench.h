@@ -87,15 +87,12 @@ struct TrainBenchOptions {
   /// Chrome trace per rank, as DdpBenchOptions::timeline; empty: none.
   std::string timeline;
   /// Gradients through a parameter server instead of DDP's allreduce
-  /// (TrainOptions::kvstore, dtrain/train.h): empty, "local", "dist_sync",
-  /// "dist_async" or "dist_device_sync"; with DMLC_ROLE=scheduler or server
-  /// the call serves that role and exits the process.
-  std::string kvstore;
-  /// TrainOptions::kvstore_optimizer: "auto", "worker" or "server" (SGD with
-  /// lr 0.01 and momentum 0.9 on the servers).
-  std::string kvstore_optimizer = "auto";
-  /// TrainOptions::kvstore_instance: a store already open (null: opened).
-  std::shared_ptr<KVStore> kvstore_instance;
+  /// (TrainOptions::kvstore, dtrain/train.h): nullopt (allreduce) or the
+  /// type of the store passed to run_train_bench.
+  std::optional<KVStoreType> kvstore;
+  /// TrainOptions::kvstore_optimizer (kServer: SGD with lr 0.01 and momentum
+  /// 0.9 on the servers).
+  KVStoreOptimizer kvstore_optimizer = KVStoreOptimizer::kAuto;
   /// Prometheus endpoint per rank on metrics_port + local rank, as
   /// TrainOptions::metrics_port (0: a free port, printed; -1: none): every
   /// step is recorded, the loss as last read at a display step.
@@ -154,9 +151,13 @@ using TrainBenchPrinter = std::function<void(const std::string& line)>;
 /// CPU). Throws InvalidArgument
 /// for bad sizes, an unknown model (with the list), an amp/device combination
 /// autocast cannot do, a TensorBoard directory that cannot be created, or a
-/// metrics port in use, before any step runs.
+/// metrics port in use, before any step runs. With options.kvstore, the
+/// gradients go through `kvstore`, a store of that type the caller opened
+/// (create_kvstore, dtrain/kvstore_torch.h) as one of pg's workers, closed
+/// here at the end; a missing or mismatched store is InvalidArgument.
 TrainBenchResult run_train_bench(const TrainBenchOptions& options, const ProcessGroup& pg,
-                                 const TrainBenchPrinter& print = {});
+                                 const TrainBenchPrinter& print = {},
+                                 std::shared_ptr<KVStore> kvstore = nullptr);
 /// {"impl": "dtrain", "bench": "train", "model", "world_size", "batch_size",
 /// "image_size", "num_classes", "amp", "channels_last", "threads", "device", "kvstore",
 /// "steps", "warmup_steps", "images_per_sec", "step_ms", "final_loss",

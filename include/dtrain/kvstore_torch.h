@@ -12,13 +12,15 @@
 //
 // dist_device_sync's node group over c10d (library dtrain_ps_torch):
 //
-//   auto kv = dtrain::create_kvstore("dist_device_sync");  // group from env
+//   dtrain::KVStoreOpen kv = dtrain::create_kvstore("dist_device_sync");  // group from env
+//   if (kv.served()) return 0;  // a scheduler or server: the job has ended
 //   // or: opts.local_group = dtrain::kv_local_group(pg); KVStore::create(..., opts)
 //
 // The workers' own c10d group when only DMLC_* is set (a Kubeflow MXJob pod,
 // no RANK / WORLD_SIZE / MASTER_ADDR): ranks from the kvstore's scheduler.
 //
-//   auto kv = dtrain::create_kvstore("dist_sync");
+//   dtrain::KVStoreOpen kv = dtrain::create_kvstore("dist_sync");
+//   if (kv.served()) return 0;
 //   dtrain::ProcessGroup pg = dtrain::kv_process_group(*kv, dtrain::InitOptions{});
 
 #include <ATen/core/Tensor.h>
@@ -106,8 +108,12 @@ inline constexpr int kKVProcessGroupKey = 2147483000;
 ProcessGroup kv_process_group(KVStore& kv, const InitOptions& options, const EnvLookup& env = {});
 
 /// KVStore::create, forming options.local_group with kv_local_group_from_env
-/// for a dist_device_sync worker (DMLC_ROLE=worker) that has none.
-std::unique_ptr<KVStore> create_kvstore(const std::string& type, KVStoreOptions options = {},
-                                        const EnvLookup& env = {});
+/// for a dist_device_sync worker (DMLC_ROLE=worker) that has none. In a
+/// scheduler or server process it serves the role and returns RoleServed
+/// (Note [Serving from create] in src/ps/job/route.cpp).
+KVStoreOpen create_kvstore(KVStoreType type, KVStoreOptions options = {},
+                           const EnvLookup& env = {});
+KVStoreOpen create_kvstore(const std::string& type, KVStoreOptions options = {},
+                           const EnvLookup& env = {});
 
 }  // namespace dtrain

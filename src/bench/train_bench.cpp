@@ -67,7 +67,6 @@ TrainOptions as_train_options(const TrainBenchOptions& o) {
   t.amp = o.amp;
   t.kvstore = o.kvstore;
   t.kvstore_optimizer = o.kvstore_optimizer;
-  t.kvstore_instance = o.kvstore_instance;
   return t;
 }
 
@@ -88,7 +87,7 @@ void check_options(const TrainBenchOptions& o) {
 }  // namespace
 
 TrainBenchResult run_train_bench(const TrainBenchOptions& o, const ProcessGroup& pg,
-                                 const TrainBenchPrinter& print) {
+                                 const TrainBenchPrinter& print, std::shared_ptr<KVStore> kvstore) {
   check_options(o);
   if (o.threads > 0) at::set_num_threads(o.threads);
   const bool rank0 = pg.rank() == 0;
@@ -139,10 +138,10 @@ TrainBenchResult run_train_bench(const TrainBenchOptions& o, const ProcessGroup&
   r.forward_macs = forward_macs(*model, mo.in_channels, mo.image_size);  // eval mode, restored
   DdpOptions dopt;
   dopt.bucket_observer =
-      timeline_bucket_observer(tl.get(), o.kvstore.empty() ? "allreduce" : "pushpull");
+      timeline_bucket_observer(tl.get(), o.kvstore ? "pushpull" : "allreduce");
   const TrainOptions kv_options = as_train_options(o);
   std::unique_ptr<detail::KvSync> kv =
-      detail::KvSync::open(kv_options, pg, *model, kv_options.optimizer.lr);
+      detail::KvSync::open(kv_options, std::move(kvstore), pg, *model, kv_options.optimizer.lr);
   if (kv) dopt.comm_hook = kv->hook();
   DistributedDataParallel<ImageClassifier> ddp(model, pg, dopt);
   torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.01).momentum(0.9));
@@ -290,7 +289,7 @@ std::string to_json(const TrainBenchResult& r) {
   j["channels_last"] = r.options.channels_last;
   j["threads"] = r.options.threads;
   j["device"] = r.device;
-  j["kvstore"] = r.options.kvstore.empty() ? "none" : r.options.kvstore;
+  j["kvstore"] = r.options.kvstore ? kvstore_type_name(*r.options.kvstore) : "none";
   j["steps"] = r.options.steps;
   j["warmup_steps"] = r.options.warmup_steps;
   j["images_per_sec"] = r.images_per_sec;

@@ -228,12 +228,12 @@ std::optional<long long> int_variable(const EnvLookup& env, const char* name) {
 // told --ps-worker-per node: it starts the scheduler before the program
 // chooses its store, so it cannot know; this check makes the wrong choice
 // an immediate error instead of a wait.
-void check_worker_count(const std::string& type, const EnvLookup& env) {
+void check_worker_count(KVStoreType type, const EnvLookup& env) {
   const auto num_worker = int_variable(env, "DMLC_NUM_WORKER");
   const auto world = int_variable(env, "WORLD_SIZE");
   const auto local = int_variable(env, "LOCAL_WORLD_SIZE");
   if (!num_worker || !world || !local || *local <= 1) return;
-  if (type == "dist_device_sync" && *num_worker == *world) {
+  if (type == KVStoreType::kDistDeviceSync && *num_worker == *world) {
     throw InvalidArgument(
         cat("dist_device_sync has one ps worker per node, but DMLC_NUM_WORKER=", *num_worker,
             " counts processes (WORLD_SIZE=", *world, ", LOCAL_WORLD_SIZE=", *local,
@@ -241,8 +241,8 @@ void check_worker_count(const std::string& type, const EnvLookup& env) {
             "DMLC_NUM_WORKER to the number of nodes (",
             *world / *local, ") and DMLC_WORKER_ID to the node's rank"));
   }
-  if ((type == "dist_sync" || type == "dist_async") && *num_worker < *world) {
-    throw InvalidArgument(cat(type, " has one ps worker per process, but DMLC_NUM_WORKER=",
+  if (type != KVStoreType::kDistDeviceSync && *num_worker < *world) {
+    throw InvalidArgument(cat(kvstore_type_name(type), " has one ps worker per process, but DMLC_NUM_WORKER=",
                               *num_worker, " is less than WORLD_SIZE=", *world,
                               " (it counts nodes, as for dist_device_sync): drop "
                               "`--ps-worker-per node` from dtrain run, or set DMLC_NUM_WORKER "

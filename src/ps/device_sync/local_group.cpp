@@ -104,15 +104,16 @@ std::shared_ptr<KVLocalGroup> kv_local_group_from_env(const EnvLookup& env,
   return kv_local_group(init_process_group(store, o));
 }
 
-std::unique_ptr<KVStore> create_kvstore(const std::string& type, KVStoreOptions options,
-                                        const EnvLookup& env) {
-  if (type == "dist_device_sync" && !options.local_group) {
-    const EnvLookup lookup = env ? env : process_env();
-    if (lookup("DMLC_ROLE").value_or("") == "worker") {
-      options.local_group = kv_local_group_from_env(lookup, options.timeout);
-    }
+KVStoreOpen create_kvstore(KVStoreType type, KVStoreOptions options, const EnvLookup& env) {
+  if (type == KVStoreType::kDistDeviceSync && !options.local_group &&
+      resolve_ps_role(type, env) == PsRole::kWorker) {
+    options.local_group = kv_local_group_from_env(env ? env : process_env(), options.timeout);
   }
   return KVStore::create(type, std::move(options), env);
+}
+
+KVStoreOpen create_kvstore(const std::string& type, KVStoreOptions options, const EnvLookup& env) {
+  return create_kvstore(parse_kvstore_type(type), std::move(options), env);
 }
 
 }  // namespace dtrain

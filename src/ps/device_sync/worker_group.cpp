@@ -77,7 +77,7 @@ ProcessGroup kv_process_group(KVStore& kv, const InitOptions& options, const Env
   if (o.rank == 0) {
     const EnvLookup lookup = env ? env : ps::process_environment();
     TcpStoreServerOptions so;
-    so.host = ps::job_config_from_env(KVStoreOptions{}, lookup, "worker").node.host;
+    so.host = ps::job_config_from_env(KVStoreOptions{}, lookup, ps::Role::kWorker).node.host;
     so.port = 0;  // a free one
     so.timeout = o.store_timeout;
     server = TcpStoreServer::start(so);

@@ -100,8 +100,30 @@ EnvLookup process_environment() {
   };
 }
 
+Role wire_role(PsRole role) {
+  switch (role) {
+    case PsRole::kScheduler:
+      return Role::kScheduler;
+    case PsRole::kServer:
+      return Role::kServer;
+    case PsRole::kWorker:
+      break;
+  }
+  return Role::kWorker;
+}
+
+PsRole ps_role_from_env(const EnvLookup& env) {
+  const std::string role =
+      required(env, "DMLC_ROLE", "set it as MXNet's launch.py or an MXJob does (docs/ps.md)");
+  if (role == "scheduler") return PsRole::kScheduler;
+  if (role == "server") return PsRole::kServer;
+  if (role == "worker") return PsRole::kWorker;
+  throw InvalidArgument(
+      cat("environment variable DMLC_ROLE='", role, "' is not scheduler, server or worker"));
+}
+
 JobConfig job_config_from_env(const KVStoreOptions& base, const EnvLookup& env,
-                              const std::string& role_override) {
+                              std::optional<Role> role) {
   JobConfig c;
   NodeOptions& n = c.node;
   n.heartbeat_interval = base.heartbeat_interval;
@@ -114,17 +136,10 @@ JobConfig job_config_from_env(const KVStoreOptions& base, const EnvLookup& env,
   c.bigarray_bound = base.bigarray_bound;
 
   const std::string launch_fix = "set it as MXNet's launch.py or an MXJob does (docs/ps.md)";
-  const std::string role =
-      role_override.empty() ? required(env, "DMLC_ROLE", launch_fix) : role_override;
-  if (role == "scheduler") {
-    n.role = Role::kScheduler;
-  } else if (role == "server") {
-    n.role = Role::kServer;
-  } else if (role == "worker") {
-    n.role = Role::kWorker;
+  if (role) {
+    n.role = *role;
   } else {
-    throw InvalidArgument(
-        cat("environment variable DMLC_ROLE='", role, "' is not scheduler, server or worker"));
+    n.role = wire_role(ps_role_from_env(env));
   }
   n.scheduler_host = required(env, "DMLC_PS_ROOT_URI", launch_fix);
   n.scheduler_port = static_cast<int>(

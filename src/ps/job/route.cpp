@@ -1,159 +1,143 @@
-// KVStore::create, the local store and serve_ps_role.
+// The one route of a parameter-server process: the store type and the
+// process's role resolved once, KVStore::create and serve_ps_role.
+//
+// Note [One route]
+// Every decision about what a process is in a kvstore job is taken here,
+// once: the type's name is parsed by parse_kvstore_type (the only place the
+// names are spelled), the role by resolve_ps_role (DMLC_ROLE, read by
+// dmlc_env.cpp's ps_role_from_env, the only reader of that variable), and
+// create() then serves the role or opens the worker's store. Callers take
+// the results as values: the CLI parses --kvstore into a KVStoreType, opens
+// the store once with create_kvstore (dtrain/kvstore_torch.h) and passes it
+// to what uses it (kv_process_group, train()); no options struct carries an
+// open store.
 //
 // Note [Serving from create]
 // MXNet runs the same program in every pod of a job: mx.kv.create("dist_sync")
 // in a process whose DMLC_ROLE is scheduler or server never returns; it
 // serves that role and exits the process when the job ends. Kubeflow's MXJob
-// and MXNet's launch.py rely on it, so dtrain does the same: this is the one
-// place where the library ends the process (std::exit(0), after the role
-// has finished cleanly). A failure is thrown like any other error, so the
-// program exits non-zero through its own error path. Programs that want
-// control use serve_ps_role() or `dtrain ps scheduler|server` instead.
+// and MXNet's launch.py rely on it. dtrain's create() serves the role the
+// same way, but a library never ends the process: it returns a KVStoreOpen
+// holding RoleServed, and the program ends with status 0 (`if
+// (kv.served()) return 0;`; the dtrain CLI does this for `dtrain train|bench
+// train|bench kvstore`). A failure of the role is thrown like any other
+// error, so the program exits non-zero through its own error path. Programs
+// that want control use serve_ps_role() or `dtrain ps scheduler|server`.
 #include <cstdlib>
-#include <cstring>
 
 #include "common/strings.h"
 #include "dtrain/errors.h"
 #include "ps/device_sync/device_sync.h"
+#include "ps/job/dmlc_env.h"
 #include "ps/job/run_role.h"
-#include "ps/server/server.h"
 #include "ps/server/ssp.h"
 
-namespace dtrain::ps {
+namespace dtrain {
 namespace {
 
-// create("local"): one process, no network. It runs the servers' own logic
-// (KVServer, one server, one worker, sync mode) on in-memory messages, so
-// local and dist stores update keys identically.
-class LocalKVStore : public KVStore {
- public:
-  explicit LocalKVStore(Millis timeout)
-      : timeout_(timeout),
-        server_(ServerOptions{0, 1, 1}, [this](int, const Message& m) { reply_ = m; }) {
-    Message sync;
-    sync.meta.simple_app = true;
-    sync.meta.head = static_cast<int>(ServerCommand::kSyncMode);
-    call(sync, "sync mode");
-  }
-  std::string type() const override { return "local"; }
-  int rank() const override { return 0; }
-  int num_workers() const override { return 1; }
-  Millis timeout() const override { return timeout_; }
-
-  void init(int key, ConstValues value) override {
-    if (server_.stored(key)) throw InvalidArgument(cat("key ", key, " is already initialised"));
-    data(key, &value, nullptr, "init");
-  }
-  KVHandle push_async(int key, ConstValues grad) override {
-    need(key, grad.count, "push");
-    data(key, &grad, nullptr, "push");
-    return KVHandle();
-  }
-  KVHandle pull_async(int key, Values out) override {
-    need(key, out.count, "pull");
-    data(key, nullptr, &out, "pull");
-    return KVHandle();
-  }
-  KVHandle pushpull_async(int key, ConstValues grad, Values out) override {
-    push_async(key, grad);
-    return pull_async(key, out);
-  }
-  void broadcast(int key, ConstValues value, Values out) override {
-    init(key, value);
-    pull(key, out);
-  }
-  void barrier() override {}
-  void set_optimizer(const OptimizerSpec& spec) override {
-    Message m;
-    m.meta.simple_app = true;
-    m.meta.head = static_cast<int>(ServerCommand::kController);
-    m.meta.body = spec.serialize();
-    call(m, "set_optimizer");
-  }
-  uint64_t pull_optimizer_state(int key, Values momentum) override {
-    need(key, momentum.count, "pull_optimizer_state");
-    const std::string body =
-        data(key, nullptr, &momentum, "pull_optimizer_state", kRequestOptimizerState);
-    long long updates = 0;
-    parse_int(body, &updates);  // the in-process server wrote it
-    return static_cast<uint64_t>(updates);
-  }
-  void push_optimizer_state(int key, ConstValues momentum, uint64_t updates) override {
-    need(key, momentum.count, "push_optimizer_state");
-    data(key, &momentum, nullptr, "push_optimizer_state", kRequestOptimizerState,
-         std::to_string(updates));
-  }
-  void set_gradient_compression(const GradientCompression&) override {
-    throw InvalidArgument(
-        "gradient compression needs a dist kvstore; the local store has no "
-        "network to save");
-  }
-  void close() override {}
-
- private:
-  void need(int key, size_t count, const char* op) {
-    const auto* v = server_.stored(key);
-    if (!v) throw InvalidArgument(cat(op, " of key ", key, " before init: call init first"));
-    if (v->size() != count) {
-      throw InvalidArgument(
-          cat(op, " of key ", key, " with ", count, " values; it holds ", v->size()));
-    }
-  }
-  // Returns the reply's body.
-  std::string data(int key, const ConstValues* push, Values* pull, const char* op,
-                   int request_type = 0, const std::string& body = "") {
-    const KVDType dtype = push ? push->dtype : pull->dtype;
-    const size_t esize = dtype == KVDType::kFloat16 ? 2 : 4;
-    const uint64_t ps_key = static_cast<uint64_t>(key);
-    Message m;
-    m.meta.push = push != nullptr;
-    m.meta.pull = pull != nullptr;
-    m.meta.head =
-        data_command(request_type, dtype == KVDType::kFloat16 ? kMshadowFloat16 : kMshadowFloat32);
-    m.meta.body = body;
-    m.add_data(&ps_key, 1, DataType::kUint64);
-    if (push) {
-      const int32_t len = static_cast<int32_t>(push->count * esize);
-      // Borrowed for the synchronous in-process call: the server copies it.
-      m.add_frame(Frame::share(nullptr, push->data, push->count * esize), DataType::kChar);
-      m.add_data(&len, 1, DataType::kInt32);
-    } else {
-      static const char kNothing = 0;
-      m.add_data(&kNothing, 0, DataType::kChar);
-    }
-    call(m, cat(op, " of key ", key));
-    if (pull) std::memcpy(pull->data, reply_.data.at(1).data(), pull->count * esize);
-    std::string reply_body = std::move(reply_.meta.body);
-    reply_ = Message();  // releases the stored value (Note [Replies share the stored value])
-    return reply_body;
-  }
-  void call(Message& m, const std::string& what) {
-    m.meta.request = true;
-    m.meta.sender = worker_rank_to_id(0);
-    m.meta.timestamp = 0;
-    m.meta.app_id = 0;
-    m.meta.customer_id = 0;
-    reply_ = Message();
-    server_.handle(m);
-    if (reply_.meta.body.rfind(kErrorPrefix, 0) == 0) {
-      throw InvalidArgument(cat(what, ": ", reply_.meta.body.substr(std::strlen(kErrorPrefix))));
-    }
-  }
-
-  Millis timeout_;
-  Message reply_;
-  KVServer server_;
+struct TypeName {
+  KVStoreType type;
+  const char* name;
 };
+// The order of the messages and the help.
+constexpr TypeName kTypes[] = {{KVStoreType::kLocal, "local"},
+                               {KVStoreType::kDistSync, "dist_sync"},
+                               {KVStoreType::kDistAsync, "dist_async"},
+                               {KVStoreType::kDistDeviceSync, "dist_device_sync"}};
 
 }  // namespace
 
-std::unique_ptr<KVStore> make_local_store(Millis timeout) {
-  return std::make_unique<LocalKVStore>(timeout);
+const char* kvstore_type_name(KVStoreType type) {
+  for (const TypeName& t : kTypes) {
+    if (t.type == type) return t.name;
+  }
+  return "?";
 }
 
-}  // namespace dtrain::ps
+std::string kvstore_type_names() {
+  std::string out;
+  for (const TypeName& t : kTypes) out += cat(out.empty() ? "" : ", ", t.name);
+  return out;
+}
 
-namespace dtrain {
+KVStoreType parse_kvstore_type(std::string_view name) {
+  for (const TypeName& t : kTypes) {
+    if (name == t.name) return t.type;
+  }
+  throw InvalidArgument(
+      cat("unknown kvstore type '", name, "'; valid types: ", kvstore_type_names()));
+}
+
+bool is_dist(KVStoreType type) { return type != KVStoreType::kLocal; }
+
+const char* kvstore_optimizer_name(KVStoreOptimizer where) {
+  switch (where) {
+    case KVStoreOptimizer::kAuto:
+      return "auto";
+    case KVStoreOptimizer::kWorker:
+      return "worker";
+    case KVStoreOptimizer::kServer:
+      break;
+  }
+  return "server";
+}
+
+KVStoreOptimizer parse_kvstore_optimizer(std::string_view name) {
+  for (KVStoreOptimizer w :
+       {KVStoreOptimizer::kAuto, KVStoreOptimizer::kWorker, KVStoreOptimizer::kServer}) {
+    if (name == kvstore_optimizer_name(w)) return w;
+  }
+  throw InvalidArgument(cat("kvstore optimizer '", name, "' is not one of auto, worker, server"));
+}
+
+const char* ps_role_name(PsRole role) {
+  switch (role) {
+    case PsRole::kScheduler:
+      return "scheduler";
+    case PsRole::kServer:
+      return "server";
+    case PsRole::kWorker:
+      break;
+  }
+  return "worker";
+}
+
+PsRole parse_ps_role(std::string_view name) {
+  for (PsRole r : {PsRole::kScheduler, PsRole::kServer, PsRole::kWorker}) {
+    if (name == ps_role_name(r)) return r;
+  }
+  throw InvalidArgument(cat("'", name, "' is not a role; use scheduler, server or worker"));
+}
+
+PsRole resolve_ps_role(KVStoreType type, const EnvLookup& env) {
+  if (!is_dist(type)) return PsRole::kWorker;
+  return ps::ps_role_from_env(env ? env : ps::process_environment());
+}
+
+KVStoreOpen::KVStoreOpen(std::unique_ptr<KVStore> store)
+    : store_(std::move(store)), role_(PsRole::kWorker) {
+  if (!store_) throw InvalidArgument("KVStoreOpen: the store is null");
+}
+KVStoreOpen::KVStoreOpen(RoleServed served) : role_(served.role) {}
+KVStoreOpen::KVStoreOpen(KVStoreOpen&&) noexcept = default;
+KVStoreOpen& KVStoreOpen::operator=(KVStoreOpen&&) noexcept = default;
+KVStoreOpen::~KVStoreOpen() = default;
+
+KVStore& KVStoreOpen::get() const {
+  if (!store_) {
+    throw InvalidArgument(
+        role_ == PsRole::kWorker
+            ? std::string("the kvstore was taken out of its KVStoreOpen")
+            : cat("this process served the job's ", ps_role_name(role_),
+                  " (DMLC_ROLE) and holds no kvstore: end the program when served() is true"));
+  }
+  return *store_;
+}
+
+std::unique_ptr<KVStore> KVStoreOpen::take() {
+  get();
+  return std::move(store_);
+}
 
 uint64_t KVStore::pull_optimizer_state(int key, Values) {
   throw InvalidArgument(cat("pull_optimizer_state of key ", key, ": this ", type(),
@@ -165,44 +149,54 @@ void KVStore::push_optimizer_state(int key, ConstValues, uint64_t) {
                             " kvstore keeps no optimizer state on servers"));
 }
 
-std::unique_ptr<KVStore> KVStore::create(const std::string& type, KVStoreOptions options,
-                                         const EnvLookup& env) {
-  if (type == "local") return ps::make_local_store(options.timeout);
-  if (type != "dist_sync" && type != "dist_async" && type != "dist_device_sync") {
-    throw InvalidArgument(cat("unknown kvstore type '", type,
-                              "'; use one of local, dist_sync, dist_async, dist_device_sync"));
-  }
+KVStoreOpen KVStore::create(const std::string& type, KVStoreOptions options,
+                            const EnvLookup& env) {
+  return create(parse_kvstore_type(type), std::move(options), env);
+}
+
+// Note [One route], Note [Serving from create].
+KVStoreOpen KVStore::create(KVStoreType type, KVStoreOptions options, const EnvLookup& env) {
+  if (type == KVStoreType::kLocal) return KVStoreOpen(ps::make_local_store(options.timeout));
   const EnvLookup lookup = env ? env : ps::process_environment();
-  ps::JobConfig config = ps::job_config_from_env(options, lookup);
+  const PsRole role = resolve_ps_role(type, lookup);
+  ps::JobConfig config = ps::job_config_from_env(options, lookup, ps::wire_role(role));
   config.staleness = ps::resolve_staleness(options, lookup);
-  switch (config.node.role) {
-    case ps::Role::kScheduler:
+  switch (role) {
+    case PsRole::kScheduler:
       ps::run_scheduler(config.node);
-      std::exit(0);
-    case ps::Role::kServer:
+      return KVStoreOpen(RoleServed{role});
+    case PsRole::kServer:
       ps::run_server(config.node);
-      std::exit(0);
-    case ps::Role::kWorker:
+      return KVStoreOpen(RoleServed{role});
+    case PsRole::kWorker:
       break;
   }
   ps::check_worker_count(type, lookup);  // Note [Workers per node or per process]
-  if (type == "dist_device_sync") {
-    return ps::make_device_sync_store(config, options.local_group, options.timeout);
+  if (type == KVStoreType::kDistDeviceSync) {
+    return KVStoreOpen(ps::make_device_sync_store(config, options.local_group, options.timeout));
   }
-  return ps::connect_worker(config, type == "dist_sync", options.timeout);
+  return KVStoreOpen(
+      ps::connect_worker(config, type == KVStoreType::kDistSync, options.timeout));
+}
+
+void serve_ps_role(PsRole role, KVStoreOptions options, const EnvLookup& env) {
+  if (role == PsRole::kWorker) {
+    throw InvalidArgument("'worker' is not a role to serve; use scheduler or server");
+  }
+  const EnvLookup lookup = env ? env : ps::process_environment();
+  const ps::JobConfig config = ps::job_config_from_env(options, lookup, ps::wire_role(role));
+  if (role == PsRole::kScheduler) {
+    ps::run_scheduler(config.node);
+  } else {
+    ps::run_server(config.node);
+  }
 }
 
 void serve_ps_role(const std::string& role, KVStoreOptions options, const EnvLookup& env) {
   if (role != "scheduler" && role != "server") {
     throw InvalidArgument(cat("'", role, "' is not a role to serve; use scheduler or server"));
   }
-  const EnvLookup lookup = env ? env : ps::process_environment();
-  const ps::JobConfig config = ps::job_config_from_env(options, lookup, role);
-  if (config.node.role == ps::Role::kScheduler) {
-    ps::run_scheduler(config.node);
-  } else {
-    ps::run_server(config.node);
-  }
+  serve_ps_role(parse_ps_role(role), std::move(options), env);
 }
 
 }  // namespace dtrain

@@ -166,7 +166,7 @@ std::unique_ptr<KVStore> with_gloo_group(StorePtr memory, int node, int local, i
   ProcessGroup pg = init_process_group(prefix_store(cat("node", node), memory), o);
   KVStoreOptions kvo = quiet_options();
   kvo.local_group = kv_local_group(pg);
-  return KVStore::create("dist_device_sync", kvo, lookup(dmlc_env(port, servers, node)));
+  return KVStore::create("dist_device_sync", kvo, lookup(dmlc_env(port, servers, node))).take();
 }
 
 void expect_exact_sums(const Pulled& got) {
@@ -219,7 +219,7 @@ TEST(PsDeviceSync, CreateKvstoreFormsTheNodeGroupsFromTorchrunsVariables) {
     env["MASTER_ADDR"] = "127.0.0.1";
     env["MASTER_PORT"] = std::to_string(store->port());
     env["TORCHELASTIC_USE_AGENT_STORE"] = "True";
-    return create_kvstore("dist_device_sync", quiet_options(), lookup(env));
+    return create_kvstore("dist_device_sync", quiet_options(), lookup(env)).take();
   });
   expect_exact_sums(got);
 }
