@@ -137,8 +137,7 @@ TrainBenchResult run_train_bench(const TrainBenchOptions& o, const ProcessGroup&
   if (o.channels_last) to_channels_last(*model);
   r.forward_macs = forward_macs(*model, mo.in_channels, mo.image_size);  // eval mode, restored
   DdpOptions dopt;
-  dopt.bucket_observer =
-      timeline_bucket_observer(tl.get(), o.kvstore ? "pushpull" : "allreduce");
+  dopt.bucket_observer = timeline_bucket_observer(tl.get(), o.kvstore ? "pushpull" : "allreduce");
   const TrainOptions kv_options = as_train_options(o);
   std::unique_ptr<detail::KvSync> kv =
       detail::KvSync::open(kv_options, std::move(kvstore), pg, *model, kv_options.optimizer.lr);

@@ -128,9 +128,9 @@ int run_train(const TrainFlags& f) {
     o.kvstore = parse_kvstore_flag(f.kvstore);
     o.kvstore_optimizer = parse_kvstore_optimizer_flag(f.kvstore_optimizer);
     validate(o);  // before joining the group: bad flags never leave peers waiting
-    TrainingRoute route = open_training_route(
-        o.kvstore, o.kvstore_options,
-        group_options(f.group.backend, o.device, group_timeout(f.group)));
+    TrainingRoute route =
+        open_training_route(o.kvstore, o.kvstore_options,
+                            group_options(f.group.backend, o.device, group_timeout(f.group)));
     if (route.served) return 0;  // a ps scheduler or server: the job has ended
     train(o, route.pg, route.kv, &std::cout);
     return 0;

@@ -33,8 +33,7 @@ class KvSync {
   /// missing, of another type, passed without o.kvstore, or when the job's
   /// workers are not pg's ranks.
   static std::unique_ptr<KvSync> open(const TrainOptions& o, std::shared_ptr<KVStore> kv,
-                                      const ProcessGroup& pg, torch::nn::Module& model,
-                                      double lr);
+                                      const ProcessGroup& pg, torch::nn::Module& model, double lr);
 
   std::shared_ptr<CommHook> hook() const { return hook_; }
   bool updates_on_servers() const { return hook_->update() == KVUpdate::kOnServers; }

@@ -242,8 +242,9 @@ void check_worker_count(KVStoreType type, const EnvLookup& env) {
             *world / *local, ") and DMLC_WORKER_ID to the node's rank"));
   }
   if (type != KVStoreType::kDistDeviceSync && *num_worker < *world) {
-    throw InvalidArgument(cat(kvstore_type_name(type), " has one ps worker per process, but DMLC_NUM_WORKER=",
-                              *num_worker, " is less than WORLD_SIZE=", *world,
+    throw InvalidArgument(cat(kvstore_type_name(type),
+                              " has one ps worker per process, but DMLC_NUM_WORKER=", *num_worker,
+                              " is less than WORLD_SIZE=", *world,
                               " (it counts nodes, as for dist_device_sync): drop "
                               "`--ps-worker-per node` from dtrain run, or set DMLC_NUM_WORKER "
                               "to the number of processes and DMLC_WORKER_ID to RANK"));

@@ -149,8 +149,7 @@ void KVStore::push_optimizer_state(int key, ConstValues, uint64_t) {
                             " kvstore keeps no optimizer state on servers"));
 }
 
-KVStoreOpen KVStore::create(const std::string& type, KVStoreOptions options,
-                            const EnvLookup& env) {
+KVStoreOpen KVStore::create(const std::string& type, KVStoreOptions options, const EnvLookup& env) {
   return create(parse_kvstore_type(type), std::move(options), env);
 }
 
@@ -175,8 +174,7 @@ KVStoreOpen KVStore::create(KVStoreType type, KVStoreOptions options, const EnvL
   if (type == KVStoreType::kDistDeviceSync) {
     return KVStoreOpen(ps::make_device_sync_store(config, options.local_group, options.timeout));
   }
-  return KVStoreOpen(
-      ps::connect_worker(config, type == KVStoreType::kDistSync, options.timeout));
+  return KVStoreOpen(ps::connect_worker(config, type == KVStoreType::kDistSync, options.timeout));
 }
 
 void serve_ps_role(PsRole role, KVStoreOptions options, const EnvLookup& env) {

@@ -21,9 +21,9 @@
 #include "dtrain/errors.h"
 #include "dtrain/kvstore_pslite.h"
 #include "ps/job/dmlc_env.h"
-#include "ps/worker/handle_state.h"
 #include "ps/pslite/pslite_client.h"
 #include "ps/server/server.h"  // kErrorPrefix
+#include "ps/worker/handle_state.h"
 
 namespace dtrain::ps {
 namespace {

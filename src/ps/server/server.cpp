@@ -7,9 +7,9 @@
 
 #include "common/strings.h"
 #include "dtrain/errors.h"
+#include "ps/server/snapshot.h"
 #include "ps/wire/compression.h"
 #include "ps/wire/half.h"
-#include "ps/server/snapshot.h"
 
 namespace dtrain::ps {
 

@@ -62,8 +62,8 @@
 #include <vector>
 
 #include "dtrain/kvstore.h"
-#include "ps/wire/protocol.h"
 #include "ps/server/ssp.h"
+#include "ps/wire/protocol.h"
 
 namespace dtrain::ps {
 

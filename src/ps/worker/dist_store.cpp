@@ -27,11 +27,11 @@
 
 #include "common/strings.h"
 #include "dtrain/errors.h"
-#include "ps/wire/compression.h"
-#include "ps/worker/handle_state.h"
 #include "ps/job/run_role.h"
 #include "ps/server/server.h"
 #include "ps/server/ssp.h"
+#include "ps/wire/compression.h"
+#include "ps/worker/handle_state.h"
 
 namespace dtrain::ps {
 namespace {

@@ -91,7 +91,8 @@ TEST(PsRoute, CreateInASchedulerOrServerServesTheRoleAndReturnsRoleServedWhenThe
   for (int r = 0; r < 2; ++r) {
     roles.emplace_back([&, r] {
       try {
-        served[r].emplace(KVStore::create(KVStoreType::kDistSync, quiet(), job_env(names[r], port)));
+        served[r].emplace(
+            KVStore::create(KVStoreType::kDistSync, quiet(), job_env(names[r], port)));
       } catch (...) {
         errors[r] = std::current_exception();
       }

@@ -9,8 +9,8 @@
 #include <string>
 #include <thread>
 
-#include "ps/cluster.h"
 #include "dtrain/errors.h"
+#include "ps/cluster.h"
 
 namespace dtrain {
 namespace {

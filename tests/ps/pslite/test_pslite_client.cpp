@@ -13,9 +13,9 @@
 #include <set>
 #include <thread>
 
-#include "ps/cluster.h"
 #include "dtrain/errors.h"
 #include "dtrain/kvstore_pslite.h"
+#include "ps/cluster.h"
 #include "ps/pslite/pslite_client.h"
 #include "ps/server/server.h"
 

@@ -7,8 +7,8 @@
 #include <map>
 #include <mutex>
 
-#include "ps/cluster.h"
 #include "dtrain/errors.h"
+#include "ps/cluster.h"
 
 namespace dtrain {
 namespace {

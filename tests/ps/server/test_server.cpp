@@ -4,9 +4,9 @@
 #include <cstring>
 #include <random>
 
+#include "ps/server/server.h"
 #include "ps/wire/compression.h"
 #include "ps/wire/half.h"
-#include "ps/server/server.h"
 
 namespace dtrain::ps {
 namespace {

@@ -9,8 +9,8 @@
 #include <thread>
 
 #include "ps/cluster.h"
-#include "ps/wire/protocol.h"
 #include "ps/server/server.h"
+#include "ps/wire/protocol.h"
 
 namespace dtrain {
 namespace {

@@ -7,8 +7,8 @@
 #include <mutex>
 #include <numeric>
 
-#include "ps/cluster.h"
 #include "dtrain/errors.h"
+#include "ps/cluster.h"
 #include "ps/wire/compression.h"
 
 namespace dtrain {
