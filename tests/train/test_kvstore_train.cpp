@@ -338,6 +338,33 @@ TEST_F(KVStoreTraining, AnUnknownKvstoreIsAnInvalidArgumentListingTheTypes) {
             std::string::npos);
 }
 
+// The store reaches train() as an argument (Note [One route] in
+// src/ps/job/route.cpp); it must be of the type the options name.
+TEST_F(KVStoreTraining, AStorePassedToTrainMustBeOfTheTypeTheOptionsName) {
+  TrainOptions o = options("", 1);
+  o.checkpoint_dir.clear();
+  o.kvstore = KVStoreType::kDistSync;
+  const ProcessGroup pg;  // one process
+  EXPECT_EQ(testing::error_of([&] {
+              train(o, pg, std::shared_ptr<KVStore>(KVStore::create("local").take()), nullptr);
+            }),
+            "the kvstore passed is a local store but TrainOptions::kvstore is dist_sync; pass one "
+            "of the same type");
+  o.kvstore.reset();
+  EXPECT_EQ(testing::error_of([&] {
+              train(o, pg, std::shared_ptr<KVStore>(KVStore::create("local").take()), nullptr);
+            }),
+            "a local kvstore was passed to train() but TrainOptions::kvstore is not set; set it to "
+            "the store's type");
+  // The local store through the overload trains as train(options, pg, log) would.
+  o.kvstore = KVStoreType::kLocal;
+  std::ostringstream log;
+  EXPECT_EQ(train(o, pg, KVStore::create(KVStoreType::kLocal).take(), &log).size(), 1u);
+  EXPECT_NE(log.str().find("kvstore local (1 worker(s)), optimizer on the workers"),
+            std::string::npos)
+      << log.str();
+}
+
 TEST_F(KVStoreTraining, ACompressingCommHookWithAKvstoreIsAnInvalidArgumentNotIgnored) {
   TrainOptions o = options("", 1);
   o.checkpoint_dir.clear();

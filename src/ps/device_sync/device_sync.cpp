@@ -65,7 +65,7 @@ class DeviceSyncKVStore : public KVStore {
     }
   }
 
-  std::string type() const override { return "dist_device_sync"; }
+  std::string type() const override { return kvstore_type_name(KVStoreType::kDistDeviceSync); }
   int rank() const override { return node_rank_ * group_->size() + group_->rank(); }
   int num_workers() const override { return num_nodes_ * group_->size(); }
   Millis timeout() const override { return timeout_; }

@@ -22,7 +22,7 @@ class LocalKVStore : public KVStore {
     sync.meta.head = static_cast<int>(ServerCommand::kSyncMode);
     call(sync, "sync mode");
   }
-  std::string type() const override { return "local"; }
+  std::string type() const override { return kvstore_type_name(KVStoreType::kLocal); }
   int rank() const override { return 0; }
   int num_workers() const override { return 1; }
   Millis timeout() const override { return timeout_; }

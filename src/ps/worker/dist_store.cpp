@@ -92,7 +92,9 @@ class DistKVStore : public KVStore {
     }
   }
 
-  std::string type() const override { return sync_ ? "dist_sync" : "dist_async"; }
+  std::string type() const override {
+    return kvstore_type_name(sync_ ? KVStoreType::kDistSync : KVStoreType::kDistAsync);
+  }
   int rank() const override { return node_.rank(); }
   int num_workers() const override { return config_.node.num_workers; }
   Millis timeout() const override { return timeout_; }
