@@ -156,11 +156,12 @@ void add_train(CLI::App& bench, int* exit_code) {
       ->check(positive());
   cmd->add_option("--timeline", f->o.timeline,
                   "Chrome trace per rank (FILE.rank<r>.json, or {rank} in FILE)");
-  cmd->add_option("--kvstore,--kv-store", f->kvstore,
-                  "Gradients through a parameter server instead of allreduce: local, dist_sync, "
-                  "dist_async, dist_device_sync (start with dtrain run --ps-servers S, and for "
-                  "dist_device_sync --ps-worker-per node; or run this same command in every "
-                  "process with DMLC_* set, as an MXJob does)");
+  cmd->add_option(
+      "--kvstore,--kv-store", f->kvstore,
+      "Gradients through a parameter server instead of allreduce: " + kvstore_type_names() +
+          " (start with dtrain run --ps-servers S, and for "
+          "dist_device_sync --ps-worker-per node; or run this same command in every "
+          "process with DMLC_* set, as an MXJob does)");
   cmd->add_option("--kvstore-optimizer", f->kvstore_optimizer,
                   "With --kvstore: worker (servers sum), server (servers run SGD), auto")
       ->capture_default_str()

@@ -327,11 +327,12 @@ void add_train_command(CLI::App& root, int* exit_code) {
   cmd->add_flag("--gradient-as-bucket-view", o.ddp.gradient_as_bucket_view,
                 "Let gradients alias DDP's buckets");
   // Parameter server (docs/ps.md).
-  cmd->add_option("--kvstore,--kv-store", flags->kvstore,
-                  "Gradients through a parameter server instead of allreduce: local, dist_sync, "
-                  "dist_async, dist_device_sync (start with dtrain run --ps-servers S, and for "
-                  "dist_device_sync --ps-worker-per node; or run this same command in every "
-                  "process with DMLC_* set, as an MXJob does)");
+  cmd->add_option(
+      "--kvstore,--kv-store", flags->kvstore,
+      "Gradients through a parameter server instead of allreduce: " + kvstore_type_names() +
+          " (start with dtrain run --ps-servers S, and for "
+          "dist_device_sync --ps-worker-per node; or run this same command in every "
+          "process with DMLC_* set, as an MXJob does)");
   cmd->add_option("--staleness", o.kvstore_options.staleness,
                   "With --kvstore dist_async: how many pushes a worker may run ahead of the "
                   "slowest (SSP; 0: in step; -1: unbounded)")
