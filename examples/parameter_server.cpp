@@ -2,7 +2,8 @@
 // hold the weights and apply the optimizer; workers push gradients and pull
 // the updated weights. Every process runs this same program; DMLC_ROLE says
 // which role it plays, and KVStore::create() serves the scheduler and server
-// roles and exits there, so only workers run the training loop.
+// roles until the job ends and then says so (served()), so only workers run
+// the training loop.
 // Run: build/dtrain run --nproc-per-node 2 --ps-servers 1 -- build/examples/parameter_server
 // [steps]
 //      (2 workers, 1 server and a scheduler on this machine; docs/ps.md for many)
@@ -19,7 +20,8 @@
 int main(int argc, char** argv) {
   const int64_t steps = argc > 1 ? std::atoll(argv[1]) : 300;
   // dist_sync: a server sums the pushes of all workers for a key, then updates.
-  std::unique_ptr<dtrain::KVStore> kv = dtrain::KVStore::create("dist_sync");
+  dtrain::KVStoreOpen kv = dtrain::KVStore::create("dist_sync");
+  if (kv.served()) return 0;  // a scheduler or server: the job has ended (MXNet exits 0 here)
   const torch::Tensor teacher = example::teacher();
 
   torch::manual_seed(0);

@@ -143,9 +143,14 @@ using TrainBenchPrinter = std::function<void(const std::string& line)>;
 /// Throws InvalidArgument naming the TrainBenchOptions field for bad steps,
 /// sizes or classes, and as train() for the rest (an unknown model, an
 /// amp/device combination autocast cannot do, a TensorBoard directory that
-/// cannot be created, a metrics port in use), before any step runs.
+/// cannot be created, a metrics port in use), before any step runs. With
+/// options.train.kvstore, the gradients go through `kvstore`, a store of that
+/// type the caller opened (create_kvstore, dtrain/kvstore_torch.h) as one of
+/// pg's workers, passed on to train(); a missing or mismatched store is
+/// InvalidArgument.
 TrainBenchResult run_train_bench(const TrainBenchOptions& options, const ProcessGroup& pg,
-                                 const TrainBenchPrinter& print = {});
+                                 const TrainBenchPrinter& print = {},
+                                 std::shared_ptr<KVStore> kvstore = nullptr);
 /// {"impl": "dtrain", "bench": "train", "model", "world_size", "batch_size",
 /// "image_size", "num_classes", "amp", "channels_last", "threads", "device", "kvstore",
 /// "steps", "warmup_steps", "images_per_sec", "step_ms", "final_loss",

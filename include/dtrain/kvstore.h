@@ -6,8 +6,8 @@
 // that push gradients and pull weights. Every process runs the same program
 // with its role in DMLC_ROLE (MXNet's and Kubeflow MXJob's contract):
 //
-//   auto kv = dtrain::KVStore::create("dist_sync");   // scheduler, server:
-//                                                     // serve, then exit(0)
+//   dtrain::KVStoreOpen kv = dtrain::KVStore::create("dist_sync");
+//   if (kv.served()) return 0;   // a scheduler or server: its role has ended
 //   kv->init(0, weights);                             // rank 0's value wins
 //   kv->set_optimizer(dtrain::OptimizerSpec::parse("sgd lr=0.1 momentum=0.9"));
 //   for (...) { kv->pushpull(0, grad, weights); }     // blocking, with timeout
@@ -35,6 +35,53 @@ namespace dtrain {
 
 /// Looks up an environment variable; nullopt when unset (as in comm.h).
 using EnvLookup = std::function<std::optional<std::string>(const std::string&)>;
+
+/// MXNet's kvstore types (mx.kv.create's names), parsed by
+/// parse_kvstore_type and named by kvstore_type_name: the one spelling of
+/// each (Note [One route] in src/ps/job/route.cpp).
+enum class KVStoreType {
+  kLocal,           ///< "local": this process only, no network
+  kDistSync,        ///< "dist_sync": servers sum the W pushes of a key, then update
+  kDistAsync,       ///< "dist_async": servers apply each push at once
+  kDistDeviceSync,  ///< "dist_device_sync": a node sums first, then one dist_sync worker
+};
+
+/// "local", "dist_sync", "dist_async" or "dist_device_sync".
+const char* kvstore_type_name(KVStoreType type);
+/// The type called `name` (one of kvstore_type_names()). Throws
+/// InvalidArgument "unknown kvstore type 'NAME'; valid types: local, ...".
+KVStoreType parse_kvstore_type(std::string_view name);
+/// "local, dist_sync, dist_async, dist_device_sync", for messages and help.
+std::string kvstore_type_names();
+/// Whether a store of `type` is a job of a scheduler, servers and workers.
+bool is_dist(KVStoreType type);
+
+/// Where a training loop's optimizer runs under a kvstore
+/// (TrainOptions::kvstore_optimizer, dtrain/train.h): kWorker (the servers
+/// sum, every worker steps its own optimizer), kServer (MXNet's
+/// update_on_kvstore: the servers run SGD), kAuto (kServer for dist_async,
+/// else kWorker).
+enum class KVStoreOptimizer { kAuto, kWorker, kServer };
+
+/// "auto", "worker" or "server".
+const char* kvstore_optimizer_name(KVStoreOptimizer where);
+/// The place called `name`; InvalidArgument listing auto, worker, server.
+KVStoreOptimizer parse_kvstore_optimizer(std::string_view name);
+
+/// A process's role in a dist job: MXNet's DMLC_ROLE.
+enum class PsRole { kScheduler, kServer, kWorker };
+
+/// "scheduler", "server" or "worker".
+const char* ps_role_name(PsRole role);
+/// The role called `name`; InvalidArgument naming it otherwise.
+PsRole parse_ps_role(std::string_view name);
+
+/// The role this process plays with a store of `type`, resolved from
+/// DMLC_ROLE in `env` (empty: the process environment) for dist types; a
+/// local store's process is its only worker. Throws InvalidArgument, one
+/// line naming DMLC_ROLE, when a dist type finds it unset or not
+/// scheduler, server or worker. Reads only the environment.
+PsRole resolve_ps_role(KVStoreType type, const EnvLookup& env = {});
 
 /// Element types a kvstore moves: MXNet's float32 and float16 commands.
 enum class KVDType { kFloat32, kFloat16 };
@@ -86,7 +133,7 @@ struct GradientCompression {
 };
 
 /// The processes of one node, as dist_device_sync reduces through them
-/// (Note [Device sync] in src/ps/device_sync.cpp). dtrain/kvstore_torch.h
+/// (Note [Device sync] in src/ps/device_sync/device_sync.cpp). dtrain/kvstore_torch.h
 /// makes one over a c10d process group (Gloo on CPU, NCCL on GPU):
 /// kv_local_group(pg). Every call is collective: all members call it in the
 /// same order with arrays of the same size and dtype; it blocks, bounded by
@@ -138,7 +185,7 @@ struct KVStoreOptions {
   std::chrono::milliseconds finalize_timeout{600000};
   /// Where log lines go; empty: stderr.
   std::function<void(const std::string&)> log;
-  /// SSP for dist_async (Note [Stale synchronous parallel] in src/ps/ssp.h):
+  /// SSP for dist_async (Note [Stale synchronous parallel] in src/ps/server/ssp.h):
   /// a worker's pull of a key, after it has pushed that key c times, waits
   /// until every worker still in the job has pushed it at least c − staleness
   /// times; 0 keeps the workers in step (a pull sees every worker's pushes
@@ -184,6 +231,55 @@ class KVHandle {
   std::shared_ptr<State> state_;
 };
 
+class KVStore;
+
+/// What create() returned in a scheduler or server process: it served that
+/// role until the job ended. MXNet's create() ends the process there
+/// (status 0); dtrain's library never ends the process, so the program
+/// does, with status 0 (the dtrain CLI does).
+struct RoleServed {
+  PsRole role = PsRole::kServer;
+};
+
+/// What KVStore::create returns: a worker's store, or RoleServed.
+///
+/// Example:
+/// ```
+/// int parameter_server_program() {  // every process of the job runs it
+///   dtrain::KVStoreOpen kv = dtrain::KVStore::create("dist_sync");
+///   if (kv.served()) return 0;  // a scheduler or server: the job has ended
+///   kv->barrier();              // a worker: kv is its store
+///   kv->close();
+///   return 0;
+/// }
+/// ```
+class KVStoreOpen {
+ public:
+  explicit KVStoreOpen(std::unique_ptr<KVStore> store);
+  explicit KVStoreOpen(RoleServed served);
+  KVStoreOpen(KVStoreOpen&&) noexcept;
+  KVStoreOpen& operator=(KVStoreOpen&&) noexcept;
+  ~KVStoreOpen();
+
+  /// True when this process served a scheduler's or server's role to the
+  /// job's end: there is no store, and the program should end with status 0.
+  bool served() const { return store_ == nullptr; }
+  /// The role this process played (kWorker when it holds a store).
+  PsRole role() const { return role_; }
+  /// The worker's store. Throws InvalidArgument naming the role when
+  /// served(), or after take().
+  KVStore& operator*() const { return get(); }
+  KVStore* operator->() const { return &get(); }
+  /// Moves the worker's store out (to share it: std::shared_ptr<KVStore>
+  /// kv = open.take()). Throws as operator*.
+  std::unique_ptr<KVStore> take();
+
+ private:
+  KVStore& get() const;
+  std::unique_ptr<KVStore> store_;
+  PsRole role_;
+};
+
 /// MXNet's key-value store for parameter-server training (docs/ps.md).
 ///
 /// Preconditions: every worker init()s the same keys with the same sizes
@@ -194,19 +290,23 @@ class KVStore {
  public:
   virtual ~KVStore() = default;
 
-  /// "local" (this process only), "dist_sync" (servers sum the W pushes of a
-  /// key, then update), "dist_async" (servers apply each push at once),
-  /// "dist_device_sync" (the processes of a node first sum through
+  /// Opens a store of `type` as this process's role (resolve_ps_role):
+  /// "local" (kLocal: this process only), "dist_sync" (servers sum the W
+  /// pushes of a key, then update), "dist_async" (servers apply each push at
+  /// once), "dist_device_sync" (the processes of a node first sum through
   /// options.local_group, then local rank 0 pushes and pulls for the node as
   /// one dist_sync worker and broadcasts what it pulled: DMLC_NUM_WORKER
-  /// counts nodes; see Note [Device sync] in src/ps/device_sync.cpp for
-  /// rank() and num_workers()). Anything else: InvalidArgument listing the
-  /// types. Dist types read DMLC_* from `env`
+  /// counts nodes; see Note [Device sync] in src/ps/device_sync/device_sync.cpp
+  /// for rank() and num_workers()). A name that is none of these:
+  /// InvalidArgument listing the types. Dist types read DMLC_* from `env`
   /// (docs/ps.md); with DMLC_ROLE=scheduler or server, create() serves that
-  /// role and then exits the process with status 0 when the job ends
-  /// (MXNet's contract; Note [Serving from create] in src/ps/kvstore.cpp).
-  static std::unique_ptr<KVStore> create(const std::string& type, KVStoreOptions options = {},
-                                         const EnvLookup& env = {});
+  /// role and returns RoleServed when the job ends (MXNet's create() would
+  /// exit the process there; Note [Serving from create] in
+  /// src/ps/job/route.cpp); a failure of the role is thrown.
+  static KVStoreOpen create(KVStoreType type, KVStoreOptions options = {},
+                            const EnvLookup& env = {});
+  static KVStoreOpen create(const std::string& type, KVStoreOptions options = {},
+                            const EnvLookup& env = {});
 
   virtual std::string type() const = 0;
   /// This worker's rank in [0, num_workers()). dist_device_sync: the
@@ -237,7 +337,7 @@ class KVStore {
   /// without an optimizer) and returns the servers' update count (rounds or
   /// async pushes applied since init; for a key split over the servers, the
   /// largest of its parts'). It follows the values' sharding (Note
-  /// [Optimizer state] in src/ps/server.h). Not collective: one worker may
+  /// [Optimizer state] in src/ps/server/server.h). Not collective: one worker may
   /// call it, between steps (no push of the key in flight); blocks up to
   /// timeout(). Throws InvalidArgument for a key not initialised or a wrong
   /// size, TimeoutError, PeerLostError, DistError as a pull does.
@@ -274,9 +374,12 @@ class KVStore {
 };
 
 /// Runs a scheduler or server of a dist job described by DMLC_* in `env`
-/// (DMLC_ROLE is ignored: `role` is "scheduler" or "server"). Returns when
-/// the job ends; throws on a failure (PeerLostError naming the dead node,
-/// StoreError for a port in use, InvalidArgument for bad DMLC_* variables).
+/// (DMLC_ROLE is ignored: `role` is the scheduler or a server; a worker is
+/// InvalidArgument). Returns when the job ends; throws on a failure
+/// (PeerLostError naming the dead node, StoreError for a port in use,
+/// InvalidArgument for bad DMLC_* variables).
+void serve_ps_role(PsRole role, KVStoreOptions options = {}, const EnvLookup& env = {});
+/// serve_ps_role(parse_ps_role(role), ...): "scheduler" or "server".
 void serve_ps_role(const std::string& role, KVStoreOptions options = {}, const EnvLookup& env = {});
 
 }  // namespace dtrain

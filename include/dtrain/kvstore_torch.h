@@ -12,13 +12,15 @@
 //
 // dist_device_sync's node group over c10d (library dtrain_ps_torch):
 //
-//   auto kv = dtrain::create_kvstore("dist_device_sync");  // group from env
+//   dtrain::KVStoreOpen kv = dtrain::create_kvstore("dist_device_sync");  // group from env
+//   if (kv.served()) return 0;  // a scheduler or server: the job has ended
 //   // or: opts.local_group = dtrain::kv_local_group(pg); KVStore::create(..., opts)
 //
 // The workers' own c10d group when only DMLC_* is set (a Kubeflow MXJob pod,
 // no RANK / WORLD_SIZE / MASTER_ADDR): ranks from the kvstore's scheduler.
 //
-//   auto kv = dtrain::create_kvstore("dist_sync");
+//   dtrain::KVStoreOpen kv = dtrain::create_kvstore("dist_sync");
+//   if (kv.served()) return 0;
 //   dtrain::ProcessGroup pg = dtrain::kv_process_group(*kv, dtrain::InitOptions{});
 
 #include <ATen/core/Tensor.h>
@@ -79,7 +81,7 @@ inline Values kv_output(const at::Tensor& t) {
 std::shared_ptr<KVLocalGroup> kv_local_group(const ProcessGroup& pg);
 
 /// Forms this node's group from the launcher's variables (Note [Local group
-/// from the environment] in src/ps/local_group.cpp): LOCAL_RANK and
+/// from the environment] in src/ps/device_sync/local_group.cpp): LOCAL_RANK and
 /// LOCAL_WORLD_SIZE over the launcher-hosted store at MASTER_ADDR:MASTER_PORT,
 /// NCCL when CUDA is available, else Gloo; one process: a group of one.
 /// Throws InvalidArgument when no launcher hosts the store, TimeoutError
@@ -92,7 +94,7 @@ inline constexpr int kKVProcessGroupKey = 2147483000;
 
 /// The workers of a dist kvstore as a c10d process group, for processes that
 /// have only MXNet's DMLC_* variables (Note [Workers' group through the
-/// kvstore] in src/ps/worker_group.cpp): rank kv.rank(), size
+/// kvstore] in src/ps/device_sync/worker_group.cpp): rank kv.rank(), size
 /// kv.num_workers(); worker 0 hosts the group's TCP store on a free port at
 /// the address it advertises to the parameter server (DMLC_NODE_HOST,
 /// DMLC_INTERFACE, ... read from `env`, empty: the process environment) and
@@ -106,8 +108,12 @@ inline constexpr int kKVProcessGroupKey = 2147483000;
 ProcessGroup kv_process_group(KVStore& kv, const InitOptions& options, const EnvLookup& env = {});
 
 /// KVStore::create, forming options.local_group with kv_local_group_from_env
-/// for a dist_device_sync worker (DMLC_ROLE=worker) that has none.
-std::unique_ptr<KVStore> create_kvstore(const std::string& type, KVStoreOptions options = {},
-                                        const EnvLookup& env = {});
+/// for a dist_device_sync worker (DMLC_ROLE=worker) that has none. In a
+/// scheduler or server process it serves the role and returns RoleServed
+/// (Note [Serving from create] in src/ps/job/route.cpp).
+KVStoreOpen create_kvstore(KVStoreType type, KVStoreOptions options = {},
+                           const EnvLookup& env = {});
+KVStoreOpen create_kvstore(const std::string& type, KVStoreOptions options = {},
+                           const EnvLookup& env = {});
 
 }  // namespace dtrain

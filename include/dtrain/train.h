@@ -26,6 +26,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -141,38 +142,35 @@ struct TrainOptions {
   int accumulation_steps = 1;
   /// Reducer options (bucket sizes, comm hook, ...).
   DdpOptions ddp;
-  /// Parameter-server training (docs/ps.md, dtrain/kvstore_ddp.h): empty
+  /// Parameter-server training (docs/ps.md, dtrain/kvstore_ddp.h): nullopt
   /// (the default) reduces gradients with DDP's allreduce over the process
-  /// group; "dist_sync", "dist_async", "dist_device_sync" or "local" sends
-  /// each DDP bucket through create_kvstore(kvstore) (dtrain/kvstore_torch.h,
-  /// which forms dist_device_sync's node group) instead, pushed as it fills
-  /// during backward and pulled before backward returns (a ddp.comm_hook
-  /// other than allreduce_hook() is then InvalidArgument). The job's
-  /// workers must be the group's ranks (`dtrain run --ps-servers S` sets
-  /// DMLC_* and RANK/WORLD_SIZE alike; with only DMLC_* form the group with
-  /// kv_process_group and pass the store as kvstore_instance); under
-  /// dist_device_sync they are the nodes.
-  /// With DMLC_ROLE=scheduler or server, train() serves that role and exits
-  /// the process (KVStore::create's contract).
-  std::string kvstore;
-  /// Where the optimizer runs under a kvstore: "worker" (the servers sum,
+  /// group; a type sends each DDP bucket through a store of that type
+  /// instead, pushed as it fills during backward and pulled before backward
+  /// returns (a ddp.comm_hook other than allreduce_hook() is then
+  /// InvalidArgument). The store is the one passed to train(options, pg,
+  /// kvstore, log), or one that train(options, pg, log) opens with
+  /// create_kvstore(*kvstore, kvstore_options, kvstore_env)
+  /// (dtrain/kvstore_torch.h, which forms dist_device_sync's node group);
+  /// in a process whose DMLC_ROLE is scheduler or server, that serves the
+  /// role until the job ends and train() returns no metrics (Note [Serving
+  /// from create] in src/ps/job/route.cpp). The job's workers must be the
+  /// group's ranks (`dtrain run --ps-servers S` sets DMLC_* and
+  /// RANK/WORLD_SIZE alike; with only DMLC_* open the store first, form the
+  /// group with kv_process_group and pass both); under dist_device_sync
+  /// they are the nodes.
+  std::optional<KVStoreType> kvstore;
+  /// Where the optimizer runs under a kvstore: kWorker (the servers sum,
   /// every worker steps its own optimizer on the averaged gradient: any
-  /// optimizer, schedule, clipping or AMP; results equal DDP's), "server"
+  /// optimizer, schedule, clipping or AMP; results equal DDP's), kServer
   /// (MXNet's update_on_kvstore: the servers run SGD with optimizer.lr,
   /// momentum and weight_decay, constant schedule, no clipping or fp16; the
-  /// momentum is not checkpointed), or "auto" (server for dist_async, else
+  /// momentum is not checkpointed), or kAuto (server for dist_async, else
   /// worker).
-  std::string kvstore_optimizer = "auto";
-  /// Timeouts and heartbeats of the store.
+  KVStoreOptimizer kvstore_optimizer = KVStoreOptimizer::kAuto;
+  /// Timeouts and heartbeats of the store train() opens.
   KVStoreOptions kvstore_options;
-  /// Where the store reads DMLC_*; empty: the process environment.
+  /// Where that store reads DMLC_*; empty: the process environment.
   EnvLookup kvstore_env;
-  /// A store of type `kvstore` the caller already opened, used instead of
-  /// opening one (and closed by train() at the end): the one the workers'
-  /// group was formed from with kv_process_group (dtrain/kvstore_torch.h)
-  /// when only DMLC_* is set, as `dtrain train` does in an MXJob pod. Null
-  /// (the default): train() opens it with create_kvstore.
-  std::shared_ptr<KVStore> kvstore_instance;
   /// When not empty, rank 0 writes one JSON object per epoch here (keys
   /// epoch, train_loss, test_acc, images_per_sec, epoch_seconds,
   /// world_size); the file is created (truncated) before training starts,
@@ -298,7 +296,6 @@ struct TrainOptions {
   DTRAIN_SETTER(TrainOptions, kvstore_optimizer)
   DTRAIN_SETTER(TrainOptions, kvstore_options)
   DTRAIN_SETTER(TrainOptions, kvstore_env)
-  DTRAIN_SETTER(TrainOptions, kvstore_instance)
   DTRAIN_SETTER(TrainOptions, tensorboard)
   DTRAIN_SETTER(TrainOptions, tensorboard_every)
   DTRAIN_SETTER(TrainOptions, tensorboard_histograms)
@@ -353,6 +350,13 @@ std::string to_json(const EpochMetrics& m);
 /// Epoch E's metrics cover the batches trained after the restart.
 std::vector<EpochMetrics> train(const TrainOptions& options, const ProcessGroup& pg,
                                 std::ostream* log);
+/// As above, with DDP's buckets through `kvstore`, a store of type
+/// options.kvstore the caller opened (KVStoreOpen::take() of
+/// create_kvstore) as one of pg's workers; train() closes it at the end.
+/// Null: as train(options, pg, log). A store without options.kvstore, or
+/// of another type, is InvalidArgument.
+std::vector<EpochMetrics> train(const TrainOptions& options, const ProcessGroup& pg,
+                                std::shared_ptr<KVStore> kvstore, std::ostream* log);
 
 /// The batch a resumed epoch continues at when `samples_in_epoch` samples of
 /// it were consumed by the saving run: floor(samples / (batch_size x

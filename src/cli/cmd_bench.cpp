@@ -117,6 +117,7 @@ void add_train(CLI::App& bench, int* exit_code) {
     TrainBenchOptions o;
     std::string amp = "none";  // parsed once, into o.train.amp
     std::string comm_hook = "none";
+    std::string kvstore, kvstore_optimizer = "auto";  // parsed into o.train
     std::string backend = "auto";
     bool json = false;
   };
@@ -168,12 +169,13 @@ void add_train(CLI::App& bench, int* exit_code) {
       ->check(positive());
   cmd->add_option("--timeline", t.timeline,
                   "Chrome trace per rank (FILE.rank<r>.json, or {rank} in FILE)");
-  cmd->add_option("--kvstore,--kv-store", t.kvstore,
-                  "Gradients through a parameter server instead of allreduce: local, dist_sync, "
-                  "dist_async, dist_device_sync (start with dtrain run --ps-servers S, and for "
-                  "dist_device_sync --ps-worker-per node; or run this same command in every "
-                  "process with DMLC_* set, as an MXJob does)");
-  cmd->add_option("--kvstore-optimizer", t.kvstore_optimizer,
+  cmd->add_option(
+      "--kvstore,--kv-store", f->kvstore,
+      "Gradients through a parameter server instead of allreduce: " + kvstore_type_names() +
+          " (start with dtrain run --ps-servers S, and for "
+          "dist_device_sync --ps-worker-per node; or run this same command in every "
+          "process with DMLC_* set, as an MXJob does)");
+  cmd->add_option("--kvstore-optimizer", f->kvstore_optimizer,
                   "With --kvstore: worker (servers sum), server (servers run SGD), auto")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "worker", "server"}));
@@ -188,19 +190,23 @@ void add_train(CLI::App& bench, int* exit_code) {
       TrainBenchOptions o = f->o;
       o.train.amp = parse_amp_mode(f->amp);
       o.train.ddp.comm_hook = comm_hook_by_name(f->comm_hook);
-      if (serve_kvstore_role(o.train.kvstore)) {  // a ps scheduler or server
+      o.train.kvstore = parse_kvstore_flag(f->kvstore);
+      o.train.kvstore_optimizer = parse_kvstore_optimizer_flag(f->kvstore_optimizer);
+      // Note [One route] in src/ps/job/route.cpp, as cmd_train.cpp.
+      TrainingRoute route = open_training_route(o.train.kvstore, o.train.kvstore_options,
+                                                group_options(f->backend, o.train.device));
+      if (route.served) {  // a ps scheduler or server: the job has ended
         *exit_code = 0;
         return;
       }
-      // With only DMLC_* (an MXJob pod) the kvstore ranks the group; it
-      // unwinds with `o` on an error (cmd_train.cpp does the same).
-      ProcessGroup pg =
-          join_training_group(o.train.kvstore, o.train.kvstore_options,
-                              group_options(f->backend, o.train.device), &o.train.kvstore_instance);
-      TrainBenchResult r = run_train_bench(o, pg, [](const std::string& line) {
-        std::printf("%s\n", line.c_str());
-        std::fflush(stdout);
-      });
+      const ProcessGroup& pg = route.pg;
+      TrainBenchResult r = run_train_bench(
+          o, pg,
+          [](const std::string& line) {
+            std::printf("%s\n", line.c_str());
+            std::fflush(stdout);
+          },
+          route.kv);
       if (pg.rank() == 0 && f->json) std::cout << to_json(r) << std::endl;
       *exit_code = 0;
     } catch (const InvalidArgument& e) {
@@ -307,8 +313,12 @@ void add_kvstore(CLI::App& bench, int* exit_code) {
       check_kvstore_bench_options(f->o);  // before waiting for the scheduler
       KVStoreOptions ko;
       ko.timeout = std::chrono::milliseconds(static_cast<long long>(f->timeout_s * 1000));
-      // DMLC_ROLE=scheduler or server: create() serves that role and exits.
-      std::unique_ptr<KVStore> kv = KVStore::create("dist_sync", ko);
+      // DMLC_ROLE=scheduler or server: create() serves that role, then exit 0.
+      KVStoreOpen kv = KVStore::create(KVStoreType::kDistSync, ko);
+      if (kv.served()) {
+        *exit_code = 0;
+        return;
+      }
       KVStoreBenchResult r = run_kvstore_bench(f->o, *kv);
       const char* servers_env = std::getenv("DMLC_NUM_SERVER");
       long long servers = 0;

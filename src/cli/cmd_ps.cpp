@@ -17,6 +17,7 @@
 #include <CLI/CLI.hpp>
 
 #include "cli/commands.h"
+#include "common/strings.h"
 #include "dtrain/comm.h"
 #include "dtrain/errors.h"
 #include "dtrain/kvstore.h"
@@ -56,31 +57,50 @@ int serve(const std::string& role, const PsFlags& f) {
   }
 }
 
-bool is_dist_kvstore(const std::string& kvstore) {
-  return kvstore == "dist_sync" || kvstore == "dist_async" || kvstore == "dist_device_sync";
-}
-
 }  // namespace
 
-bool serve_kvstore_role(const std::string& kvstore) {
-  // Not a dist store (or an unknown one, which train's checks name): no role.
-  if (!is_dist_kvstore(kvstore)) return false;
-  const std::optional<std::string> role = process_env()("DMLC_ROLE");
-  if (!role || (*role != "scheduler" && *role != "server")) return false;
-  serve_ps_role(*role, KVStoreOptions{});
-  return true;
+std::optional<KVStoreType> parse_kvstore_flag(const std::string& text) {
+  if (text.empty()) return std::nullopt;
+  try {
+    return parse_kvstore_type(text);
+  } catch (const InvalidArgument&) {
+    throw InvalidArgument(
+        cat("unknown --kvstore '", text, "'; valid types: ", kvstore_type_names()));
+  }
 }
 
-ProcessGroup join_training_group(const std::string& kvstore, const KVStoreOptions& kv_options,
-                                 const InitOptions& init, std::shared_ptr<KVStore>* kv) {
-  if (init.init_method != "env://") return init_process_group(init);
-  if (!is_dist_kvstore(kvstore) || process_env()("DMLC_ROLE").value_or("") != "worker") {
-    return ProcessGroup();
+KVStoreOptimizer parse_kvstore_optimizer_flag(const std::string& text) {
+  try {
+    return parse_kvstore_optimizer(text);
+  } catch (const InvalidArgument&) {
+    throw InvalidArgument(
+        cat("--kvstore-optimizer '", text, "' is not one of auto, worker, server"));
   }
-  // Only DMLC_* (an MXJob pod): the kvstore's scheduler ranks the workers
-  // (Note [Workers' group through the kvstore] in src/ps/worker_group.cpp).
-  *kv = create_kvstore(kvstore, kv_options);
-  return kv_process_group(**kv, init);
+}
+
+// Note [One route] in src/ps/job/route.cpp: the store is opened once, here,
+// and handed to what uses it.
+TrainingRoute open_training_route(std::optional<KVStoreType> kvstore,
+                                  const KVStoreOptions& kv_options, const InitOptions& init) {
+  TrainingRoute route;
+  if (kvstore) {
+    // A scheduler or server serves its role here until the job ends.
+    KVStoreOpen open = create_kvstore(*kvstore, kv_options);
+    if (open.served()) {
+      route.served = true;
+      return route;
+    }
+    route.kv = open.take();
+  }
+  if (init.init_method != "env://") {
+    route.pg = init_process_group(init);
+  } else if (route.kv && is_dist(*kvstore)) {
+    // Only DMLC_* (an MXJob pod): the kvstore's scheduler ranks the workers
+    // (Note [Workers' group through the kvstore] in
+    // src/ps/device_sync/worker_group.cpp).
+    route.pg = kv_process_group(*route.kv, init);
+  }
+  return route;
 }
 
 void add_ps_command(CLI::App& root, int* exit_code) {

@@ -39,6 +39,7 @@ struct TrainFlags {
   std::string lr_milestones;
   std::vector<double> norm_weight_decay, bias_weight_decay;  // 0 or 1 value
   bool quiet = false;
+  std::string kvstore, kvstore_optimizer = "auto";  // parsed into options
 };
 
 struct EvalFlags {
@@ -135,14 +136,14 @@ int run_train(const TrainFlags& f) {
     o.progress = f.quiet                ? TrainOptions::Progress::kNone
                  : stdout_is_terminal() ? TrainOptions::Progress::kInPlace
                                         : TrainOptions::Progress::kLines;
+    o.kvstore = parse_kvstore_flag(f.kvstore);
+    o.kvstore_optimizer = parse_kvstore_optimizer_flag(f.kvstore_optimizer);
     validate(o);  // before joining the group: bad flags never leave peers waiting
-    if (serve_kvstore_role(o.kvstore)) return 0;  // a ps scheduler or server
-    // With only DMLC_* (an MXJob pod) the kvstore is opened here and ranks
-    // the group; train() then uses it (and the store unwinds with `o`).
-    ProcessGroup pg = join_training_group(
-        o.kvstore, o.kvstore_options,
-        group_options(f.group.backend, o.device, group_timeout(f.group)), &o.kvstore_instance);
-    train(o, pg, &std::cout);
+    TrainingRoute route =
+        open_training_route(o.kvstore, o.kvstore_options,
+                            group_options(f.group.backend, o.device, group_timeout(f.group)));
+    if (route.served) return 0;  // a ps scheduler or server: the job has ended
+    train(o, route.pg, route.kv, &std::cout);
     return 0;
   } catch (const InvalidArgument& e) {
     return report_error("dtrain train", InvalidArgument(name_flags(e.what(), train_field_flags())),
@@ -344,17 +345,18 @@ void add_train_command(CLI::App& root, int* exit_code) {
   cmd->add_flag("--gradient-as-bucket-view", o.ddp.gradient_as_bucket_view,
                 "Let gradients alias DDP's buckets");
   // Parameter server (docs/ps.md).
-  cmd->add_option("--kvstore,--kv-store", o.kvstore,
-                  "Gradients through a parameter server instead of allreduce: local, dist_sync, "
-                  "dist_async, dist_device_sync (start with dtrain run --ps-servers S, and for "
-                  "dist_device_sync --ps-worker-per node; or run this same command in every "
-                  "process with DMLC_* set, as an MXJob does)");
+  cmd->add_option(
+      "--kvstore,--kv-store", flags->kvstore,
+      "Gradients through a parameter server instead of allreduce: " + kvstore_type_names() +
+          " (start with dtrain run --ps-servers S, and for "
+          "dist_device_sync --ps-worker-per node; or run this same command in every "
+          "process with DMLC_* set, as an MXJob does)");
   cmd->add_option("--staleness", o.kvstore_options.staleness,
                   "With --kvstore dist_async: how many pushes a worker may run ahead of the "
                   "slowest (SSP; 0: in step; -1: unbounded)")
       ->capture_default_str()
       ->check(CLI::Range(-1, 1 << 30));
-  cmd->add_option("--kvstore-optimizer", o.kvstore_optimizer,
+  cmd->add_option("--kvstore-optimizer", flags->kvstore_optimizer,
                   "Where the optimizer runs with --kvstore: worker (servers sum), server "
                   "(servers run SGD), auto (server for dist_async)")
       ->capture_default_str()

@@ -7,18 +7,15 @@
 
 #include <exception>
 #include <memory>
+#include <optional>
 #include <string>
+
+#include "dtrain/comm.h"
+#include "dtrain/kvstore.h"
 
 namespace CLI {
 class App;
 }
-
-namespace dtrain {
-class KVStore;
-class ProcessGroup;
-struct InitOptions;
-struct KVStoreOptions;
-}  // namespace dtrain
 
 namespace dtrain::cli {
 
@@ -37,21 +34,33 @@ void add_timeline_command(CLI::App& root, int* exit_code);  // cmd_timeline.cpp
 /// returns `exit_code`: 1 for a runtime failure, 2 for a usage error.
 int report_error(const std::string& who, const std::exception& e, int exit_code = 1);
 
-/// `dtrain train|bench train --kvstore dist_*` run in every process of an
-/// MXNet job (MXNet's contract): with DMLC_ROLE=scheduler or server this
-/// serves that role until the job ends and returns true (the command then
-/// exits 0); otherwise (a worker, no DMLC_ROLE, no dist store) returns false
-/// at once. Throws as serve_ps_role() (dtrain/kvstore.h). cmd_ps.cpp.
-bool serve_kvstore_role(const std::string& kvstore);
+/// --kvstore's text as a type (empty: nullopt); an unknown name is
+/// InvalidArgument "unknown --kvstore 'X'; valid types: ...". cmd_ps.cpp.
+std::optional<KVStoreType> parse_kvstore_flag(const std::string& text);
+/// --kvstore-optimizer's text; InvalidArgument naming the flag otherwise.
+KVStoreOptimizer parse_kvstore_optimizer_flag(const std::string& text);
 
-/// The group `dtrain train|bench train` runs over, given `init` resolved from
-/// the environment (resolve_init_options): a launcher's (torchrun, dtrain
-/// run, mpirun, srun) as init_process_group forms it; with none (env://), a
-/// worker of a dist `kvstore` (DMLC_ROLE=worker, e.g. an MXJob pod with only
-/// DMLC_*) opens the store with `kv_options` into *kv and forms the workers'
-/// group from it (kv_process_group, dtrain/kvstore_torch.h); otherwise the
+/// What `dtrain train|bench train` run on (open_training_route).
+struct TrainingRoute {
+  /// A parameter-server scheduler or server: its role has ended with the
+  /// job, nothing else is set, and the command exits 0 (MXNet's contract).
+  bool served = false;
+  ProcessGroup pg;
+  /// The store DDP's buckets go through (null without --kvstore).
+  std::shared_ptr<KVStore> kv;
+};
+
+/// The one route of `dtrain train|bench train` (Note [One route] in
+/// src/ps/job/route.cpp), run in every process of a job. With a `kvstore`
+/// type the store is opened first (create_kvstore with `kv_options`): in a
+/// scheduler or server (DMLC_ROLE) that serves the role until the job ends
+/// and returns served. Then the group, given `init` resolved from the
+/// environment (resolve_init_options): a launcher's (torchrun, dtrain run,
+/// mpirun, srun) as init_process_group forms it; with none (env://), a
+/// dist store's workers (an MXJob pod with only DMLC_*) form it from the
+/// store (kv_process_group, dtrain/kvstore_torch.h); otherwise the
 /// single-process group. Throws as those. cmd_ps.cpp.
-ProcessGroup join_training_group(const std::string& kvstore, const KVStoreOptions& kv_options,
-                                 const InitOptions& init, std::shared_ptr<KVStore>* kv);
+TrainingRoute open_training_route(std::optional<KVStoreType> kvstore,
+                                  const KVStoreOptions& kv_options, const InitOptions& init);
 
 }  // namespace dtrain::cli

@@ -121,9 +121,9 @@ class StepClock {
             "), synthetic data"));
     // As KvSync::describe() words it: each rank is a worker.
     say(cat("Gradients:   ",
-            t.kvstore.empty()
+            !t.kvstore
                 ? std::string("DDP allreduce")
-                : cat("kvstore ", t.kvstore, " (", pg_.size(), " worker(s)), optimizer on the ",
+                : cat("kvstore ", kvstore_type_name(*t.kvstore), " (", pg_.size(), " worker(s)), optimizer on the ",
                       detail::kvstore_update(t) == KVUpdate::kOnServers ? "servers" : "workers")));
     say(cat("Warm-up:     ", o_.warmup_steps, " steps, timed: ", o_.steps, " steps"));
   }
@@ -184,7 +184,7 @@ TrainOptions train_options_for(const TrainBenchOptions& o, int world_size) {
 }
 
 TrainBenchResult run_train_bench(const TrainBenchOptions& o, const ProcessGroup& pg,
-                                 const TrainBenchPrinter& print) {
+                                 const TrainBenchPrinter& print, std::shared_ptr<KVStore> kvstore) {
   check_options(o);
   TrainBenchResult r;
   r.options = o;
@@ -208,7 +208,7 @@ TrainBenchResult run_train_bench(const TrainBenchOptions& o, const ProcessGroup&
     if (user) user(s);
     clock(s);
   };
-  const std::vector<EpochMetrics> epochs = train(t, pg, &std::cout);
+  const std::vector<EpochMetrics> epochs = train(t, pg, std::move(kvstore), &std::cout);
   r.loss_scale = !epochs.empty() && epochs.back().loss_scale > 0 ? epochs.back().loss_scale : 1.0;
   // Note [Achieved FLOP/s] A training step is counted as 3 forward passes
   // (backward computes the gradients of inputs and of weights, each about a
@@ -246,7 +246,7 @@ std::string to_json(const TrainBenchResult& r) {
   j["channels_last"] = t.channels_last;
   j["threads"] = t.threads;
   j["device"] = r.device;
-  j["kvstore"] = t.kvstore.empty() ? "none" : t.kvstore;
+  j["kvstore"] = t.kvstore ? kvstore_type_name(*t.kvstore) : "none";
   j["steps"] = r.options.steps;
   j["warmup_steps"] = r.options.warmup_steps;
   j["images_per_sec"] = r.images_per_sec;

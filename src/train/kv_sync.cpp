@@ -243,22 +243,14 @@ std::shared_ptr<KVStoreCommHook> kvstore_comm_hook(std::shared_ptr<KVStore> kv, 
 namespace detail {
 
 void validate_kvstore(const TrainOptions& o) {
-  const std::string& t = o.kvstore;
-  if (t.empty()) return;
-  if (t != "local" && t != "dist_sync" && t != "dist_async" && t != "dist_device_sync") {
-    throw InvalidArgument(cat("unknown --kvstore '", t, "'; valid types: ", kKVStoreTypes));
-  }
+  if (!o.kvstore) return;
+  const char* t = kvstore_type_name(*o.kvstore);
   if (o.ddp.comm_hook && o.ddp.comm_hook->name() != allreduce_hook()->name()) {
     throw InvalidArgument(cat("--comm-hook ", o.ddp.comm_hook->name(),
                               " cannot be combined with --kvstore: the kvstore's push and pull "
                               "are the comm hook; drop one of them"));
   }
-  const std::string& where = o.kvstore_optimizer;
-  if (where != "auto" && where != "worker" && where != "server") {
-    throw InvalidArgument(
-        cat("--kvstore-optimizer '", where, "' is not one of auto, worker, server"));
-  }
-  if (t == "dist_async" && where == "worker") {
+  if (*o.kvstore == KVStoreType::kDistAsync && o.kvstore_optimizer == KVStoreOptimizer::kWorker) {
     throw InvalidArgument(
         "--kvstore dist_async applies each push on the servers: it needs "
         "--kvstore-optimizer server (or auto)");
@@ -286,28 +278,44 @@ void validate_kvstore(const TrainOptions& o) {
 }
 
 KVUpdate kvstore_update(const TrainOptions& o) {
-  if (o.kvstore_optimizer == "server") return KVUpdate::kOnServers;
-  if (o.kvstore_optimizer == "worker") return KVUpdate::kOnWorkers;
-  return o.kvstore == "dist_async" ? KVUpdate::kOnServers : KVUpdate::kOnWorkers;
+  switch (o.kvstore_optimizer) {
+    case KVStoreOptimizer::kServer:
+      return KVUpdate::kOnServers;
+    case KVStoreOptimizer::kWorker:
+      return KVUpdate::kOnWorkers;
+    case KVStoreOptimizer::kAuto:
+      break;
+  }
+  return o.kvstore == KVStoreType::kDistAsync ? KVUpdate::kOnServers : KVUpdate::kOnWorkers;
 }
 
-std::unique_ptr<KvSync> KvSync::open(const TrainOptions& o, const ProcessGroup& pg,
-                                     torch::nn::Module& model, double lr) {
-  if (o.kvstore.empty()) return nullptr;
-  // create_kvstore forms dist_device_sync's node group from the launcher's
-  // variables unless kvstore_options.local_group brings one.
-  std::shared_ptr<KVStore> kv = o.kvstore_instance
-                                    ? o.kvstore_instance
-                                    : create_kvstore(o.kvstore, o.kvstore_options, o.kvstore_env);
-  if (kv->type() != o.kvstore) {
-    throw InvalidArgument(cat("kvstore_instance is a ", kv->type(), " store but --kvstore is ",
-                              o.kvstore, "; pass one of the same type"));
+std::unique_ptr<KvSync> KvSync::open(const TrainOptions& o, std::shared_ptr<KVStore> kv,
+                                     const ProcessGroup& pg, torch::nn::Module& model, double lr) {
+  if (!o.kvstore) {
+    if (kv) {
+      throw InvalidArgument(cat("a ", kv->type(),
+                                " kvstore was passed to train() but TrainOptions::kvstore is "
+                                "not set; set it to the store's type"));
+    }
+    return nullptr;
+  }
+  const char* type = kvstore_type_name(*o.kvstore);
+  if (!kv) {
+    throw InvalidArgument(cat("TrainOptions::kvstore is ", type,
+                              " but no store was passed: open one with create_kvstore "
+                              "(dtrain/kvstore_torch.h) and pass it, or call train(options, pg, "
+                              "log), which opens it"));
+  }
+  if (kv->type() != type) {
+    throw InvalidArgument(cat("the kvstore passed is a ", kv->type(),
+                              " store but TrainOptions::kvstore is ", type,
+                              "; pass one of the same type"));
   }
   // dist_device_sync's workers are per node (docs/ps.md); the others are pg's ranks.
-  if (o.kvstore != "dist_device_sync" &&
+  if (*o.kvstore != KVStoreType::kDistDeviceSync &&
       (kv->num_workers() != pg.size() || kv->rank() != pg.rank())) {
     throw InvalidArgument(
-        cat("rank ", pg.rank(), ": --kvstore ", o.kvstore, " has worker ", kv->rank(), " of ",
+        cat("rank ", pg.rank(), ": --kvstore ", type, " has worker ", kv->rank(), " of ",
             kv->num_workers(), " (DMLC_WORKER_ID, DMLC_NUM_WORKER) but the process group rank ",
             pg.rank(), " of ", pg.size(),
             " (RANK, WORLD_SIZE); they must agree: start the job with `dtrain run --ps-servers S`, "
@@ -322,7 +330,7 @@ std::unique_ptr<KvSync> KvSync::open(const TrainOptions& o, const ProcessGroup& 
     spec.weight_decay = o.optimizer.weight_decay;
     // DDP divided each push by W: a sync round sums W of them; an async
     // server applies each one alone (Note [Where the optimizer runs]).
-    spec.rescale_grad = o.kvstore == "dist_async" ? kv->num_workers() : 1.0;
+    spec.rescale_grad = *o.kvstore == KVStoreType::kDistAsync ? kv->num_workers() : 1.0;
     kv->set_optimizer(spec);
   }
   sync->hook_ = kvstore_comm_hook(std::move(kv), update, model);

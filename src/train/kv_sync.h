@@ -17,12 +17,9 @@
 
 namespace dtrain::detail {
 
-/// The kvstore types --kvstore accepts, for messages.
-inline constexpr const char* kKVStoreTypes = "local, dist_sync, dist_async, dist_device_sync";
-
 /// Checks TrainOptions::kvstore and kvstore_optimizer (validate() calls it):
-/// throws InvalidArgument listing the types for an unknown one, and naming the
-/// flag that server-side updates cannot honour.
+/// throws InvalidArgument naming the flag that server-side updates cannot
+/// honour (the types themselves are parsed once, parse_kvstore_type).
 void validate_kvstore(const TrainOptions& o);
 
 /// Where the optimizer runs for `o` ("auto" resolved).
@@ -30,11 +27,13 @@ KVUpdate kvstore_update(const TrainOptions& o);
 
 class KvSync {
  public:
-  /// Opens `o.kvstore` (null when empty) as one of pg's workers and, when the
-  /// servers update, sets their SGD with learning rate `lr`. Throws
-  /// InvalidArgument when the job's workers are not pg's ranks.
-  static std::unique_ptr<KvSync> open(const TrainOptions& o, const ProcessGroup& pg,
-                                      torch::nn::Module& model, double lr);
+  /// Uses `kv`, the open store of type `*o.kvstore` (null result without
+  /// o.kvstore), as one of pg's workers and, when the servers update, sets
+  /// their SGD with learning rate `lr`. Throws InvalidArgument when `kv` is
+  /// missing, of another type, passed without o.kvstore, or when the job's
+  /// workers are not pg's ranks.
+  static std::unique_ptr<KvSync> open(const TrainOptions& o, std::shared_ptr<KVStore> kv,
+                                      const ProcessGroup& pg, torch::nn::Module& model, double lr);
 
   std::shared_ptr<CommHook> hook() const { return hook_; }
   bool updates_on_servers() const { return hook_->update() == KVUpdate::kOnServers; }

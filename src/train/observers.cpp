@@ -157,8 +157,7 @@ DdpOptions TrainObservers::ddp_options(DdpOptions base) const {
   if (!timeline_) return base;
   // Under --kvstore each bucket's exchange is its push to the servers and the
   // pull of the result (Note [Gradients through a kvstore], kv_sync.cpp).
-  auto ours =
-      timeline_bucket_observer(timeline_.get(), o_.kvstore.empty() ? "allreduce" : "pushpull");
+  auto ours = timeline_bucket_observer(timeline_.get(), o_.kvstore ? "pushpull" : "allreduce");
   if (!base.bucket_observer) {
     base.bucket_observer = std::move(ours);
   } else {

@@ -10,6 +10,7 @@
 #include "common/strings.h"
 #include "dtrain/amp.h"
 #include "dtrain/errors.h"
+#include "dtrain/kvstore_torch.h"
 #include "dtrain/models.h"
 #include "train/kv_sync.h"
 #include "train/steps.h"
@@ -151,7 +152,21 @@ LrSchedule lr_schedule_for(const TrainOptions& o, int64_t steps_per_epoch, int w
 std::vector<EpochMetrics> train(const TrainOptions& options, const ProcessGroup& pg,
                                 std::ostream* log) {
   validate(options);
-  return detail::Trainer(options, pg, log).run();
+  std::shared_ptr<KVStore> kv;
+  if (options.kvstore) {
+    KVStoreOpen open =
+        create_kvstore(*options.kvstore, options.kvstore_options, options.kvstore_env);
+    if (open.served()) return {};  // Note [Serving from create] in src/ps/job/route.cpp
+    kv = open.take();
+  }
+  return detail::Trainer(options, pg, log, std::move(kv)).run();
+}
+
+std::vector<EpochMetrics> train(const TrainOptions& options, const ProcessGroup& pg,
+                                std::shared_ptr<KVStore> kvstore, std::ostream* log) {
+  if (!kvstore) return train(options, pg, log);
+  validate(options);
+  return detail::Trainer(options, pg, log, std::move(kvstore)).run();
 }
 
 }  // namespace dtrain

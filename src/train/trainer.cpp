@@ -106,12 +106,14 @@ std::optional<Checkpoint> share_checkpoint(std::optional<LoadedCheckpoint> found
 
 }  // namespace
 
-Trainer::Trainer(const TrainOptions& options, const ProcessGroup& pg, std::ostream* log)
+Trainer::Trainer(const TrainOptions& options, const ProcessGroup& pg, std::ostream* log,
+                 std::shared_ptr<KVStore> kvstore)
     : o_(options),
       pg_(pg),
       log_(pg.rank() == 0 && options.log_run ? log : nullptr),
       rank_log_(log),
       leader_(pg.rank() == 0),
+      kvstore_(std::move(kvstore)),
       progress_(log_, options.progress, options.progress_every_steps,
                 options.progress_every_seconds) {}
 
@@ -188,7 +190,7 @@ void Trainer::resume() {
 
 void Trainer::wrap() {
   DdpOptions d = obs_->ddp_options(o_.ddp);
-  kv_ = KvSync::open(o_, pg_, *model_, schedule_.base_lr);
+  kv_ = KvSync::open(o_, std::move(kvstore_), pg_, *model_, schedule_.base_lr);
   if (kv_ && resume_) kv_->restore_state(resume_->server_optimizer, origin_, leader_, log_);
   if (kv_) d.comm_hook = kv_->hook();
   ddp_ = std::make_unique<DistributedDataParallel<ImageClassifier>>(model_, pg_, d);

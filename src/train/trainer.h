@@ -37,7 +37,10 @@ class Trainer {
  public:
   /// `log`: rank 0's lines go there; every rank's observers print their
   /// endpoint there (when not null).
-  Trainer(const TrainOptions& options, const ProcessGroup& pg, std::ostream* log);
+  /// `kvstore`: the store DDP's buckets go through, required with
+  /// options.kvstore (kv_sync.h), closed at the end.
+  Trainer(const TrainOptions& options, const ProcessGroup& pg, std::ostream* log,
+          std::shared_ptr<KVStore> kvstore = nullptr);
   std::vector<EpochMetrics> run();
 
  private:
@@ -76,7 +79,8 @@ class Trainer {
   std::vector<at::Tensor> params_;
   LrSchedule schedule_;
   std::unique_ptr<DistributedDataParallel<ImageClassifier>> ddp_;
-  std::unique_ptr<KvSync> kv_;               // with --kvstore (kv_sync.h)
+  std::shared_ptr<KVStore> kvstore_;         // as given, until wrap() hands it to kv_
+  std::unique_ptr<KvSync> kv_;               // with options.kvstore (kv_sync.h)
   std::optional<at::ScalarType> amp_dtype_;  // autocast dtype, when on
   std::unique_ptr<GradScaler> scaler_;       // enabled under fp16 only
   ProgressLine progress_;

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "dtrain/kvstore.h"
-#include "ps/roles.h"
+#include "ps/job/run_role.h"
 #include "support/http.h"  // free_port
 
 namespace dtrain::testing {

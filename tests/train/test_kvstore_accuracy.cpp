@@ -36,7 +36,7 @@ TEST(KVStoreAccuracy, DistSyncWithTwoServersAndTwoWorkersTrainsTheCnnTo89Percent
   const std::string dtrain = DTRAIN_BINARY_DIR "/dtrain";
   // `timeout` bounds the whole job; the launcher stops every role it started.
   // The default heartbeat timeout: heartbeats never wait for message handling
-  // (Note [Handlers off the receive thread], src/ps/endpoint.h).
+  // (Note [Handlers off the receive thread], src/ps/membership/node.h).
   const testing::ShellRun r = testing::run_shell(
       "timeout -k 10 1700 " + dtrain + " run --ps-servers 2 --nproc-per-node 2 -- " + dtrain +
       " train --kvstore dist_sync --model cnn --dataset fashion-mnist --epochs 3 --quiet "

@@ -72,7 +72,7 @@ class KVStoreTraining : public testing::ScratchDir {
     std::ostringstream log;
     const int port = testing::free_port();
     // dist_device_sync: the ranks are one node's processes, one PS worker.
-    const bool device_sync = o.kvstore == "dist_device_sync";
+    const bool device_sync = o.kvstore == KVStoreType::kDistDeviceSync;
     auto env_for = [&](const std::string& role, int rank) -> EnvLookup {
       std::map<std::string, std::string> vars = {
           {"DMLC_ROLE", role},
@@ -95,7 +95,7 @@ class KVStoreTraining : public testing::ScratchDir {
     ko.log = [](const std::string&) {};
     o.kvstore_options = ko;
 
-    const bool ps = !o.kvstore.empty();
+    const bool ps = o.kvstore.has_value();
     std::vector<std::exception_ptr> errors(ps ? 1 + servers : 0);
     std::vector<std::thread> nodes;
     for (int r = -1; ps && r < servers; ++r) {
@@ -166,7 +166,7 @@ TEST_F(KVStoreTraining, DistSyncOnTwoWorkersAndTwoServersEndsWithTheWeightsOfDdp
   run(ddp, 2);
   TrainOptions kv = ddp;
   kv.checkpoint_dir = (dir_ / "kv").string();
-  kv.kvstore = "dist_sync";
+  kv.kvstore = KVStoreType::kDistSync;
   kv.verbose = true;
   const std::string log = run(kv, 2, 2);
   EXPECT_NE(log.find("kvstore dist_sync (2 worker(s)), optimizer on the workers"),
@@ -187,7 +187,7 @@ TEST_F(KVStoreTraining, DistDeviceSyncOfOneNodesTwoProcessesEndsWithTheWeightsOf
   run(ddp, 2);
   TrainOptions kv = ddp;
   kv.checkpoint_dir = (dir_ / "kv").string();
-  kv.kvstore = "dist_device_sync";  // the node sums through c10d, one process pushes
+  kv.kvstore = KVStoreType::kDistDeviceSync;  // the node sums through c10d, one process pushes
   run(kv, 2, 2);
   const Checkpoint a = latest("ddp"), b = latest("kv");
   EXPECT_EQ(b.step, a.step);
@@ -200,7 +200,7 @@ TEST_F(KVStoreTraining, TheTimelineShowsEachBucketsPushPullThroughTheServers) {
   TrainOptions kv = options("kv", 1);
   kv.ddp.bucket_cap_mb = 0.02;
   kv.ddp.first_bucket_cap_mb = 0.01;
-  kv.kvstore = "dist_sync";
+  kv.kvstore = KVStoreType::kDistSync;
   kv.timeline = (dir_ / "trace.json").string();
   run(kv, 2, 1);
   for (int rank = 0; rank < 2; ++rank) {
@@ -218,8 +218,8 @@ TEST_F(KVStoreTraining, ServerSideSgdWithMomentumAndWeightDecayEndsWithTheWeight
   run(ddp, 2);
   TrainOptions kv = ddp;
   kv.checkpoint_dir = (dir_ / "kv").string();
-  kv.kvstore = "dist_sync";
-  kv.kvstore_optimizer = "server";
+  kv.kvstore = KVStoreType::kDistSync;
+  kv.kvstore_optimizer = KVStoreOptimizer::kServer;
   const std::string log = run(kv, 2, 1);
   EXPECT_NE(log.find("optimizer on the servers"), std::string::npos) << log;
   const double d = max_difference(latest("ddp").model, latest("kv").model);
@@ -229,7 +229,7 @@ TEST_F(KVStoreTraining, ServerSideSgdWithMomentumAndWeightDecayEndsWithTheWeight
 
 TEST_F(KVStoreTraining, DistAsyncRunsEveryWorkerToTheEndWithTheServersSgd) {
   TrainOptions o = options("kv", 1);
-  o.kvstore = "dist_async";
+  o.kvstore = KVStoreType::kDistAsync;
   const std::string log = run(o, 2, 1);
   EXPECT_NE(log.find("kvstore dist_async (2 worker(s)), optimizer on the servers"),
             std::string::npos)
@@ -240,7 +240,7 @@ TEST_F(KVStoreTraining, DistAsyncRunsEveryWorkerToTheEndWithTheServersSgd) {
 
 TEST_F(KVStoreTraining, MidEpochResumeUnderDistSyncReproducesTheUninterruptedRun) {
   TrainOptions o = options("run", 2);
-  o.kvstore = "dist_sync";
+  o.kvstore = KVStoreType::kDistSync;
   o.checkpoint_every_steps = 4;  // 6 steps per epoch: 4 and 8 are mid-epoch
   o.keep_checkpoints = 10;
   run(o, 2, 1);
@@ -258,8 +258,8 @@ TEST_F(KVStoreTraining, MidEpochResumeUnderDistSyncReproducesTheUninterruptedRun
 // --kvstore-optimizer server: the servers' momentum travels in the
 // checkpoint (Note [Keys and resume] in src/train/kv_sync.cpp).
 TrainOptions server_sgd(TrainOptions o) {
-  o.kvstore = "dist_sync";
-  o.kvstore_optimizer = "server";
+  o.kvstore = KVStoreType::kDistSync;
+  o.kvstore_optimizer = KVStoreOptimizer::kServer;
   o.optimizer.weight_decay = 1e-3;  // momentum 0.9: options()
   o.checkpoint_every_steps = 4;     // 6 steps per epoch: 4 and 8 are mid-epoch
   o.keep_checkpoints = 10;
@@ -323,25 +323,52 @@ TEST_F(KVStoreTraining, ACheckpointWithoutTheServersMomentumResumesFromZeroMomen
 TEST_F(KVStoreTraining, AnUnknownKvstoreIsAnInvalidArgumentListingTheTypes) {
   TrainOptions o = options("", 1);
   o.checkpoint_dir.clear();
-  o.kvstore = "dist_foo";
-  const std::string message = testing::error_of([&] { validate(o); });
+  // Types are parsed once (Note [One route] in src/ps/job/route.cpp).
+  const std::string message = testing::error_of([&] { parse_kvstore_type("dist_foo"); });
   EXPECT_EQ(message,
-            "unknown --kvstore 'dist_foo'; valid types: local, dist_sync, dist_async, "
+            "unknown kvstore type 'dist_foo'; valid types: local, dist_sync, dist_async, "
             "dist_device_sync");
-  o.kvstore = "dist_async";
-  o.kvstore_optimizer = "worker";
+  o.kvstore = KVStoreType::kDistAsync;
+  o.kvstore_optimizer = KVStoreOptimizer::kWorker;
   EXPECT_NE(testing::error_of([&] { validate(o); }).find("needs --kvstore-optimizer server"),
             std::string::npos);
-  o.kvstore_optimizer = "server";
+  o.kvstore_optimizer = KVStoreOptimizer::kServer;
   o.optimizer.name = "adamw";
   EXPECT_NE(testing::error_of([&] { validate(o); }).find("--optimizer adamw is not sgd"),
             std::string::npos);
 }
 
+// The store reaches train() as an argument (Note [One route] in
+// src/ps/job/route.cpp); it must be of the type the options name.
+TEST_F(KVStoreTraining, AStorePassedToTrainMustBeOfTheTypeTheOptionsName) {
+  TrainOptions o = options("", 1);
+  o.checkpoint_dir.clear();
+  o.kvstore = KVStoreType::kDistSync;
+  const ProcessGroup pg;  // one process
+  EXPECT_EQ(testing::error_of([&] {
+              train(o, pg, std::shared_ptr<KVStore>(KVStore::create("local").take()), nullptr);
+            }),
+            "the kvstore passed is a local store but TrainOptions::kvstore is dist_sync; pass one "
+            "of the same type");
+  o.kvstore.reset();
+  EXPECT_EQ(testing::error_of([&] {
+              train(o, pg, std::shared_ptr<KVStore>(KVStore::create("local").take()), nullptr);
+            }),
+            "a local kvstore was passed to train() but TrainOptions::kvstore is not set; set it to "
+            "the store's type");
+  // The local store through the overload trains as train(options, pg, log) would.
+  o.kvstore = KVStoreType::kLocal;
+  std::ostringstream log;
+  EXPECT_EQ(train(o, pg, KVStore::create(KVStoreType::kLocal).take(), &log).size(), 1u);
+  EXPECT_NE(log.str().find("kvstore local (1 worker(s)), optimizer on the workers"),
+            std::string::npos)
+      << log.str();
+}
+
 TEST_F(KVStoreTraining, ACompressingCommHookWithAKvstoreIsAnInvalidArgumentNotIgnored) {
   TrainOptions o = options("", 1);
   o.checkpoint_dir.clear();
-  o.kvstore = "dist_sync";
+  o.kvstore = KVStoreType::kDistSync;
   o.ddp.comm_hook = comm_hook_by_name("fp16");
   EXPECT_EQ(testing::error_of([&] { validate(o); }),
             "--comm-hook fp16 cannot be combined with --kvstore: the kvstore's push and pull are "
