@@ -1,6 +1,5 @@
 // `dtrain bench train`: whole training steps on synthetic data, timed and
 // reported as tf_cnn_benchmarks does.
-#define DTRAIN_COMPAT_CUDA_MEMORY  // compat::cuda_peak_allocated_bytes
 #include <chrono>
 #include <cstdio>
 #include <memory>
@@ -12,10 +11,10 @@
 #include <torch/utils.h>
 #include <nlohmann/json.hpp>
 
+#include "common/cuda_memory.h"
 #include "common/strings.h"
 #include "dtrain/amp.h"
 #include "dtrain/bench.h"
-#include "dtrain/compat.h"
 #include "dtrain/config.h"
 #include "dtrain/ddp.h"
 #include "dtrain/errors.h"

@@ -10,7 +10,7 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include "common/strings.h"
-#include "dtrain/compat.h"
+#include "common/torch_compat.h"
 #include "dtrain/errors.h"
 
 namespace dtrain {
