@@ -18,6 +18,7 @@
 // *_async calls, return a Work handle whose wait(timeout) bounds the wait.
 
 #include <chrono>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -30,6 +31,10 @@
 #include "dtrain/elastic.h"
 #include "dtrain/options.h"
 #include "dtrain/store.h"
+
+namespace c10d {
+class Work;
+}  // namespace c10d
 
 namespace dtrain {
 
@@ -261,5 +266,18 @@ double all_reduce_sum(const ProcessGroup& pg, double value);
 std::vector<double> all_reduce_sum(const ProcessGroup& pg, std::vector<double> values);
 double all_reduce_mean(const ProcessGroup& pg, double value);
 std::vector<double> all_reduce_mean(const ProcessGroup& pg, std::vector<double> values);
+
+/// For code that runs collectives on backend() itself (dtrain's DDP reducer
+/// and benchmarks, or a program of yours): waits for `work`, bounded by the
+/// group's timeout (which the backend enforces), and turns a c10d failure
+/// into TimeoutError, PeerLostError or DistError whose message names `what`
+/// (operation, bucket, ...), pg's rank and the timeout.
+void wait_work(const c10::intrusive_ptr<c10d::Work>& work, const ProcessGroup& pg,
+               const std::string& what);
+
+/// The same classification for an exception already caught from a c10d
+/// call made by `rank` (its group's `timeout`).
+[[noreturn]] void rethrow_dist_error(const std::exception& e, int rank, const std::string& what,
+                                     std::chrono::milliseconds timeout);
 
 }  // namespace dtrain

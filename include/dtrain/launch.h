@@ -84,10 +84,35 @@ struct LaunchOptions {
   /// naming host:port.
   int master_port = 0;
 
+  /// The address the other nodes reach this node at (torchrun --local-addr):
+  /// where they find the workers' store when this node hosts it. Empty: the
+  /// local address of the route to the rendezvous endpoint (loopback for a
+  /// local one). The same as --rdzv-conf local_addr=; giving both with
+  /// different values is an error.
+  std::string local_addr;
+
+  /// The workers' role (torchrun --role): their ROLE_NAME. REQUIRES: not
+  /// empty.
+  std::string role = "default";
+
   /// The worker program and its arguments, passed verbatim. A program name
   /// without '/' is looked up on the workers' PATH, like execvp.
   /// REQUIRES: not empty.
   std::vector<std::string> command;
+
+  /// How workers run `command` (torchrun's --no-python, -m, --run-path):
+  ///   kExec     command[0] is executed with the rest as its arguments:
+  ///             torchrun's --no-python. torchrun's default, `python -u
+  ///             SCRIPT ARGS`, is not dtrain's: a Python script needs
+  ///             python3 in front of it, a shebang, or one of:
+  ///   kModule   `python -u -m command...` (torchrun -m/--module);
+  ///   kRunPath  command[0] is a Python file run by runpy.run_path as
+  ///             __main__ with sys.argv = command (torchrun --run-path).
+  enum class ProgramMode { kExec, kModule, kRunPath };
+  ProgramMode program_mode = ProgramMode::kExec;
+  /// The interpreter of kModule and kRunPath (torchrun: $PYTHON_EXEC, else
+  /// its own; `dtrain run` passes $PYTHON_EXEC, else python3).
+  std::string python = "python3";
 
   /// How long stopped workers get between SIGTERM and SIGKILL.
   std::chrono::milliseconds stop_grace_period = std::chrono::seconds(5);
@@ -124,6 +149,19 @@ struct LaunchOptions {
   /// temporary directory removed when launch() returns. The directories are
   /// created; failing to create them throws.
   std::optional<std::string> log_dir;
+
+  /// torchrun --redirects and --tee, in torchrun's syntax: one value for
+  /// every local rank ("3") or local_rank:value pairs ("0:1,1:2"; ranks not
+  /// listed get 0). A value is a set of streams: 0 none, 1 stdout, 2 stderr,
+  /// 3 both. A redirected stream of a worker goes to its log file only (not
+  /// to stdout_fd / stderr_fd); a teed one to both, which is what every
+  /// stream does anyway when log_dir is set. Either one not "0" without
+  /// log_dir: launch() creates a directory under $TMPDIR for the logs
+  /// (dtrain-logs-XXXXXX, kept; its path is written to stderr_fd), as
+  /// torchrun does. Malformed: launch() throws InvalidArgument naming the
+  /// flag.
+  std::string redirects = "0";
+  std::string tee = "0";
 
   /// The environment workers inherit, as "KEY=VALUE" entries, before the
   /// torchrun variables are added. Unset: this process's environment.

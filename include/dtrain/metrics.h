@@ -29,12 +29,16 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "dtrain/options.h"
 
 namespace dtrain {
+namespace detail {
+class NvmlCollectable;
+}  // namespace detail
 
 struct MetricsOptions {
   /// Port to serve /metrics on; 0 picks a free one (see MetricsExporter::port).
@@ -108,6 +112,34 @@ class MetricsExporter {
 
  private:
   std::unique_ptr<Impl> impl_;
+};
+
+/// The NVML selector (MetricsOptions::gpus) of this process's CUDA device
+/// `cuda_index`: its entry in CUDA_VISIBLE_DEVICES (an NVML index or a
+/// GPU-... UUID) when that is set and has one, else the index itself (which
+/// is NVML's under CUDA_DEVICE_ORDER=PCI_BUS_ID and on machines of identical
+/// GPUs). Reads the process environment.
+std::string nvml_selector_for_cuda_device(int cuda_index);
+
+/// One GPU's utilisation (DCGM_FI_DEV_GPU_UTIL, %) read through NVML at each
+/// read(), for a caller that samples it itself (`dtrain train`'s epoch
+/// line). Without NVML, or for a selector NVML does not know, read() returns
+/// nullopt; nothing throws. Thread-safe.
+class GpuUtilizationReader {
+ public:
+  /// `selector`: as MetricsOptions::gpus (nvml_selector_for_cuda_device).
+  explicit GpuUtilizationReader(const std::string& selector,
+                                const std::string& nvml_library = "libnvidia-ml.so.1");
+  ~GpuUtilizationReader();
+  GpuUtilizationReader(const GpuUtilizationReader&) = delete;
+  GpuUtilizationReader& operator=(const GpuUtilizationReader&) = delete;
+
+  /// The GPU was found (a read may still fail and return nullopt).
+  bool available() const;
+  std::optional<double> read() const;
+
+ private:
+  std::unique_ptr<detail::NvmlCollectable> nvml_;
 };
 
 }  // namespace dtrain

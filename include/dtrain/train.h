@@ -399,6 +399,11 @@ void to_channels_last(torch::nn::Module& module);
 /// InvalidArgument naming `--device cpu` when no GPU is visible for it, or for another name.
 at::Device pick_device(const std::string& name, const ProcessGroup& pg);
 
+/// The same for a rank whose local rank is known before its group forms
+/// (`dtrain train` picks the device, then the backend from it:
+/// resolve_backend, dtrain/backend.h).
+at::Device pick_device(const std::string& name, int local_rank);
+
 /// Checks options that need no data or peers (sizes, counts, names,
 /// optimizer, schedule, amp against the device, a CUDA device without a
 /// GPU); throws InvalidArgument naming the option field (e.g.

@@ -8,13 +8,11 @@
 // holds low-precision copies of fp32 leaf tensors (the weights) made during
 // the region; clearing it at the outermost exit is what makes the next
 // forward see the weights the optimizer just changed. The version-specific
-// calls (LibTorch 2.4 made them per device type) are in dtrain/compat.h.
-
-#define DTRAIN_COMPAT_AUTOCAST
-#include "dtrain/compat.h"
+// calls (LibTorch 2.4 made them per device type) are in autocast_compat.h.
 
 #include <ATen/Context.h>
 
+#include "amp/autocast_compat.h"
 #include "common/strings.h"
 #include "dtrain/amp.h"
 #include "dtrain/errors.h"

@@ -58,6 +58,7 @@
 #include <torch/optim/optimizer.h>
 
 #include "common/strings.h"
+#include "common/torch_compat.h"
 #include "dtrain/amp.h"
 #include "dtrain/errors.h"
 #include "dtrain/horovod.h"

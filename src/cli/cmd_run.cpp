@@ -7,16 +7,22 @@
 //              [--log-dir DIR] [--monitor-interval S] [--ps-servers S]
 //              [--ps-worker-per process|node]
 //              [--exit-barrier-timeout S] [--linger-timeout S]
+//              [--role ROLE] [--local-addr ADDR] [-r|--redirects 0-3|R:V,...]
+//              [-t|--tee 0-3|R:V,...] [--start-method spawn|fork|forkserver]
+//              [--no-python | -m|--module | --run-path]
 //              -- PROGRAM [ARGS...]
 //
 // torchrun's spellings are accepted (--nproc_per_node, --master_port, ...), as
-// are the PET_* environment variables Kubeflow sets. The program may also
-// follow the flags without '--'; everything from it on is passed through.
+// is every flag's PET_* environment variable (PET_NPROC_PER_NODE, ...: the
+// flag's name in capitals, '-' as '_'; Kubeflow configures torchrun so). The
+// program may also follow the flags without '--'; everything from it on is
+// passed through.
 
 #include <torch/cuda.h>
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <cstdlib>
 #include <iostream>
 #include <memory>
 #include <thread>
@@ -42,6 +48,11 @@ struct RunFlags {
   double linger_timeout_s = 60;
   std::string log_dir;
   std::string ps_worker_per = "process";  // LaunchOptions::ps_worker_per
+  /// torchrun's; checked when `run` runs (see nproc_per_node), then unused.
+  std::string start_method = "spawn";
+  bool no_python = false;  // torchrun's program modes, see LaunchOptions::program_mode
+  bool module = false;
+  bool run_path = false;
   /// Never filled: declared so that CLI11 keeps "--" and what follows for
   /// remaining() instead of handing it back to the root app (see below).
   std::vector<std::string> program;
@@ -160,11 +171,15 @@ void add_run_command(CLI::App& root, int* exit_code) {
                 "Host the store on 127.0.0.1 at a free port with a generated run id")
       ->envname("PET_STANDALONE");
   cmd->add_option("--master-addr,--master_addr", o.master_addr,
-                  "Address workers reach the store at (MASTER_ADDR)")
+                  "Static rendezvous: node 0's address, where its agent hosts the rendezvous "
+                  "store. Workers are not sent here: each round node 0's agent starts a fresh "
+                  "store for them on a free port and gives them its address in MASTER_ADDR/"
+                  "MASTER_PORT")
       ->envname("PET_MASTER_ADDR")
       ->capture_default_str();
   cmd->add_option("--master-port,--master_port", o.master_port,
-                  "Port to host the store on (MASTER_PORT); 0 picks a free one")
+                  "Static rendezvous: the port of node 0's rendezvous store (not the "
+                  "workers' MASTER_PORT); 0 picks a free one (one node only)")
       ->check(CLI::Range(0, 65535))
       ->envname("PET_MASTER_PORT")
       ->capture_default_str();
@@ -176,15 +191,17 @@ void add_run_command(CLI::App& root, int* exit_code) {
       ->check(non_negative())
       ->envname("PET_MONITOR_INTERVAL")
       ->capture_default_str();
-  cmd->add_option("--exit-barrier-timeout", flags->exit_barrier_timeout_s,
+  cmd->add_option("--exit-barrier-timeout,--exit_barrier_timeout", flags->exit_barrier_timeout_s,
                   "Seconds a node whose workers succeeded waits for the other nodes to finish "
                   "(torchrun's agent: 300, not a flag there)")
       ->check(non_negative())
+      ->envname("PET_EXIT_BARRIER_TIMEOUT")
       ->capture_default_str();
-  cmd->add_option("--linger-timeout", flags->linger_timeout_s,
+  cmd->add_option("--linger-timeout,--linger_timeout", flags->linger_timeout_s,
                   "Seconds the node hosting the rendezvous store keeps it up after the run "
                   "for the other agents to read its end")
       ->check(non_negative())
+      ->envname("PET_LINGER_TIMEOUT")
       ->capture_default_str();
   cmd->add_option("--log-dir,--log_dir", flags->log_dir,
                   "Also write each worker's output and error record to "
@@ -195,13 +212,51 @@ void add_run_command(CLI::App& root, int* exit_code) {
                   "start a scheduler and S servers running PROGRAM with DMLC_ROLE, "
                   "DMLC_PS_ROOT_URI/PORT, DMLC_NUM_SERVER/WORKER set; 0: none")
       ->check(at_least(0))
+      ->envname("PET_PS_SERVERS")
       ->capture_default_str();
   cmd->add_option("--ps-worker-per,--ps_worker_per", flags->ps_worker_per,
                   "With --ps-servers: what DMLC_NUM_WORKER counts and DMLC_WORKER_ID numbers. "
                   "process: every worker process (dist_sync, dist_async); node: one worker per "
                   "node, its rank the node's (dist_device_sync)")
       ->check(CLI::IsMember({"process", "node"}))
+      ->envname("PET_PS_WORKER_PER")
       ->capture_default_str();
+  cmd->add_option("--role", o.role, "The workers' role (their ROLE_NAME)")
+      ->envname("PET_ROLE")
+      ->capture_default_str();
+  cmd->add_option("--local-addr,--local_addr", o.local_addr,
+                  "The address other nodes reach this node at (where they find the workers' "
+                  "store when this node hosts it); default: the local address of the route "
+                  "to the rendezvous endpoint. Same as --rdzv-conf local_addr=")
+      ->envname("PET_LOCAL_ADDR");
+  cmd->add_option("-r,--redirects", o.redirects,
+                  "Worker streams written to their log files only, not to this terminal: 0 "
+                  "none, 1 stdout, 2 stderr, 3 both, or per local rank (0:1,1:2). The files: "
+                  "--log-dir, else a new directory under $TMPDIR (its path is printed)")
+      ->envname("PET_REDIRECTS")
+      ->capture_default_str();
+  cmd->add_option("-t,--tee", o.tee,
+                  "Worker streams written to their log files and to this terminal (values as "
+                  "--redirects); with --log-dir every stream already is")
+      ->envname("PET_TEE")
+      ->capture_default_str();
+  cmd->add_option("--start-method,--start_method", flags->start_method,
+                  "Accepted for torchrun's command lines (spawn, fork, forkserver) and "
+                  "ignored: workers are always new processes running PROGRAM (fork + exec)")
+      ->envname("PET_START_METHOD")
+      ->capture_default_str();
+  cmd->add_flag("--no-python,--no_python", flags->no_python,
+                "Run PROGRAM directly (what dtrain run always does unless -m or --run-path "
+                "is given; torchrun's default is python PROGRAM)")
+      ->envname("PET_NO_PYTHON");
+  cmd->add_flag("-m,--module", flags->module,
+                "PROGRAM is a Python module: workers run `python3 -u -m PROGRAM ARGS` "
+                "($PYTHON_EXEC instead of python3 when set)")
+      ->envname("PET_MODULE");
+  cmd->add_flag("--run-path,--run_path", flags->run_path,
+                "PROGRAM is a Python file run with runpy.run_path as __main__ "
+                "(`python3 -c ...`, $PYTHON_EXEC when set); wins over --no-python")
+      ->envname("PET_RUN_PATH");
   // CLI11 (2.1) hands "--" back to the parent app unless a positional is still
   // open; this one rejects every value, so it never consumes an argument and
   // prefix_command() leaves "--" and the program in remaining().
@@ -215,7 +270,23 @@ void add_run_command(CLI::App& root, int* exit_code) {
     LaunchOptions options = flags->options;
     options.nproc_per_node = parse_nproc(flags->nproc_per_node);
     parse_nnodes(flags->nnodes, &options.min_nodes, &options.max_nodes);
+    if (flags->start_method != "spawn" && flags->start_method != "fork" &&
+        flags->start_method != "forkserver") {
+      throw CLI::ValidationError("--start-method", cat("'", flags->start_method,
+                                                       "' is not one of spawn, fork, forkserver"));
+    }
     options.command = worker_command(cmd->remaining());
+    if (flags->run_path) {  // wins over --no-python, as in torchrun
+      options.program_mode = LaunchOptions::ProgramMode::kRunPath;
+    } else if (flags->module && flags->no_python) {
+      throw CLI::ValidationError("--module",
+                                 "--no-python and -m/--module cannot be used together (as in "
+                                 "torchrun): drop one");
+    } else if (flags->module) {
+      options.program_mode = LaunchOptions::ProgramMode::kModule;
+    }
+    const char* python = std::getenv("PYTHON_EXEC");  // torchrun's variable
+    if (python != nullptr && *python != '\0') options.python = python;
     options.monitor_interval =
         std::chrono::milliseconds(static_cast<long long>(flags->monitor_interval_s * 1000));
     options.exit_barrier_timeout =

@@ -5,7 +5,7 @@
 
 #include "common/strings.h"
 #include "dtrain/backend.h"
-#include "train/steps.h"
+#include "dtrain/train.h"
 
 namespace dtrain::cli {
 
@@ -23,7 +23,7 @@ InitOptions group_options(const std::string& backend, const std::string& device,
   InitOptions init = resolve_init_options({}, process_env());
   // Before the group forms: the rank's GPU becomes the current device, and a
   // backend that cannot work is refused without keeping the peers waiting.
-  init.backend = resolve_backend(backend, detail::pick_device(device, init.local_rank));
+  init.backend = resolve_backend(backend, pick_device(device, init.local_rank));
   init.timeout = timeout;
   return init;
 }

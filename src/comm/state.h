@@ -1,5 +1,6 @@
 #pragma once
-// ProcessGroup's shared state, and how c10d failures become dtrain errors.
+// ProcessGroup's shared state (comm's own; how c10d failures become dtrain
+// errors, wait_work and rethrow_dist_error, is public: dtrain/comm.h).
 
 #include <memory>
 #include <string>
@@ -25,16 +26,5 @@ struct ProcessGroup::State {
 };
 
 ProcessGroup make_process_group(std::shared_ptr<const ProcessGroup::State> state);
-
-/// Waits for `work` (bounded by the group's timeout, which the backend
-/// enforces) and turns a c10d failure into TimeoutError, PeerLostError or
-/// DistError whose message names `what` (operation, bucket, ...), the rank
-/// and the timeout.
-void wait_work(const c10::intrusive_ptr<c10d::Work>& work, const ProcessGroup& pg,
-               const std::string& what);
-
-/// The same classification for an exception already caught.
-[[noreturn]] void rethrow_dist_error(const std::exception& e, int rank, const std::string& what,
-                                     std::chrono::milliseconds timeout);
 
 }  // namespace dtrain

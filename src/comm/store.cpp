@@ -16,7 +16,7 @@
 #include "comm/store_server/probe.h"
 #include "comm/store_server/server.h"
 #include "common/strings.h"
-#include "dtrain/compat.h"
+#include "common/torch_compat.h"
 #include "dtrain/errors.h"
 
 namespace dtrain {

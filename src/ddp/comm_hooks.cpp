@@ -3,7 +3,7 @@
 #include <ATen/ATen.h>
 
 #include "common/strings.h"
-#include "dtrain/compat.h"
+#include "common/torch_compat.h"
 #include "dtrain/ddp.h"
 #include "dtrain/errors.h"
 

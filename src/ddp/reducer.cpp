@@ -84,10 +84,12 @@
 #include <torch/csrc/autograd/functions/accumulate_grad.h>
 #include <torch/csrc/autograd/grad_mode.h>
 #include <torch/csrc/autograd/utils/lambda_post_hook.h>
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 
-#include "comm/state.h"
 #include "common/strings.h"
 #include "ddp/bucketing.h"
+#include "dtrain/comm.h"
 #include "dtrain/errors.h"
 
 namespace dtrain::detail {

@@ -3,7 +3,10 @@
 
 #include "launch/launch_options.h"
 
+#include <stdlib.h>
+
 #include <cctype>
+#include <filesystem>
 #include <random>
 
 #include "common/strings.h"
@@ -31,9 +34,8 @@ LaunchOptions resolve_launch_options(const LaunchOptions& options) {
   if (o.nproc_per_node < 1) {
     throw InvalidArgument(cat("nproc_per_node must be at least 1, got ", o.nproc_per_node));
   }
-  if (o.command.empty() || o.command[0].empty()) {
-    throw InvalidArgument("no program to run: give the worker command after '--'");
-  }
+  o.command = program_command(o);
+  o.program_mode = LaunchOptions::ProgramMode::kExec;
   if (o.stop_grace_period.count() < 0 || o.monitor_interval.count() < 0 ||
       o.exit_barrier_timeout.count() < 0 || o.linger_timeout.count() < 0) {
     throw InvalidArgument(
@@ -50,6 +52,9 @@ LaunchOptions resolve_launch_options(const LaunchOptions& options) {
     if (o.run_id.empty()) o.run_id = generate_run_id();
   }
   if (o.run_id.empty()) o.run_id = "none";
+  if (o.role.empty()) throw InvalidArgument("--role must not be empty (torchrun's: default)");
+  std_streams_for(o.redirects, 0, "--redirects");  // checks the syntax
+  std_streams_for(o.tee, 0, "--tee");
   if (o.master_addr.empty()) throw InvalidArgument("master_addr must not be empty");
   if (o.master_port < 0 || o.master_port > 65535) {
     throw InvalidArgument(cat("master_port ", o.master_port, " is out of range 0-65535"));
@@ -117,7 +122,71 @@ RendezvousConfig rendezvous_config(const LaunchOptions& o) {
     c.last_call_timeout = std::chrono::milliseconds(0);
   }
   c.apply_conf(o.rdzv_conf);
+  if (!o.local_addr.empty()) {
+    if (!c.local_addr.empty() && c.local_addr != o.local_addr) {
+      throw InvalidArgument(cat("--local-addr ", o.local_addr, " and --rdzv-conf local_addr=",
+                                c.local_addr, " disagree: give one of them"));
+    }
+    c.local_addr = o.local_addr;
+  }
   return c;
+}
+
+int std_streams_for(const std::string& spec, int local_rank, const std::string& flag) {
+  auto value = [&](const std::string& text) {
+    if (text.size() != 1 || text[0] < '0' || text[0] > '3') {
+      throw InvalidArgument(cat(flag, " '", spec,
+                                "' is not a stream set 0-3 (0 none, 1 stdout, 2 stderr, 3 both) "
+                                "or LOCAL_RANK:VALUE pairs such as 0:1,1:2"));
+    }
+    return text[0] - '0';
+  };
+  if (spec.find(':') == std::string::npos) return value(spec);
+  int streams = 0;
+  for (const std::string& item : split(spec, ',')) {
+    const size_t colon = item.find(':');
+    long long rank = -1;
+    if (colon == std::string::npos || !parse_int(item.substr(0, colon), &rank) || rank < 0) {
+      value("");  // throws, naming the expected form
+    }
+    const int v = value(item.substr(colon + 1));
+    if (rank == local_rank) streams = v;
+  }
+  return streams;
+}
+
+std::optional<std::string> log_dir_for_streams(const LaunchOptions& o) {
+  if (o.log_dir) return o.log_dir;
+  bool any = false;
+  for (int r = 0; r < o.nproc_per_node && !any; ++r) {
+    any = std_streams_for(o.redirects, r, "--redirects") != 0 ||
+          std_streams_for(o.tee, r, "--tee") != 0;
+  }
+  if (!any) return std::nullopt;
+  namespace fs = std::filesystem;
+  std::string pattern = (fs::temp_directory_path() / "dtrain-logs-XXXXXX").string();
+  if (!::mkdtemp(pattern.data())) {
+    throw Error(cat("cannot create a directory for the workers' logs (--redirects/--tee) under ",
+                    fs::temp_directory_path().string(), ": set TMPDIR or --log-dir"));
+  }
+  return pattern;
+}
+
+std::vector<std::string> program_command(const LaunchOptions& o) {
+  if (o.command.empty() || o.command[0].empty()) {
+    throw InvalidArgument("no program to run: give the worker command after '--'");
+  }
+  std::vector<std::string> command;
+  if (o.program_mode == LaunchOptions::ProgramMode::kRunPath) {
+    // torchrun's run_script_path: sys.argv = [script, args...], then runpy.
+    command = {o.python, "-c",
+               "import runpy, sys; sys.argv = sys.argv[1:]; "
+               "runpy.run_path(sys.argv[0], run_name='__main__')"};
+  } else if (o.program_mode == LaunchOptions::ProgramMode::kModule) {
+    command = {o.python, "-u", "-m"};
+  }
+  command.insert(command.end(), o.command.begin(), o.command.end());
+  return command;
 }
 
 }  // namespace dtrain::detail

@@ -29,10 +29,12 @@
 #include <cstdio>
 
 #include <ATen/ATen.h>
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 
-#include "comm/state.h"
 #include "common/strings.h"
 #include "dtrain/bench.h"
+#include "dtrain/comm.h"
 #include "dtrain/errors.h"
 #include "dtrain/train.h"
 

@@ -8,10 +8,12 @@
 #include <torch/optim/sgd.h>
 #include <torch/utils.h>
 #include <nlohmann/json.hpp>
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 
-#include "comm/state.h"
 #include "common/strings.h"
 #include "dtrain/bench.h"
+#include "dtrain/comm.h"
 #include "dtrain/ddp.h"
 #include "dtrain/errors.h"
 #include "dtrain/models.h"

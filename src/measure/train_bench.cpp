@@ -1,7 +1,6 @@
 // `dtrain bench train`: whole training steps of train() (the loop of
 // `dtrain train`) on synthetic data, timed and reported as tf_cnn_benchmarks
 // does; the timing is a TrainOptions::step_observer.
-#define DTRAIN_COMPAT_CUDA_MEMORY  // compat::cuda_peak_allocated_bytes
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -11,6 +10,7 @@
 #include <ATen/Parallel.h>
 #include <nlohmann/json.hpp>
 
+#include "common/cuda_memory.h"
 #include "common/strings.h"
 #include "dtrain/bench.h"
 #include "dtrain/compat.h"

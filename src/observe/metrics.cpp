@@ -1,6 +1,9 @@
 // The per-rank Prometheus endpoint. See dtrain/metrics.h.
 #include "dtrain/metrics.h"
 
+#include <cstdlib>
+#include <vector>
+
 #include <prometheus/counter.h>
 #include <prometheus/exposer.h>
 #include <prometheus/gauge.h>
@@ -123,5 +126,42 @@ void MetricsExporter::set_restarts(int64_t restarts) {
 }
 
 void MetricsExporter::set_epoch(int64_t epoch) { impl_->epoch->Set(static_cast<double>(epoch)); }
+
+// Note [GPU of a rank for NVML]
+// NVML numbers every GPU of the machine; CUDA numbers the visible ones. With
+// CUDA_VISIBLE_DEVICES set, its entry for the CUDA index (an NVML index or a
+// GPU-... UUID, both NVML selectors) names the device; without it, the CUDA
+// index is taken as the NVML index, which holds under
+// CUDA_DEVICE_ORDER=PCI_BUS_ID and on machines of identical GPUs (CUDA's
+// default order puts the fastest first). A selector NVML does not know
+// yields no readings, never an error.
+std::string nvml_selector_for_cuda_device(int cuda_index) {
+  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+  if (visible != nullptr && *visible != '\0') {
+    const std::vector<std::string> entries = split(visible, ',');
+    if (cuda_index >= 0 && static_cast<size_t>(cuda_index) < entries.size()) {
+      return entries[static_cast<size_t>(cuda_index)];
+    }
+  }
+  return std::to_string(cuda_index);
+}
+
+GpuUtilizationReader::GpuUtilizationReader(const std::string& selector,
+                                           const std::string& nvml_library)
+    : nvml_(std::make_unique<detail::NvmlCollectable>(
+          nvml_library, std::vector<std::string>{selector},
+          std::vector<std::pair<std::string, std::string>>{})) {}
+
+GpuUtilizationReader::~GpuUtilizationReader() = default;
+
+bool GpuUtilizationReader::available() const { return nvml_->device_count() > 0; }
+
+std::optional<double> GpuUtilizationReader::read() const {
+  if (!available()) return std::nullopt;
+  for (const prometheus::MetricFamily& f : nvml_->Collect()) {
+    if (f.name == "DCGM_FI_DEV_GPU_UTIL" && !f.metric.empty()) return f.metric.front().gauge.value;
+  }
+  return std::nullopt;
+}
 
 }  // namespace dtrain

@@ -36,7 +36,7 @@
 #include <mutex>
 
 #include "common/strings.h"
-#include "dtrain/compat.h"
+#include "common/torch_compat.h"
 #include "dtrain/errors.h"
 #include "dtrain/weights.h"
 

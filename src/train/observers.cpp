@@ -1,20 +1,18 @@
 // TensorBoard, timeline, Prometheus and GPU readings of a training run; see
 // observers.h.
-#define DTRAIN_COMPAT_CUDA_MEMORY
 #include "train/observers.h"
 
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
 
-#include <prometheus/metric_family.h>
 #include <torch/nn/module.h>
 
+#include "common/cuda_memory.h"
 #include "common/net.h"
 #include "common/strings.h"
-#include "dtrain/compat.h"
 #include "dtrain/errors.h"
-#include "observe/nvml.h"
+#include "dtrain/metrics.h"
 
 namespace dtrain::detail {
 namespace {
@@ -26,25 +24,6 @@ std::string env_or(const char* name, const std::string& fallback) {
 
 double seconds(TrainObservers::Clock::time_point a, TrainObservers::Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
-}
-
-// Note [GPU of a rank for NVML]
-// NVML numbers every GPU of the machine; CUDA numbers the visible ones. With
-// CUDA_VISIBLE_DEVICES set, its entry for the CUDA index (an NVML index or a
-// GPU-... UUID, both NVML selectors) names the device; without it, the CUDA
-// index is taken as the NVML index, which holds under
-// CUDA_DEVICE_ORDER=PCI_BUS_ID and on machines of identical GPUs (CUDA's
-// default order puts the fastest first). A selector NVML does not know
-// yields no readings, never an error.
-std::string nvml_selector(int cuda_index) {
-  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
-  if (visible != nullptr && *visible != '\0') {
-    const std::vector<std::string> entries = split(visible, ',');
-    if (cuda_index >= 0 && static_cast<size_t>(cuda_index) < entries.size()) {
-      return entries[static_cast<size_t>(cuda_index)];
-    }
-  }
-  return std::to_string(cuda_index);
 }
 
 // The run's configuration for TensorBoard's Text tab (a markdown table).
@@ -82,7 +61,7 @@ std::string config_markdown(const TrainOptions& o, int world_size) {
 class GpuSampler {
  public:
   explicit GpuSampler(int cuda_index)
-      : index_(cuda_index), nvml_("libnvidia-ml.so.1", {nvml_selector(cuda_index)}, {}) {}
+      : index_(cuda_index), gpu_(nvml_selector_for_cuda_device(cuda_index)) {}
 
   void reset() {
     sum_ = 0;
@@ -91,11 +70,10 @@ class GpuSampler {
     compat::reset_cuda_peak_allocated(index_);
   }
   void maybe_sample(TrainObservers::Clock::time_point now) {
-    if (nvml_.device_count() == 0 || seconds(last_, now) < 1.0) return;
+    if (!gpu_.available() || seconds(last_, now) < 1.0) return;
     last_ = now;
-    for (const prometheus::MetricFamily& f : nvml_.Collect()) {
-      if (f.name != "DCGM_FI_DEV_GPU_UTIL" || f.metric.empty()) continue;
-      sum_ += f.metric.front().gauge.value;
+    if (const std::optional<double> util = gpu_.read()) {
+      sum_ += *util;
       ++count_;
     }
   }
@@ -113,7 +91,7 @@ class GpuSampler {
 
  private:
   int index_;
-  NvmlCollectable nvml_;
+  GpuUtilizationReader gpu_;
   double sum_ = 0;
   int64_t count_ = 0;
   TrainObservers::Clock::time_point last_;
@@ -137,7 +115,7 @@ TrainObservers::TrainObservers(const TrainOptions& o, const ProcessGroup& pg, st
     m.node = env_or("DTRAIN_NODE_NAME", host_name());
     m.run_id = env_or("TORCHELASTIC_RUN_ID", "none");
     m.gpu_metrics = device_.is_cuda();
-    if (device_.is_cuda()) m.gpus = {nvml_selector(device_.index())};
+    if (device_.is_cuda()) m.gpus = {nvml_selector_for_cuda_device(device_.index())};
     metrics_ = std::make_unique<MetricsExporter>(m);
     long long restarts = 0;
     parse_int(env_or("TORCHELASTIC_RESTART_COUNT", "0"), &restarts);

@@ -121,6 +121,8 @@ ClassificationCounts evaluate_split(ImageClassifier& model, Loader& loader, at::
   return counts;
 }
 
+}  // namespace detail
+
 at::Device pick_device(const std::string& name, int local_rank) {
   detail::check_device(name);
   if (name == "cpu" || (name == "auto" && !torch::cuda::is_available())) {
@@ -139,10 +141,8 @@ at::Device pick_device(const std::string& name, int local_rank) {
   return device;
 }
 
-}  // namespace detail
-
 at::Device pick_device(const std::string& name, const ProcessGroup& pg) {
-  return detail::pick_device(name, pg.local_rank());
+  return pick_device(name, pg.local_rank());
 }
 
 }  // namespace dtrain

@@ -21,10 +21,6 @@ namespace dtrain::detail {
 /// names CUDA while no GPU is visible (the message says to use --device cpu).
 void check_device(const std::string& name);
 
-/// pick_device() (dtrain/train.h) for a rank whose local rank is known before
-/// its group forms (the CLI picks the device, then the backend from it).
-at::Device pick_device(const std::string& name, int local_rank);
-
 /// make_model(name) sized for `splits` (channels, image size, classes),
 /// initialised from the current CPU generator, then from `init_weights` when
 /// not empty (load_weights(), dtrain/weights.h), moved to `device` (and to

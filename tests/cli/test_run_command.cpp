@@ -8,6 +8,9 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <cctype>
+#include <cstdlib>
+#include <filesystem>
 #include <string>
 #include <thread>
 #include <vector>
@@ -134,6 +137,88 @@ TEST(RunCommand, PetVariablesConfigureTheRunLikeKubeflowPassesThem) {
   ::unsetenv("PET_RDZV_BACKEND");
   EXPECT_EQ(rc, 2);  // the endpoint is missing: proves both variables were read
   EXPECT_THAT(err, HasSubstr("--rdzv-backend c10d needs --rdzv-endpoint HOST:PORT"));
+}
+
+// Every flag can come from its PET_* variable (the flag's name in capitals,
+// '-' as '_'), as torchrun's `env` action reads them and Kubeflow sets them.
+TEST(RunCommand, EveryFlagHasItsPetVariable) {
+  CLI::App app("dtrain", "dtrain");
+  int exit_code = -1;
+  add_run_command(app, &exit_code);
+  int flags = 0;
+  for (const CLI::Option* opt : app.get_subcommand("run")->get_options()) {
+    if (opt->get_lnames().empty() || opt->get_lnames().front() == "help") continue;
+    std::string name = opt->get_lnames().front();
+    std::string expected = "PET_";
+    for (char c : name) expected += c == '-' ? '_' : static_cast<char>(std::toupper(c));
+    EXPECT_EQ(opt->get_envname(), expected) << "--" << name;
+    ++flags;
+  }
+  EXPECT_GE(flags, 25);
+}
+
+// torchrun's flags that only change how the job looks, with its meaning:
+// --role is ROLE_NAME, --local-addr the address this node advertises,
+// --start-method is accepted (workers are always exec'd), --no-python runs
+// the program directly, --tee 0 changes nothing.
+TEST(RunCommand, AcceptsTorchrunsRoleLocalAddrStartMethodNoPythonAndTee) {
+  ::testing::internal::CaptureStdout();
+  const int rc = parse({"--role", "trainer", "--local_addr", "127.0.0.1", "--start_method", "fork",
+                        "--no_python", "-t", "0", "--", LAUNCH_TEST_WORKER, "env", "ROLE_NAME"});
+  const std::string out = ::testing::internal::GetCapturedStdout();
+  EXPECT_EQ(rc, 0);
+  EXPECT_THAT(out, HasSubstr("[rank0]: ROLE_NAME=trainer\n"));
+  ::setenv("PET_ROLE", "reader", 1);
+  ::testing::internal::CaptureStdout();
+  const int from_env = parse({"--", LAUNCH_TEST_WORKER, "env", "ROLE_NAME"});
+  const std::string env_out = ::testing::internal::GetCapturedStdout();
+  ::unsetenv("PET_ROLE");
+  EXPECT_EQ(from_env, 0);
+  EXPECT_THAT(env_out, HasSubstr("[rank0]: ROLE_NAME=reader\n"));
+  EXPECT_THAT(
+      [] {
+        parse({"--start-method", "thread", "--", "true"});
+      },
+      ::testing::ThrowsMessage<CLI::ValidationError>(
+          HasSubstr("'thread' is not one of spawn, fork, forkserver")));
+}
+
+TEST(RunCommand, ModuleRunsPythonDashMWithPythonExecAndRefusesNoPython) {
+  ::setenv("PYTHON_EXEC", "/bin/echo", 1);  // torchrun's variable; echo shows the arguments
+  ::testing::internal::CaptureStdout();
+  const int rc = parse({"-m", "pkg.train", "--lr", "0.1"});
+  const std::string out = ::testing::internal::GetCapturedStdout();
+  ::unsetenv("PYTHON_EXEC");
+  EXPECT_EQ(rc, 0);
+  EXPECT_THAT(out, HasSubstr("[rank0]: -u -m pkg.train --lr 0.1\n"));
+  EXPECT_THAT(
+      [] {
+        parse({"--no-python", "--module", "pkg", "--", "x"});
+      },
+      ::testing::ThrowsMessage<CLI::ValidationError>(
+          HasSubstr("--no-python and -m/--module cannot be used together")));
+}
+
+TEST(RunCommand, RedirectsKeepAStreamOffTheConsoleAndABadValueExitsTwo) {
+  ::testing::internal::CaptureStdout();
+  ::testing::internal::CaptureStderr();
+  int rc = parse({"-r", "1", "--", LAUNCH_TEST_WORKER, "print", "hidden", "eprint", "shown"});
+  std::string out = ::testing::internal::GetCapturedStdout();
+  std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(rc, 0);
+  EXPECT_THAT(out, Not(HasSubstr("hidden")));
+  EXPECT_THAT(err, HasSubstr("[rank0]: shown\n"));
+  EXPECT_THAT(err, HasSubstr("workers' logs (--redirects/--tee) in "));
+  const size_t at = err.find(" in /");
+  if (at != std::string::npos) {
+    std::string dir = err.substr(at + 4, err.find('\n', at) - at - 4);
+    if (dir.find("dtrain-logs-") != std::string::npos) std::filesystem::remove_all(dir);
+  }
+  ::testing::internal::CaptureStderr();
+  rc = parse({"--redirects", "0:5", "--", "true"});
+  err = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(rc, 2);
+  EXPECT_THAT(err, HasSubstr("--redirects '0:5' is not a stream set 0-3"));
 }
 
 TEST(RunCommand, FailedWorkerExitsOneWithASummaryOnStderr) {

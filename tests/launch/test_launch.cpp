@@ -7,6 +7,8 @@
 #include <sys/wait.h>
 
 #include <csignal>
+#include <filesystem>
+#include <fstream>
 #include <optional>
 
 #include "dtrain/errors.h"
@@ -220,6 +222,77 @@ TEST(Launch, LogDirGetsEachWorkersOutputUnprefixed) {
   EXPECT_EQ(read_file(dir.file("logs/job7/attempt_0/1/stdout.log")), "hello\n");
   EXPECT_EQ(read_file(dir.file("logs/job7/attempt_0/0/stderr.log")), "warn\n");
   EXPECT_THAT(run.out(), HasSubstr("[rank1]: hello\n"));
+}
+
+// torchrun --redirects / --tee: "0:1,1:2" sends local rank 0's stdout and
+// local rank 1's stderr to their log files only; the rest is relayed too.
+TEST(Launch, RedirectedStreamsGoToTheLogFilesOnlyAndTheOthersAlsoToTheConsole) {
+  TempDir dir;
+  WorkerRun run(dir, 2, {"print", "hello", "eprint", "warn"});
+  run.options.log_dir = dir.file("logs");
+  run.options.run_id = "job8";
+  run.options.redirects = "0:1,1:2";
+  run.options.tee = "3";
+  ASSERT_TRUE(launch(run.options).succeeded());
+  EXPECT_THAT(run.out(), Not(HasSubstr("[rank0]: hello")));
+  EXPECT_THAT(run.out(), HasSubstr("[rank1]: hello\n"));
+  EXPECT_THAT(run.err(), HasSubstr("[rank0]: warn\n"));
+  EXPECT_THAT(run.err(), Not(HasSubstr("[rank1]: warn")));
+  for (const char* rank : {"0", "1"}) {
+    EXPECT_EQ(read_file(dir.file(std::string("logs/job8/attempt_0/") + rank + "/stdout.log")),
+              "hello\n");
+    EXPECT_EQ(read_file(dir.file(std::string("logs/job8/attempt_0/") + rank + "/stderr.log")),
+              "warn\n");
+  }
+}
+
+TEST(Launch, RedirectsWithoutLogDirWriteToANewDirectoryNamedOnStderr) {
+  TempDir dir;
+  WorkerRun run(dir, 1, {"print", "hello"});
+  run.options.redirects = "3";
+  run.options.run_id = "job9";
+  ASSERT_TRUE(launch(run.options).succeeded());
+  EXPECT_THAT(run.out(), Not(HasSubstr("hello")));
+  const std::string err = run.err();
+  const std::string marker = "workers' logs (--redirects/--tee) in ";
+  const size_t at = err.find(marker);
+  ASSERT_NE(at, std::string::npos) << err;
+  const std::string logs = err.substr(at + marker.size(), err.find('\n', at) - at - marker.size());
+  EXPECT_EQ(read_file(logs + "/job9/attempt_0/0/stdout.log"), "hello\n");
+  std::filesystem::remove_all(logs);
+}
+
+TEST(Launch, RoleIsTheWorkersRoleName) {
+  TempDir dir;
+  WorkerRun run(dir, 1, {"env", "ROLE_NAME"});
+  ASSERT_TRUE(launch(run.options).succeeded());
+  EXPECT_THAT(run.out(), HasSubstr("[rank0]: ROLE_NAME=default\n"));  // torchrun's default
+  WorkerRun trainer(dir, 1, {"env", "ROLE_NAME"});
+  trainer.options.role = "trainer";
+  ASSERT_TRUE(launch(trainer.options).succeeded());
+  EXPECT_THAT(trainer.out(), HasSubstr("[rank0]: ROLE_NAME=trainer\n"));
+}
+
+// -m: the interpreter gets "-u -m MODULE ARGS" (echo stands in for Python
+// and prints them); --run-path: a real python3 runs the file as __main__.
+TEST(Launch, ModuleAndRunPathModesRunThePythonCommandTorchrunRuns) {
+  TempDir dir;
+  WorkerRun module(dir, 1, {"a"});
+  module.options.command = {"pkg.train", "--lr", "0.1"};
+  module.options.program_mode = LaunchOptions::ProgramMode::kModule;
+  module.options.python = "/bin/echo";
+  ASSERT_TRUE(launch(module.options).succeeded());
+  EXPECT_THAT(module.out(), HasSubstr("[rank0]: -u -m pkg.train --lr 0.1\n"));
+
+  if (!std::filesystem::exists("/usr/bin/python3")) GTEST_SKIP() << "no /usr/bin/python3";
+  std::ofstream(dir.file("train.py")) << "import sys\nprint(__name__, sys.argv)\n";
+  WorkerRun run_path(dir, 1, {});
+  run_path.options.command = {dir.file("train.py"), "--lr", "0.1"};
+  run_path.options.program_mode = LaunchOptions::ProgramMode::kRunPath;
+  run_path.options.python = "/usr/bin/python3";
+  ASSERT_TRUE(launch(run_path.options).succeeded()) << run_path.err();
+  EXPECT_THAT(run_path.out(),
+              HasSubstr("[rank0]: __main__ ['" + dir.file("train.py") + "', '--lr', '0.1']\n"));
 }
 
 TEST(Launch, StandaloneGeneratesARunIdAndAFreePort) {

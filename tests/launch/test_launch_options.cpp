@@ -6,10 +6,12 @@
 
 #include <chrono>
 #include <csignal>
+#include <filesystem>
 
 #include "dtrain/errors.h"
 #include "dtrain/launch.h"
 #include "launch/launch_options.h"
+#include "launch/rendezvous/rendezvous.h"
 
 namespace dtrain::detail {
 namespace {
@@ -69,6 +71,95 @@ TEST(ResolveLaunchOptions, ExitBarrierAndLingerDefaultToTorchrunsAgentAndOneMinu
   const LaunchOptions o;
   EXPECT_EQ(o.exit_barrier_timeout, std::chrono::seconds(300));
   EXPECT_EQ(o.linger_timeout, std::chrono::seconds(60));
+}
+
+// torchrun's --no-python (dtrain's default), -m and --run-path, as
+// torch/distributed/run.py's config_from_args builds the command.
+TEST(ProgramCommand, ExecRunsTheProgramModulePrependsPythonDashUDashMRunPathUsesRunpy) {
+  LaunchOptions o;
+  o.command = {"pkg.train", "--lr", "0.1"};
+  EXPECT_THAT(program_command(o), ElementsAre("pkg.train", "--lr", "0.1"));
+  o.program_mode = LaunchOptions::ProgramMode::kModule;
+  o.python = "/opt/py/bin/python";
+  EXPECT_THAT(program_command(o),
+              ElementsAre("/opt/py/bin/python", "-u", "-m", "pkg.train", "--lr", "0.1"));
+  o.program_mode = LaunchOptions::ProgramMode::kRunPath;
+  o.command = {"/abs/train.py", "--lr", "0.1"};
+  const std::vector<std::string> run_path = program_command(o);
+  ASSERT_EQ(run_path.size(), 6u);
+  EXPECT_EQ(run_path[0], "/opt/py/bin/python");
+  EXPECT_EQ(run_path[1], "-c");
+  EXPECT_THAT(run_path[2], HasSubstr("runpy.run_path(sys.argv[0], run_name='__main__')"));
+  EXPECT_THAT(std::vector<std::string>(run_path.begin() + 3, run_path.end()),
+              ElementsAre("/abs/train.py", "--lr", "0.1"));
+}
+
+TEST(ResolveLaunchOptions, ResolvesTheProgramModeIntoTheCommandOnce) {
+  LaunchOptions o;
+  o.command = {"mod"};
+  o.program_mode = LaunchOptions::ProgramMode::kModule;
+  const LaunchOptions r = resolve_launch_options(o);
+  EXPECT_THAT(r.command, ElementsAre("python3", "-u", "-m", "mod"));
+  EXPECT_EQ(r.program_mode, LaunchOptions::ProgramMode::kExec);
+  EXPECT_EQ(resolve_launch_options(r).command, r.command);
+}
+
+TEST(StdStreamsFor, ReadsTorchrunsValueAndPerLocalRankForms) {
+  EXPECT_EQ(std_streams_for("0", 5, "--tee"), 0);
+  EXPECT_EQ(std_streams_for("3", 5, "--tee"), kStdOut | kStdErr);
+  EXPECT_EQ(std_streams_for("0:1,1:2", 0, "--redirects"), kStdOut);
+  EXPECT_EQ(std_streams_for("0:1,1:2", 1, "--redirects"), kStdErr);
+  EXPECT_EQ(std_streams_for("0:1,1:2", 2, "--redirects"), 0);  // not listed: none
+  for (const char* bad : {"4", "", "all", "0:1,", "a:1", "0:4", "-1:1", "1:"}) {
+    EXPECT_THAT([&] { std_streams_for(bad, 0, "--redirects"); },
+                ::testing::ThrowsMessage<InvalidArgument>(
+                    HasSubstr("--redirects '" + std::string(bad) + "' is not a stream set 0-3")))
+        << bad;
+  }
+}
+
+TEST(ResolveLaunchOptions, MalformedRedirectsOrTeeOrAnEmptyRoleAreRefusedNamingTheFlag) {
+  LaunchOptions o;
+  o.command = {"x"};
+  o.tee = "0:9";
+  EXPECT_THAT([&] { resolve_launch_options(o); },
+              ::testing::ThrowsMessage<InvalidArgument>(HasSubstr("--tee '0:9'")));
+  o.tee = "0";
+  o.role.clear();
+  EXPECT_THAT([&] { resolve_launch_options(o); },
+              ::testing::ThrowsMessage<InvalidArgument>(HasSubstr("--role must not be empty")));
+}
+
+TEST(LogDirForStreams, IsANewKeptDirectoryOnlyWhenAStreamIsRedirectedOrTeedWithoutLogDir) {
+  LaunchOptions o;
+  o.command = {"x"};
+  o.nproc_per_node = 2;
+  EXPECT_FALSE(log_dir_for_streams(o).has_value());
+  o.redirects = "5:3";  // no such local rank
+  EXPECT_FALSE(log_dir_for_streams(o).has_value());
+  o.log_dir = "/given";
+  o.tee = "3";
+  EXPECT_EQ(log_dir_for_streams(o), "/given");
+  o.log_dir.reset();
+  const std::optional<std::string> made = log_dir_for_streams(o);
+  ASSERT_TRUE(made.has_value());
+  EXPECT_THAT(*made, HasSubstr("dtrain-logs-"));
+  EXPECT_TRUE(std::filesystem::is_directory(*made));
+  std::filesystem::remove_all(*made);
+}
+
+TEST(RendezvousConfigOfOptions, LocalAddrIsTheAdvertisedAddressAndMustAgreeWithRdzvConf) {
+  LaunchOptions o;
+  o.command = {"x"};
+  EXPECT_EQ(rendezvous_config(resolve_launch_options(o)).local_addr, "");
+  o.local_addr = "10.0.0.7";
+  EXPECT_EQ(rendezvous_config(resolve_launch_options(o)).local_addr, "10.0.0.7");
+  o.rdzv_conf = "local_addr=10.0.0.7";
+  EXPECT_EQ(rendezvous_config(resolve_launch_options(o)).local_addr, "10.0.0.7");
+  o.rdzv_conf = "local_addr=10.0.0.8";
+  EXPECT_THAT([&] { rendezvous_config(resolve_launch_options(o)); },
+              ::testing::ThrowsMessage<InvalidArgument>(
+                  HasSubstr("--local-addr 10.0.0.7 and --rdzv-conf local_addr=10.0.0.8 disagree")));
 }
 
 WorkerExit exit_of(int rank, int pid, int code, int signal, bool stopped) {

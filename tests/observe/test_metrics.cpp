@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -98,6 +99,26 @@ TEST(Metrics, WithoutNvmlThereAreNoGpuSeriesAndNoError) {
   MetricsExporter m(o);
   EXPECT_EQ(m.gpu_count(), 0);
   EXPECT_EQ(http_get(m.port(), "/metrics").find("DCGM_FI_DEV"), std::string::npos);
+}
+
+TEST(GpuUtilizationReader, WithoutNvmlReadsNothingAndDoesNotThrow) {
+  GpuUtilizationReader gpu("0", "libnvidia-ml-absent.so.1");
+  EXPECT_FALSE(gpu.available());
+  EXPECT_FALSE(gpu.read().has_value());
+}
+
+// Note [GPU of a rank for NVML]: the CUDA_VISIBLE_DEVICES entry names the
+// device NVML knows; without one the CUDA index is taken as NVML's.
+TEST(NvmlSelectorForCudaDevice, IsTheVisibleDevicesEntryElseTheIndex) {
+  const char* saved = std::getenv("CUDA_VISIBLE_DEVICES");
+  const std::string restore = saved != nullptr ? saved : "";
+  ::setenv("CUDA_VISIBLE_DEVICES", "3,GPU-8f3a", 1);
+  EXPECT_EQ(nvml_selector_for_cuda_device(0), "3");
+  EXPECT_EQ(nvml_selector_for_cuda_device(1), "GPU-8f3a");
+  EXPECT_EQ(nvml_selector_for_cuda_device(2), "2");
+  ::unsetenv("CUDA_VISIBLE_DEVICES");
+  EXPECT_EQ(nvml_selector_for_cuda_device(1), "1");
+  if (saved != nullptr) ::setenv("CUDA_VISIBLE_DEVICES", restore.c_str(), 1);
 }
 
 // A real prometheus server on loopback scrapes the endpoint every 500 ms;

@@ -69,6 +69,13 @@ void best_effort(F&& f) {
 
 void note(int fd, const std::string& line) { write_all(fd, cat("dtrain run: ", line, "\n")); }
 
+/// resolve_launch_options, plus the log directory --redirects/--tee need.
+LaunchOptions resolve_with_log_dir(const LaunchOptions& raw) {
+  LaunchOptions o = resolve_launch_options(raw);
+  o.log_dir = log_dir_for_streams(o);
+  return o;
+}
+
 /// "worker rank 3" / "scheduler 0" / "server 1".
 std::string process_name(const WorkerExit& w) {
   return cat(w.role == "worker" ? "worker rank " : w.role + " ", w.rank);
@@ -207,7 +214,7 @@ class Agent {
 };
 
 Agent::Agent(const LaunchOptions& raw_options, ProcessControl& control)
-    : o_(resolve_launch_options(raw_options)),
+    : o_(resolve_with_log_dir(raw_options)),
       control_(control),
       base_(o_.environment ? *o_.environment : current_environment()),
       program_(find_program(o_.command[0], env_value(base_, "PATH").value_or(kDefaultPath))),
@@ -217,6 +224,9 @@ Agent::Agent(const LaunchOptions& raw_options, ProcessControl& control)
   config_.cancelled = [this] { return pending_.poll() != 0; };
   rdzv_ = open_rendezvous(o_, config_, &own_server_);
   if (!o_.log_dir) error_root_.emplace();
+  if (o_.log_dir && !raw_options.log_dir) {
+    note(o_.stderr_fd, cat("workers' logs (--redirects/--tee) in ", *o_.log_dir));
+  }
   if (sets_omp_num_threads(base_, o_.nproc_per_node)) {
     note(o_.stderr_fd, cat("setting OMP_NUM_THREADS=1 for each of the ", o_.nproc_per_node,
                            " workers to avoid overloading the machine; set it yourself to tune"));

@@ -10,6 +10,7 @@
 #include "common/strings.h"
 #include "dtrain/errors.h"
 #include "launch/agent/worker_env.h"
+#include "launch/launch_options.h"
 
 namespace dtrain::detail {
 namespace {
@@ -99,12 +100,17 @@ RoundPlan plan_round(const LaunchOptions& o, const std::string& program,
     who.group_world_size = info.num_nodes;
     who.restart_count = restarts;
     who.max_restarts = o.max_restarts;
+    who.role = o.role;
     WorkerSpec spec;
     spec.rank = who.rank;
     spec.local_rank = local_rank;
     spec.process.path = program;
     spec.process.argv = o.command;
     spec.process.env = worker_environment(base, who, job);
+    // torchrun --redirects: those streams go to the log files only.
+    const int redirected = std_streams_for(o.redirects, local_rank, "--redirects");
+    spec.relay_stdout = (redirected & kStdOut) == 0;
+    spec.relay_stderr = (redirected & kStdErr) == 0;
     if (o.ps_servers > 0) {
       const int ps_worker_id = worker_per_node ? info.node_rank : who.rank;
       spec.process.env = ps_environment(spec.process.env, ps, "worker", ps_worker_id);

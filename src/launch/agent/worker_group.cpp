@@ -143,8 +143,10 @@ void WorkerGroup::start_process(Worker& w) {
                : attach(stream, child_end, prefix, dest, log, options_.tag_output, terminal_);
   };
   Fd child_out, child_err;  // the child's ends, closed here once it has started
-  spec.process.stdout_fd = wire(w.out, child_out, options_.stdout_fd, spec.stdout_log);
-  spec.process.stderr_fd = wire(w.err, child_err, options_.stderr_fd, spec.stderr_log);
+  spec.process.stdout_fd =
+      wire(w.out, child_out, spec.relay_stdout ? options_.stdout_fd : -1, spec.stdout_log);
+  spec.process.stderr_fd =
+      wire(w.err, child_err, spec.relay_stderr ? options_.stderr_fd : -1, spec.stderr_log);
   w.process = control_.start(spec.process);
   w.exit.pid = w.process->pid();
 }

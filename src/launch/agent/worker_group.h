@@ -31,6 +31,10 @@ struct WorkerSpec {
   /// Files that also get the worker's output; empty: none.
   std::string stdout_log;
   std::string stderr_log;
+  /// Relay the stream to the group's stdout_fd / stderr_fd. False (torchrun
+  /// --redirects): it goes to its log file only.
+  bool relay_stdout = true;
+  bool relay_stderr = true;
   /// How many times the group restarts this process alone when it fails by
   /// itself, instead of stopping everyone (a parameter-server server with a
   /// snapshot directory: Note [Restarting a server] in worker_group.cpp).
