@@ -191,10 +191,6 @@ HttpResponse checked(HttpTransport& http, const HttpRequest& request, const std:
 
 }  // namespace
 
-std::shared_ptr<CredentialsProvider> static_credentials(Credentials credentials) {
-  return std::make_shared<StaticProvider>(std::move(credentials));
-}
-
 std::shared_ptr<CredentialsProvider> refreshing_credentials(std::function<Credentials()> fetch) {
   return std::make_shared<RefreshingProvider>(std::move(fetch));
 }
@@ -419,3 +415,11 @@ std::shared_ptr<CredentialsProvider> default_credentials(const AwsEnv& env, cons
 }
 
 }  // namespace dtrain::objstore
+
+namespace dtrain {
+
+std::shared_ptr<CredentialsProvider> static_credentials(Credentials credentials) {
+  return std::make_shared<objstore::StaticProvider>(std::move(credentials));
+}
+
+}  // namespace dtrain

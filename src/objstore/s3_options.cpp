@@ -66,8 +66,11 @@ S3Options s3_options_from_env(const EnvLookup& lookup) {
 
 namespace objstore {
 
-std::unique_ptr<S3Client> make_s3_client(S3Options options, std::shared_ptr<HttpTransport> http) {
+std::unique_ptr<S3Client> make_s3_client(
+    S3Options options, std::shared_ptr<HttpTransport> http,
+    std::function<std::chrono::system_clock::time_point()> clock) {
   auto impl = std::make_unique<S3Client::Impl>();
+  if (clock) impl->clock = std::move(clock);
   impl->options = std::move(options);
   impl->http = std::move(http);
   return std::make_unique<S3Client>(std::move(impl));

@@ -144,7 +144,8 @@ std::string mask_key(const std::string& key_id) {
                                bucket_region.empty() ? "<the bucket's region>" : bucket_region),
                            response.status, code, call.bucket, call.key, bucket_region);
   }
-  if (!xml && response.status != 404 && response.status != 403 && response.status != 412 &&
+  const bool s3_body = xml && xml->name == "Error";
+  if (!s3_body && response.status != 404 && response.status != 403 && response.status != 412 &&
       !response.body.empty()) {
     const std::string type = response.header("content-type");
     throw ObjectStoreError(
@@ -222,7 +223,7 @@ HttpResponse S3Client::Impl::execute(const S3Call& call, int* attempts_used) {
     if (attempts_used) *attempts_used = attempt;
     const Credentials credentials = options.credentials->credentials();
     const objstore::HttpRequest request =
-        objstore::sign_s3_request(options, call, credentials, std::chrono::system_clock::now());
+        objstore::sign_s3_request(options, call, credentials, clock());
     try {
       HttpResponse response = http->perform(request);
       if (response.status / 100 == 2) return response;

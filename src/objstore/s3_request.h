@@ -3,6 +3,7 @@
 // tests reach (a transport of their own, signing at a fixed time).
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -53,8 +54,11 @@ PutResult multipart_upload(S3Client::Impl& client, const std::string& bucket,
                            const std::string& key, std::string_view data,
                            const PutOptions& options);
 
-/// A client over `http` (tests: a faulty transport).
-std::unique_ptr<S3Client> make_s3_client(S3Options options, std::shared_ptr<HttpTransport> http);
+/// A client over `http` (tests: a faulty transport), signing at `clock()`
+/// (default: now).
+std::unique_ptr<S3Client> make_s3_client(
+    S3Options options, std::shared_ptr<HttpTransport> http,
+    std::function<std::chrono::system_clock::time_point()> clock = {});
 
 }  // namespace dtrain::objstore
 
@@ -63,6 +67,8 @@ namespace dtrain {
 struct S3Client::Impl {
   S3Options options;
   std::shared_ptr<objstore::HttpTransport> http;
+  /// The time requests are signed at (tests fix it).
+  std::function<std::chrono::system_clock::time_point()> clock = std::chrono::system_clock::now;
   /// Performs `call` with retries; returns a 2xx (or 206) response, throws
   /// the typed error otherwise. `attempts_used` (optional) says how many ran.
   objstore::HttpResponse execute(const objstore::S3Call& call, int* attempts_used = nullptr);
