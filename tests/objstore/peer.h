@@ -42,6 +42,7 @@ class ChildProcess {
       int null = open("/dev/null", O_RDWR);
       dup2(null, STDIN_FILENO);
       dup2(null, STDOUT_FILENO);
+      dup2(null, STDERR_FILENO);
       for (const auto& e : env) putenv(const_cast<char*>(e.c_str()));
       std::vector<char*> args;
       for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));

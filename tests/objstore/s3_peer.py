@@ -14,6 +14,7 @@ import datetime
 import hashlib
 import json
 import sys
+import urllib.parse
 from unittest import mock
 
 import boto3
@@ -67,8 +68,10 @@ def sign(cases):
                 pass
         headers = captured["headers"]
         signed = headers["authorization"].split("SignedHeaders=")[1].split(",")[0].split(";")
+        # The HTTP layer adds Host after signing, from the URL.
+        headers.setdefault("host", urllib.parse.urlsplit(captured["url"]).netloc)
         out.append({"url": captured["url"], "authorization": headers["authorization"],
-                    "signed": {name: headers.get(name, "") for name in signed}})
+                    "signed": {name: headers[name] for name in signed}})
     return out
 
 

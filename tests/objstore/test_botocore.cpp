@@ -17,16 +17,23 @@ namespace {
 
 using nlohmann::json;
 
+bool has_range(const HttpRequest& request) {
+  for (const auto& header : request.headers) {
+    if (header.first == "Range") return true;
+  }
+  return false;
+}
+
 // Records the last request and answers what the operation expects.
 class Capture : public HttpTransport {
  public:
   HttpResponse perform(const HttpRequest& request) override {
     last = request;
     body_copy = std::string(request.body);
-    HttpResponse r{200, {{"etag", "\"e\""}, {"content-length", "10"}}, ""};
+    HttpResponse r{200, {{"etag", "\"e\""}, {"content-length", "10"}}, std::string(10, 'x')};
     if (request.url.find("list-type=2") != std::string::npos) {
       r.body = "<ListBucketResult><IsTruncated>false</IsTruncated></ListBucketResult>";
-    } else if (request.method == "GET") {
+    } else if (request.method == "GET" && has_range(request)) {
       r.status = 206;
       r.headers["content-range"] = "bytes 5-14/100";
       r.body = std::string(10, 'x');

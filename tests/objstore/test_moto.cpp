@@ -6,6 +6,7 @@
 
 #include <random>
 
+#include "dtrain/object_store.h"
 #include "objstore/sigv4.h"
 #include "peer.h"
 

@@ -10,6 +10,7 @@
 #include <map>
 #include <thread>
 
+#include "dtrain/object_store.h"
 #include "peer.h"
 
 namespace dtrain {
