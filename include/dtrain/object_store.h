@@ -3,14 +3,22 @@
 // MinIO and Ceph RGW) over libcurl, with Signature V4 built by dtrain over
 // OpenSSL (docs/object_store.md). Torch-free: target dtrain_objstore.
 //
-//   auto options = dtrain::s3_options_from_env();   // AWS_* like the AWS SDKs
-//   dtrain::S3Client s3(options);
-//   for (const auto& object : s3.list_objects("bucket", "train/"))
-//     std::string bytes = s3.get_object("bucket", object.key);
-//
 // Errors: every failure is an ObjectStoreError (or a subclass) whose message
 // is one line naming the operation, s3://bucket/key, the HTTP status and the
 // fix; InvalidArgument for bad options, URIs and half-set credentials.
+//
+/// Example:
+/// ```
+/// size_t bytes_under(const std::string& location) {
+///   dtrain::S3Uri uri = dtrain::S3Uri::parse(location);  // "s3://bucket/train/"
+///   dtrain::S3Client s3(dtrain::s3_options_from_env());  // AWS_* as the AWS SDKs read them
+///   size_t total = 0;
+///   for (const auto& object : s3.list_objects(uri.bucket, uri.key)) {
+///     total += s3.get_object(uri.bucket, object.key).data.size();
+///   }
+///   return total;
+/// }
+/// ```
 
 #include <chrono>
 #include <cstdint>
