@@ -98,6 +98,10 @@ struct S3Uri {
   static S3Uri parse(std::string_view uri);
   /// True when `location` starts with "s3://" (a location to hand to parse()).
   static bool is_s3(std::string_view location);
+  /// Where a location is accepted: true for "s3://...", false for a local
+  /// path, and InvalidArgument (one line, as parse()) for any other
+  /// "scheme://", so "gs://b/x" is refused instead of becoming a folder.
+  static bool is_s3_location(std::string_view location);
   std::string str() const;
 };
 

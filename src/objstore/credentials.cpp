@@ -94,6 +94,9 @@ class RefreshingProvider : public CredentialsProvider {
       if (!lock.owns_lock()) lock.lock();
       fetching_ = false;
       cv_.notify_all();
+      // An early refresh that failed: the cached credentials still work
+      // until they expire (the next call tries again).
+      if (cached_ && cached_->expiration && Clock::now() < *cached_->expiration) return *cached_;
       throw;
     }
   }

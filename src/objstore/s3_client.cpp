@@ -77,11 +77,12 @@ ListPage S3Client::list_objects_page(const std::string& bucket, const std::strin
   HttpResponse response = impl_->execute(call);
   call.key = prefix;  // errors name the prefix listed
   XmlElement xml = parse_or_throw(impl_->options, call, response, "ListBucketResult");
-  // encoding-type=url: keys come percent-encoded (XML 1.0 cannot carry
-  // every byte a key may hold); decode them back.
+  // encoding-type=url: keys come form-encoded (XML 1.0 cannot carry every
+  // byte a key may hold; AWS writes a space as '+', a '+' as %2B); decode
+  // them back as botocore does (unquote_plus).
   const bool encoded = xml.child_text("EncodingType") == "url";
   auto decode = [encoded](const std::string& text) {
-    return encoded ? objstore::uri_decode(text) : text;
+    return encoded ? objstore::uri_decode(text, true) : text;
   };
   ListPage page;
   for (const XmlElement* contents : xml.all("Contents")) {

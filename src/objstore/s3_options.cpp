@@ -7,6 +7,12 @@ namespace dtrain {
 
 bool S3Uri::is_s3(std::string_view location) { return location.rfind("s3://", 0) == 0; }
 
+bool S3Uri::is_s3_location(std::string_view location) {
+  if (is_s3(location)) return true;
+  if (location.find("://") != std::string_view::npos) parse(location);  // throws: another scheme
+  return false;
+}
+
 S3Uri S3Uri::parse(std::string_view uri) {
   const auto sep = uri.find("://");
   if (sep == std::string_view::npos || uri.substr(0, sep) != "s3") {

@@ -128,7 +128,7 @@ std::string uri_encode(std::string_view text, bool keep_slash) {
   return out;
 }
 
-std::string uri_decode(std::string_view text) {
+std::string uri_decode(std::string_view text, bool plus_is_space) {
   auto value = [](char c) -> int {
     if (c >= '0' && c <= '9') return c - '0';
     if (c >= 'a' && c <= 'f') return c - 'a' + 10;
@@ -143,7 +143,7 @@ std::string uri_decode(std::string_view text) {
       out += static_cast<char>(value(text[i + 1]) * 16 + value(text[i + 2]));
       i += 2;
     } else {
-      out += text[i];
+      out += plus_is_space && text[i] == '+' ? ' ' : text[i];
     }
   }
   return out;

@@ -29,9 +29,10 @@ std::string md5_base64(std::string_view data);
 /// (A-Z a-z 0-9 - _ . ~) stay, every other byte becomes %XX (upper-case hex);
 /// `/` stays when keep_slash (object keys in a path).
 std::string uri_encode(std::string_view text, bool keep_slash);
-/// Decodes %XX (and nothing else; '+' stays '+'). Malformed escapes stay as
-/// they are.
-std::string uri_decode(std::string_view text);
+/// Decodes %XX; with plus_is_space also '+' as ' ' (S3's encoding-type=url
+/// listings are form-encoded: botocore decodes them with unquote_plus).
+/// Malformed escapes stay as they are.
+std::string uri_decode(std::string_view text, bool plus_is_space = false);
 
 /// "YYYYMMDDTHHMMSSZ" of `time` in UTC.
 std::string amz_date(std::chrono::system_clock::time_point time);

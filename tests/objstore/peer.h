@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <fstream>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
@@ -85,6 +86,13 @@ inline bool wait_for_port(int port, int seconds) {
   return false;
 }
 
+/// Single-quotes `text` for /bin/sh.
+inline std::string sh_quote(const std::string& text) {
+  std::string out = "'";
+  for (char c : text) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
 /// Runs s3_peer.py with `args` (shell-quoted by the caller) and `input` as
 /// JSON on stdin; returns its JSON answer, or throws with its output.
 inline nlohmann::json run_peer(const std::string& venv, const std::string& args,
@@ -104,11 +112,43 @@ inline nlohmann::json run_peer(const std::string& venv, const std::string& args,
   return nlohmann::json::parse(r.output);
 }
 
-/// Single-quotes `text` for /bin/sh.
-inline std::string sh_quote(const std::string& text) {
-  std::string out = "'";
-  for (char c : text) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
+/// moto's S3/IAM server on a free loopback port, checking SigV4 against the
+/// IAM user `s3_peer.py setup` makes (INITIAL_NO_AUTH_ACTION_COUNT=3: only
+/// setup's three IAM calls pass unsigned). `failure` says why it is not up.
+struct MotoServer {
+  std::string venv, endpoint, key, secret, failure;
+  int port = 0;
+  std::unique_ptr<ChildProcess> process;
+
+  explicit MotoServer(std::string venv_path) : venv(std::move(venv_path)) {
+    port = free_port();
+    endpoint = "http://127.0.0.1:" + std::to_string(port);
+    process = std::make_unique<ChildProcess>(
+        std::vector<std::string>{venv + "/bin/moto_server", "-H", "127.0.0.1", "-p",
+                                 std::to_string(port)},
+        std::vector<std::string>{"INITIAL_NO_AUTH_ACTION_COUNT=3"});
+    if (!wait_for_port(port, 60)) {
+      failure = "moto_server did not listen on " + endpoint + " within 60 s";
+      return;
+    }
+    try {
+      nlohmann::json made = run_peer(venv, "setup " + endpoint);
+      key = made["key"];
+      secret = made["secret"];
+    } catch (const std::exception& e) {
+      failure = e.what();
+    }
+  }
+
+  /// s3_peer.py COMMAND ENDPOINT KEY SECRET BUCKET [REST...] (each of
+  /// `rest` quoted) with `input` on stdin.
+  nlohmann::json peer(const std::string& command, const std::string& bucket,
+                      const std::vector<std::string>& rest = {},
+                      const nlohmann::json& input = nullptr) const {
+    std::string args = command + " " + endpoint + " " + key + " " + sh_quote(secret) + " " + bucket;
+    for (const auto& r : rest) args += " " + sh_quote(r);
+    return run_peer(venv, args, input);
+  }
+};
 
 }  // namespace dtrain::testing

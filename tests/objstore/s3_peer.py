@@ -7,6 +7,7 @@ scripts/s3-test-env.sh makes.
   s3_peer.py setup ENDPOINT           IAM user + key with s3:* on moto -> {"key","secret"}
   s3_peer.py put ENDPOINT KEY SECRET BUCKET      {"object key": "body as hex"} on stdin
   s3_peer.py get ENDPOINT KEY SECRET BUCKET OBJ  -> {"size","sha256","etag"}
+  s3_peer.py download ENDPOINT KEY SECRET BUCKET OBJ PATH
   s3_peer.py list ENDPOINT KEY SECRET BUCKET PREFIX -> [keys]
   s3_peer.py uploads ENDPOINT KEY SECRET BUCKET  -> number of unfinished multipart uploads
 """
@@ -109,6 +110,9 @@ def main(argv):
             body = answer["Body"].read()
             result = {"size": len(body), "sha256": hashlib.sha256(body).hexdigest(),
                       "etag": answer["ETag"]}
+        elif cmd == "download":
+            s3.download_file(bucket, argv[6], argv[7])
+            result = "ok"
         elif cmd == "list":
             keys = []
             for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=argv[6]):

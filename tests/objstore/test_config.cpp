@@ -206,6 +206,11 @@ TEST(S3Uri, LocationsParseAndBadOnesSayWhatIsWrong) {
   EXPECT_EQ(S3Uri::parse("s3://bucket").key, "");
   EXPECT_TRUE(S3Uri::is_s3("s3://x"));
   EXPECT_FALSE(S3Uri::is_s3("/data/s3://x"));
+  EXPECT_TRUE(S3Uri::is_s3_location("s3://b/p"));
+  EXPECT_FALSE(S3Uri::is_s3_location("/data/run"));
+  EXPECT_EQ(message_of([] { S3Uri::is_s3_location("gs://b/p"); }),
+            "'gs://b/p' is not an s3:// location (unknown scheme 'gs'); fix: write "
+            "s3://<bucket>/<prefix>, or a local path");
   EXPECT_EQ(message_of([] { S3Uri::parse("s3://"); }),
             "'s3://' names no bucket; fix: write s3://<bucket>/<prefix>");
   EXPECT_EQ(message_of([] { S3Uri::parse("s3:///prefix"); }),

@@ -220,7 +220,7 @@ TEST(S3Faults, ListingsFollowContinuationTokensAndDecodeUrlEncodedKeys) {
   f.http->then_status(
       200,
       "<ListBucketResult><EncodingType>url</EncodingType><IsTruncated>true</IsTruncated>"
-      "<NextContinuationToken>t/1=</NextContinuationToken><Contents><Key>a%20b</Key>"
+      "<NextContinuationToken>t/1=</NextContinuationToken><Contents><Key>a+b</Key>"
       "<Size>3</Size><ETag>\"e\"</ETag></Contents></ListBucketResult>");
   f.http->then_status(
       200,

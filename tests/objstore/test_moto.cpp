@@ -14,46 +14,25 @@ namespace dtrain {
 namespace {
 
 using nlohmann::json;
-using testing::run_peer;
-using testing::sh_quote;
 
 class MotoS3 : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    venv_ = testing::s3_test_venv();
-    if (venv_.empty()) return;
-    port_ = testing::free_port();
-    endpoint_ = "http://127.0.0.1:" + std::to_string(port_);
-    // The three IAM calls of `s3_peer.py setup` pass unsigned; everything
-    // after them must be signed with a key moto's IAM knows.
-    server_ = std::make_unique<testing::ChildProcess>(
-        std::vector<std::string>{venv_ + "/bin/moto_server", "-H", "127.0.0.1", "-p",
-                                 std::to_string(port_)},
-        std::vector<std::string>{"INITIAL_NO_AUTH_ACTION_COUNT=3"});
-    if (!testing::wait_for_port(port_, 60)) {
-      failure_ = "moto_server did not listen on " + endpoint_ + " within 60 s";
-      return;
-    }
-    try {
-      json key = run_peer(venv_, "setup " + endpoint_);
-      key_ = key["key"];
-      secret_ = key["secret"];
-    } catch (const std::exception& e) {
-      failure_ = e.what();
-    }
+    const std::string venv = testing::s3_test_venv();
+    if (!venv.empty()) moto_ = std::make_unique<testing::MotoServer>(venv);
   }
-  static void TearDownTestSuite() { server_.reset(); }
+  static void TearDownTestSuite() { moto_.reset(); }
 
   void SetUp() override {
-    if (venv_.empty()) GTEST_SKIP() << testing::kNoVenv;
-    ASSERT_TRUE(failure_.empty()) << failure_;
+    if (!moto_) GTEST_SKIP() << testing::kNoVenv;
+    ASSERT_TRUE(moto_->failure.empty()) << moto_->failure;
   }
 
   S3Options options(const std::string& secret = "") const {
     S3Options o;
-    o.endpoint = endpoint_;
-    o.credentials = static_credentials(
-        {key_, secret.empty() ? secret_ : secret, "", std::nullopt, "the test's IAM user"});
+    o.endpoint = moto_->endpoint;
+    o.credentials = static_credentials({moto_->key, secret.empty() ? moto_->secret : secret, "",
+                                        std::nullopt, "the test's IAM user"});
     o.max_attempts = 2;
     o.base_backoff = std::chrono::milliseconds(10);
     o.multipart_threshold = 8 << 20;
@@ -63,10 +42,9 @@ class MotoS3 : public ::testing::Test {
 
   json peer(const std::string& command, const std::string& bucket, const std::string& rest = "",
             const json& input = nullptr) const {
-    return run_peer(venv_,
-                    command + " " + endpoint_ + " " + key_ + " " + sh_quote(secret_) + " " +
-                        bucket + (rest.empty() ? "" : " " + sh_quote(rest)),
-                    input);
+    return moto_->peer(command, bucket,
+                       rest.empty() ? std::vector<std::string>{} : std::vector<std::string>{rest},
+                       input);
   }
 
   static std::string body_of(const std::string& key, size_t size) {
@@ -77,9 +55,7 @@ class MotoS3 : public ::testing::Test {
   }
   static std::string to_hex(const std::string& bytes) { return objstore::hex(bytes); }
 
-  static inline std::string venv_, endpoint_, key_, secret_, failure_;
-  static inline int port_ = 0;
-  static inline std::unique_ptr<testing::ChildProcess> server_;
+  static inline std::unique_ptr<testing::MotoServer> moto_;
 };
 
 const std::vector<std::string> kTrickyKeys = {

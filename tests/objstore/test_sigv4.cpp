@@ -86,6 +86,7 @@ TEST(SigV4, UriEncodingKeepsOnlyUnreservedCharactersAndSlashesInKeys) {
   EXPECT_EQ(uri_encode("a/b", false), "a%2Fb");
   EXPECT_EQ(uri_encode("\xc3\xa9", true), "%C3%A9");
   EXPECT_EQ(uri_decode("a%20b%2Fc%C3%A9+"), "a b/c\xc3\xa9+");
+  EXPECT_EQ(uri_decode("a+b%2Bc", true), "a b+c");
 }
 
 TEST(SigV4, CanonicalQuerySortsByEncodedKeyThenValueAndEncodesEmptyValues) {
