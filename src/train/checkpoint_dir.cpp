@@ -362,8 +362,17 @@ std::string save_checkpoint(const std::string& dir, const Checkpoint& checkpoint
 }
 
 std::string verify_checkpoint_file(const std::string& path) {
-  if (S3Uri::is_s3_location(path))
-    return "";  // S3 stores objects whole (Note [Checkpoints in object storage])
+  if (S3Uri::is_s3_location(path)) {
+    // S3 stores objects whole (Note [Checkpoints in object storage]): one
+    // that exists is complete.
+    try {
+      const S3Uri uri = S3Uri::parse(path);
+      S3Client(s3_options_from_env()).head_object(uri.bucket, uri.key);
+      return "";
+    } catch (const ObjectStoreError& e) {
+      return e.what();
+    }
+  }
   std::vector<char> bytes;
   const std::string err = read_all(path, bytes);
   if (!err.empty()) return cat("cannot read: ", err);

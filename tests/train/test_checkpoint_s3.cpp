@@ -68,6 +68,10 @@ TEST_F(S3Checkpoints, SavesKeepTheNewestAndResumeLoadsTheNewestWhatTorchLoadAlso
   EXPECT_EQ(found->path, "s3://ckpt/run-a/checkpoint-00000040.pt");
   EXPECT_EQ(found->checkpoint.step, 40);
   EXPECT_EQ(found->checkpoint.world_size, 2);
+  EXPECT_EQ(verify_checkpoint_file(found->path), "");
+  EXPECT_NE(verify_checkpoint_file("s3://ckpt/run-a/checkpoint-00000010.pt").find("HTTP 404"),
+            std::string::npos)
+      << "pruned";
 
   // The object boto3 reads is what torch.load opens.
   char tmpl[] = "/tmp/dtrain-s3-ckpt-XXXXXX";
