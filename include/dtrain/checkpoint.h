@@ -11,6 +11,12 @@
 // without a checksum file never finished and is ignored. "Newest" is the
 // highest step in the name, not the file time.
 //
+// A directory may also be s3://bucket/prefix (dtrain/object_store.h): each
+// checkpoint is one object <prefix>/checkpoint-<step>.pt, uploaded with
+// Content-MD5 and If-None-Match: * (an existing object is never replaced;
+// S3 shows an object whole or not at all, so there is no checksum object).
+// The functions below take either kind; S3 failures are ObjectStoreErrors.
+//
 // The .pt file holds one dict (torch.load(path) returns it):
 //   "format":           "dtrain-checkpoint-1"
 //   "model":            {name: tensor}  parameters and buffers, as

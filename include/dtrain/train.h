@@ -180,7 +180,9 @@ struct TrainOptions {
   /// Checkpoint directory (dtrain/checkpoint.h); empty: no checkpoints and
   /// no resume. When set, training starts from the newest valid checkpoint
   /// in it, and rank 0 writes one at the configured cadence and after the
-  /// last epoch. Rank 0 alone reads and writes it (see train()).
+  /// last epoch. Rank 0 alone reads and writes it (see train()). May be
+  /// s3://bucket/prefix (one object per checkpoint, credentials and endpoint
+  /// from AWS_* as the AWS SDKs read them; dtrain/object_store.h).
   std::string checkpoint_dir;
   /// Write a checkpoint after every this many optimizer steps (0: not by
   /// steps). One that falls on an epoch's last step is written after that

@@ -14,6 +14,19 @@
 // file, plus its size) lives beside the .pt rather than inside it so that the
 // .pt stays exactly what torch.load expects. CRC-32 catches truncation and
 // flipped bytes (accidental damage), not tampering.
+//
+// Note [Checkpoints in object storage]
+// With dir = s3://bucket/prefix a checkpoint is one object,
+// <prefix>/checkpoint-<step>.pt, and there is no checksum object: S3 makes
+// a PUT (and a multipart upload's Complete) visible whole or not at all, so
+// a reader never sees half of one, and every upload carries Content-MD5
+// (per part for multipart), so S3 refuses bytes damaged in transit. Writes
+// use If-None-Match: * and never replace an object: one already at the key
+// (another writer's, or an abandoned run's) fails the save by name, unless
+// it holds exactly these bytes (same ETag). Resume lists the prefix's direct
+// children (ListObjectsV2, delimiter '/') and reads the newest that decodes.
+// Pruning deletes, by step, as on disk. Credentials, region and endpoint come
+// from the environment (s3_options_from_env, dtrain/object_store.h).
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -31,6 +44,8 @@
 #include "common/strings.h"
 #include "dtrain/checkpoint.h"
 #include "dtrain/errors.h"
+#include "dtrain/object_store.h"
+#include "objstore/sigv4.h"
 
 namespace dtrain {
 namespace {
@@ -209,6 +224,90 @@ void prune(const std::string& dir, const std::string& just_written, int keep_las
   }
 }
 
+// ---- s3://bucket/prefix (Note [Checkpoints in object storage]) ----------------
+
+struct S3Dir {
+  S3Uri uri;
+  std::string prefix;  // "" or ending in '/'
+  S3Client client;
+  explicit S3Dir(const std::string& dir)
+      : uri(S3Uri::parse(dir)), prefix(uri.key), client(s3_options_from_env()) {
+    if (!prefix.empty() && prefix.back() != '/') prefix += '/';
+  }
+  std::string url(const std::string& key) const { return cat("s3://", uri.bucket, "/", key); }
+};
+
+// Checkpoint objects directly under the prefix, newest first, as (step, key).
+std::vector<std::pair<int64_t, std::string>> s3_list(S3Dir& d) {
+  std::vector<std::pair<int64_t, std::string>> found;
+  std::string token;
+  do {
+    ListPage page = d.client.list_objects_page(d.uri.bucket, d.prefix, token, 1000, "/");
+    for (const auto& object : page.objects) {
+      const int64_t step = step_of(object.key.substr(d.prefix.size()));
+      if (step >= 0) found.emplace_back(step, object.key);
+    }
+    token = page.next_continuation_token;
+  } while (!token.empty());
+  std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return a > b; });
+  return found;
+}
+
+std::string s3_save(const std::string& dir, const std::vector<char>& bytes, int64_t step,
+                    int keep_last) {
+  S3Dir d(dir);
+  const std::string key =
+      d.prefix + std::filesystem::path(checkpoint_path("", step)).filename().string();
+  const std::string url = d.url(key);
+  const std::string_view data(bytes.data(), bytes.size());
+  PutOptions once;
+  once.if_none_match = true;
+  try {
+    d.client.put_object(d.uri.bucket, key, data, once);
+  } catch (const PreconditionFailedError&) {
+    const ObjectInfo there = d.client.head_object(d.uri.bucket, key);
+    if (there.etag != "\"" + objstore::hex(objstore::md5(data)) + "\"") {
+      throw Error(cat("checkpoint: ", url, " already exists and is never replaced (If-None-Match)",
+                      "; fix: remove it (aws s3 rm ", url, ") or use another --checkpoint-dir"));
+    }
+  }
+  // Prune as on disk (prune() above): keep the newest keep_last at or below
+  // this step. Best effort: the save has succeeded.
+  try {
+    int kept = 0;
+    for (const auto& [other_step, other_key] : s3_list(d)) {
+      if (other_step <= step && kept < keep_last) {
+        ++kept;
+        continue;
+      }
+      d.client.delete_object(d.uri.bucket, other_key);
+    }
+  } catch (const ObjectStoreError&) {
+  }
+  return url;
+}
+
+std::optional<LoadedCheckpoint> s3_load_latest(const std::string& dir,
+                                               std::vector<std::string>* skipped) {
+  S3Dir d(dir);
+  for (const auto& [step, key] : s3_list(d)) {
+    const std::string url = d.url(key);
+    std::string why;
+    try {
+      GetResult got = d.client.get_object(d.uri.bucket, key);
+      const std::vector<char> bytes(got.data.begin(), got.data.end());
+      return LoadedCheckpoint{url, decode_checkpoint(bytes, url)};
+    } catch (const ObjectNotFoundError&) {
+      why = "removed while it was being read";
+    } catch (const DataError& e) {
+      const std::string msg = e.what();
+      why = msg.rfind(url + ": ", 0) == 0 ? msg.substr(url.size() + 2) : msg;
+    }
+    if (skipped) skipped->push_back(cat(url, ": ", why));
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 std::string checkpoint_path(const std::string& dir, int64_t step) {
@@ -218,6 +317,12 @@ std::string checkpoint_path(const std::string& dir, int64_t step) {
 }
 
 std::vector<std::string> list_checkpoints(const std::string& dir) {
+  if (S3Uri::is_s3_location(dir)) {
+    S3Dir d(dir);
+    std::vector<std::string> out;
+    for (const auto& [step, key] : s3_list(d)) out.push_back(d.url(key));
+    return out;
+  }
   std::error_code ec;
   if (!std::filesystem::is_directory(dir, ec)) return {};
   std::vector<std::pair<int64_t, std::string>> found;
@@ -237,6 +342,10 @@ std::string save_checkpoint(const std::string& dir, const Checkpoint& checkpoint
   if (checkpoint.step < 0) {
     throw InvalidArgument(cat("checkpoint step must be >= 0, got ", checkpoint.step));
   }
+  if (S3Uri::is_s3_location(dir)) {
+    S3Uri::parse(dir);  // a bad location fails before the encoding
+    return s3_save(dir, encode_checkpoint(checkpoint), checkpoint.step, keep_last);
+  }
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) throw Error(cat("checkpoint: cannot create directory '", dir, "': ", ec.message()));
@@ -253,6 +362,17 @@ std::string save_checkpoint(const std::string& dir, const Checkpoint& checkpoint
 }
 
 std::string verify_checkpoint_file(const std::string& path) {
+  if (S3Uri::is_s3_location(path)) {
+    // S3 stores objects whole (Note [Checkpoints in object storage]): one
+    // that exists is complete.
+    try {
+      const S3Uri uri = S3Uri::parse(path);
+      S3Client(s3_options_from_env()).head_object(uri.bucket, uri.key);
+      return "";
+    } catch (const ObjectStoreError& e) {
+      return e.what();
+    }
+  }
   std::vector<char> bytes;
   const std::string err = read_all(path, bytes);
   if (!err.empty()) return cat("cannot read: ", err);
@@ -261,6 +381,7 @@ std::string verify_checkpoint_file(const std::string& path) {
 
 std::optional<LoadedCheckpoint> load_latest_checkpoint(const std::string& dir,
                                                        std::vector<std::string>* skipped) {
+  if (S3Uri::is_s3_location(dir)) return s3_load_latest(dir, skipped);
   for (const std::string& path : list_checkpoints(dir)) {
     std::vector<char> bytes;
     std::string why = read_all(path, bytes);

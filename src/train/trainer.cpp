@@ -13,6 +13,7 @@
 
 #include "common/strings.h"
 #include "dtrain/errors.h"
+#include "dtrain/object_store.h"
 #include "train/steps.h"
 
 namespace dtrain::detail {
@@ -63,7 +64,10 @@ void print_stats(std::ostream& log, const DdpStats& s) {
 // sizes.
 std::optional<LoadedCheckpoint> find_checkpoint(const TrainOptions& o, std::ostream* log) {
   std::error_code ec;
-  std::filesystem::create_directories(o.checkpoint_dir, ec);
+  // An s3:// location is not a local directory (checkpoint_dir.cpp's Note
+  // [Checkpoints in object storage]); a bad one is named by the listing.
+  if (!S3Uri::is_s3_location(o.checkpoint_dir))
+    std::filesystem::create_directories(o.checkpoint_dir, ec);
   if (ec) {
     throw InvalidArgument(
         cat("cannot create TrainOptions::checkpoint_dir '", o.checkpoint_dir, "': ", ec.message()));

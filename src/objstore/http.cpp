@@ -1,0 +1,179 @@
+#include "objstore/http.h"
+
+#include <curl/curl.h>
+
+#include <algorithm>
+#include <mutex>
+#include <vector>
+
+#include "common/strings.h"
+
+namespace dtrain::objstore {
+
+std::string HttpResponse::header(const std::string& name) const {
+  auto it = headers.find(name);
+  return it == headers.end() ? std::string() : it->second;
+}
+
+namespace {
+
+// Note [One curl_global_init]
+// curl_global_init is not thread-safe in 7.88 and must run before the first
+// easy handle; a function-local static runs it once, whichever thread comes
+// first. It is never undone (curl_global_cleanup at exit would race with
+// other static destructors still holding handles).
+void init_curl_once() {
+  static const CURLcode code = curl_global_init(CURL_GLOBAL_DEFAULT);
+  if (code != CURLE_OK) throw Error(cat("curl_global_init failed: ", curl_easy_strerror(code)));
+}
+
+size_t write_body(char* data, size_t size, size_t count, void* user) {
+  static_cast<std::string*>(user)->append(data, size * count);
+  return size * count;
+}
+
+size_t write_header(char* data, size_t size, size_t count, void* user) {
+  auto* response = static_cast<HttpResponse*>(user);
+  std::string_view line(data, size * count);
+  if (line.rfind("HTTP/", 0) == 0) {
+    response->headers.clear();  // a new response (after 100 Continue or a redirect)
+    return size * count;
+  }
+  auto colon = line.find(':');
+  if (colon != std::string_view::npos) {
+    std::string name(line.substr(0, colon));
+    std::transform(name.begin(), name.end(), name.begin(),
+                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    std::string_view value = line.substr(colon + 1);
+    while (!value.empty() && (value.front() == ' ' || value.front() == '\t'))
+      value.remove_prefix(1);
+    while (!value.empty() && (value.back() == '\r' || value.back() == '\n' || value.back() == ' '))
+      value.remove_suffix(1);
+    response->headers[name] = std::string(value);
+  }
+  return size * count;
+}
+
+struct SlistDeleter {
+  void operator()(curl_slist* list) const { curl_slist_free_all(list); }
+};
+
+class CurlTransport : public HttpTransport {
+ public:
+  CurlTransport() { init_curl_once(); }
+  ~CurlTransport() override {
+    for (CURL* handle : idle_) curl_easy_cleanup(handle);
+  }
+
+  HttpResponse perform(const HttpRequest& request) override {
+    CURL* handle = acquire();
+    try {
+      HttpResponse response = perform_with(handle, request);
+      release(handle);
+      return response;
+    } catch (...) {
+      curl_easy_cleanup(handle);  // its connection may be half used: do not pool it
+      throw;
+    }
+  }
+
+ private:
+  // Bounded pool: handles keep their connections (and TLS sessions) alive
+  // between requests.
+  static constexpr size_t kMaxIdle = 64;
+
+  CURL* acquire() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (!idle_.empty()) {
+        CURL* handle = idle_.back();
+        idle_.pop_back();
+        return handle;
+      }
+    }
+    CURL* handle = curl_easy_init();
+    if (!handle) throw TransportError("curl_easy_init failed", false);
+    return handle;
+  }
+
+  void release(CURL* handle) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (idle_.size() < kMaxIdle) {
+      idle_.push_back(handle);
+    } else {
+      curl_easy_cleanup(handle);
+    }
+  }
+
+  static HttpResponse perform_with(CURL* handle, const HttpRequest& request) {
+    curl_easy_reset(handle);  // keeps the connection cache
+    HttpResponse response;
+    std::unique_ptr<curl_slist, SlistDeleter> headers;
+    auto append = [&headers](const std::string& line) {
+      curl_slist* head = curl_slist_append(headers.get(), line.c_str());
+      if (!head) throw TransportError("curl_slist_append: out of memory", false);
+      headers.release();  // `head` is the same list, one item longer
+      headers.reset(head);
+    };
+    bool has_content_type = false;
+    for (const auto& [name, value] : request.headers) {
+      append(name + ": " + value);
+      std::string lower = name;
+      std::transform(lower.begin(), lower.end(), lower.begin(),
+                     [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+      has_content_type |= lower == "content-type";
+    }
+    const bool sends_body = request.method == "PUT" || request.method == "POST";
+    // No "Expect: 100-continue" round trip; no form content type made up by curl.
+    append("Expect:");
+    if (sends_body && !has_content_type) append("Content-Type:");
+
+    curl_easy_setopt(handle, CURLOPT_URL, request.url.c_str());
+    curl_easy_setopt(handle, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(handle, CURLOPT_HTTPHEADER, headers.get());
+    curl_easy_setopt(handle, CURLOPT_TIMEOUT_MS, static_cast<long>(request.timeout.count()));
+    curl_easy_setopt(handle, CURLOPT_CONNECTTIMEOUT_MS,
+                     static_cast<long>(request.connect_timeout.count()));
+    curl_easy_setopt(handle, CURLOPT_FOLLOWLOCATION, 0L);
+    curl_easy_setopt(handle, CURLOPT_WRITEFUNCTION, write_body);
+    curl_easy_setopt(handle, CURLOPT_WRITEDATA, &response.body);
+    curl_easy_setopt(handle, CURLOPT_HEADERFUNCTION, write_header);
+    curl_easy_setopt(handle, CURLOPT_HEADERDATA, &response);
+    curl_easy_setopt(handle, CURLOPT_PROTOCOLS_STR, "http,https");
+    if (!request.ca_bundle.empty())
+      curl_easy_setopt(handle, CURLOPT_CAINFO, request.ca_bundle.c_str());
+    if (request.method == "HEAD") {
+      curl_easy_setopt(handle, CURLOPT_NOBODY, 1L);
+    } else if (sends_body) {
+      curl_easy_setopt(handle, CURLOPT_POSTFIELDSIZE_LARGE,
+                       static_cast<curl_off_t>(request.body.size()));
+      curl_easy_setopt(handle, CURLOPT_POSTFIELDS, request.body.empty() ? "" : request.body.data());
+      curl_easy_setopt(handle, CURLOPT_CUSTOMREQUEST, request.method.c_str());
+    } else if (request.method != "GET") {
+      curl_easy_setopt(handle, CURLOPT_CUSTOMREQUEST, request.method.c_str());
+    }
+    char error[CURL_ERROR_SIZE] = {0};
+    curl_easy_setopt(handle, CURLOPT_ERRORBUFFER, error);
+    CURLcode code = curl_easy_perform(handle);
+    curl_easy_setopt(handle, CURLOPT_ERRORBUFFER, nullptr);
+    curl_easy_setopt(handle, CURLOPT_HTTPHEADER, nullptr);
+    if (code != CURLE_OK) {
+      throw TransportError(
+          cat(request.method, " ", request.url, ": ", error[0] ? error : curl_easy_strerror(code)),
+          code == CURLE_OPERATION_TIMEDOUT);
+    }
+    long status = 0;
+    curl_easy_getinfo(handle, CURLINFO_RESPONSE_CODE, &status);
+    response.status = static_cast<int>(status);
+    return response;
+  }
+
+  std::mutex mutex_;
+  std::vector<CURL*> idle_;
+};
+
+}  // namespace
+
+std::shared_ptr<HttpTransport> curl_transport() { return std::make_shared<CurlTransport>(); }
+
+}  // namespace dtrain::objstore
