@@ -158,6 +158,22 @@ TrainBenchResult run_train_bench(const TrainBenchOptions& options, const Process
 /// "gpu_mem_gib" (null on the CPU)}: also a `dtrain bench scaling --from` input.
 std::string to_json(const TrainBenchResult& r);
 
+/// Element types of `dtrain bench collective` (nccl-tests' -d).
+enum class CollectiveDtype { kFloat, kDouble, kInt32, kInt64 };
+/// "float", "double", "int32", "int64".
+std::string to_string(CollectiveDtype dtype);
+/// The type to_string() spells `name` as; throws InvalidArgument naming the
+/// value and listing the valid ones otherwise.
+CollectiveDtype parse_collective_dtype(const std::string& name);
+
+/// Reductions of `dtrain bench collective` (nccl-tests' -o).
+enum class CollectiveReduceOp { kSum, kProd, kMin, kMax };
+/// "sum", "prod", "min", "max".
+std::string to_string(CollectiveReduceOp op);
+/// The reduction to_string() spells `name` as; throws InvalidArgument naming
+/// the value and listing the valid ones otherwise.
+CollectiveReduceOp parse_collective_reduce_op(const std::string& name);
+
 struct CollectiveBenchOptions {
   /// allreduce, allgather, reduce_scatter, broadcast, reduce or alltoall.
   std::string op = "allreduce";
@@ -173,10 +189,10 @@ struct CollectiveBenchOptions {
   int warmup = 5;
   /// Check every element of the result after timing (-c); off: #wrong is -1.
   bool check = true;
-  /// Element type (-d): float, double, int32, int64.
-  std::string dtype = "float";
-  /// Reduction (-o) of allreduce, reduce_scatter and reduce: sum, prod, min, max.
-  std::string redop = "sum";
+  /// Element type (-d).
+  CollectiveDtype dtype = CollectiveDtype::kFloat;
+  /// Reduction (-o) of allreduce, reduce_scatter and reduce.
+  CollectiveReduceOp redop = CollectiveReduceOp::kSum;
   /// Root of broadcast and reduce (-r).
   int root = 0;
 };

@@ -222,6 +222,7 @@ void add_collective(CLI::App& bench, int* exit_code) {
   struct Flags {
     CollectiveBenchOptions o;
     std::string min_bytes = "8", max_bytes = "64M";
+    std::string dtype = "float", redop = "sum";  // parsed once, into o
     int check = 1;
     std::string backend = "auto";
   };
@@ -237,9 +238,8 @@ void add_collective(CLI::App& bench, int* exit_code) {
       ->capture_default_str();
   cmd->add_option("-w,--warmup_iters", f->o.warmup, "Warm-up iterations")->capture_default_str();
   cmd->add_option("-c,--check", f->check, "Check results (0/1)")->capture_default_str();
-  cmd->add_option("-d,--datatype", f->o.dtype, "float, double, int32, int64")
-      ->capture_default_str();
-  cmd->add_option("-o,--op", f->o.redop, "Reduction: sum, prod, min, max")->capture_default_str();
+  cmd->add_option("-d,--datatype", f->dtype, "float, double, int32, int64")->capture_default_str();
+  cmd->add_option("-o,--op", f->redop, "Reduction: sum, prod, min, max")->capture_default_str();
   cmd->add_option("-r,--root", f->o.root, "Root of broadcast and reduce")->capture_default_str();
   // nccl (auto on a GPU): buffers on cuda:<local rank>; gloo: on the CPU.
   add_backend_flag(cmd, f->backend);
@@ -247,6 +247,8 @@ void add_collective(CLI::App& bench, int* exit_code) {
     try {
       f->o.min_bytes = parse_byte_size(f->min_bytes);
       f->o.max_bytes = parse_byte_size(f->max_bytes);
+      f->o.dtype = parse_collective_dtype(f->dtype);
+      f->o.redop = parse_collective_reduce_op(f->redop);
     } catch (const InvalidArgument& e) {
       *exit_code = report_error("dtrain bench collective", e, 2);
       return;

@@ -55,39 +55,65 @@ bool chunked(const std::string& op) {
   return op == "allgather" || op == "reduce_scatter" || op == "alltoall";
 }
 
-at::ScalarType scalar_type(const std::string& dtype) {
-  if (dtype == "float") return at::kFloat;
-  if (dtype == "double") return at::kDouble;
-  if (dtype == "int32") return at::kInt;
-  if (dtype == "int64") return at::kLong;
-  throw InvalidArgument(
-      cat("bench collective: unknown type '", dtype, "'; use float, double, int32 or int64"));
+constexpr CollectiveDtype kDtypes[] = {CollectiveDtype::kFloat, CollectiveDtype::kDouble,
+                                       CollectiveDtype::kInt32, CollectiveDtype::kInt64};
+constexpr CollectiveReduceOp kReduceOps[] = {CollectiveReduceOp::kSum, CollectiveReduceOp::kProd,
+                                             CollectiveReduceOp::kMin, CollectiveReduceOp::kMax};
+
+at::ScalarType scalar_type(CollectiveDtype dtype) {
+  switch (dtype) {
+    case CollectiveDtype::kFloat:
+      return at::kFloat;
+    case CollectiveDtype::kDouble:
+      return at::kDouble;
+    case CollectiveDtype::kInt32:
+      return at::kInt;
+    case CollectiveDtype::kInt64:
+      return at::kLong;
+  }
+  return at::kFloat;
 }
 
-c10d::ReduceOp reduce_op(const std::string& redop) {
-  if (redop == "sum") return c10d::ReduceOp::SUM;
-  if (redop == "prod") return c10d::ReduceOp::PRODUCT;
-  if (redop == "min") return c10d::ReduceOp::MIN;
-  if (redop == "max") return c10d::ReduceOp::MAX;
-  throw InvalidArgument(
-      cat("bench collective: unknown reduction '", redop, "'; use sum, prod, min or max"));
+c10d::ReduceOp reduce_op(CollectiveReduceOp op) {
+  switch (op) {
+    case CollectiveReduceOp::kSum:
+      return c10d::ReduceOp::SUM;
+    case CollectiveReduceOp::kProd:
+      return c10d::ReduceOp::PRODUCT;
+    case CollectiveReduceOp::kMin:
+      return c10d::ReduceOp::MIN;
+    case CollectiveReduceOp::kMax:
+      return c10d::ReduceOp::MAX;
+  }
+  return c10d::ReduceOp::SUM;
+}
+
+// The element-wise reduction `op` of `t` along dimension 0.
+at::Tensor reduce_dim0(const at::Tensor& t, CollectiveReduceOp op) {
+  switch (op) {
+    case CollectiveReduceOp::kProd:
+      return t.prod(0);
+    case CollectiveReduceOp::kMin:
+      return std::get<0>(t.min(0));
+    case CollectiveReduceOp::kMax:
+      return std::get<0>(t.max(0));
+    case CollectiveReduceOp::kSum:
+      break;
+  }
+  return t.sum(0);
 }
 
 // Rank r's value at global index i: small integers, exact under every
 // reduction of a few ranks (products of 1s and 2s for prod).
-at::Tensor values(int r, int64_t first, int64_t count, const std::string& redop) {
+at::Tensor values(int r, int64_t first, int64_t count, CollectiveReduceOp redop) {
   at::Tensor i = at::arange(first, first + count, at::kLong);
-  if (redop == "prod") return (i + r).remainder(2) + 1;
+  if (redop == CollectiveReduceOp::kProd) return (i + r).remainder(2) + 1;
   return (i * 3 + r).remainder(13) + (r + 1);
 }
 
 // The element-wise reduction of the ranks' tensors, in double precision.
-at::Tensor reduce_ranks(const std::vector<at::Tensor>& per_rank, const std::string& redop) {
-  at::Tensor s = at::stack(per_rank).to(at::kDouble);
-  if (redop == "prod") return s.prod(0);
-  if (redop == "min") return std::get<0>(s.min(0));
-  if (redop == "max") return std::get<0>(s.max(0));
-  return s.sum(0);
+at::Tensor reduce_ranks(const std::vector<at::Tensor>& per_rank, CollectiveReduceOp redop) {
+  return reduce_dim0(at::stack(per_rank).to(at::kDouble), redop);
 }
 
 struct Buffers {
@@ -165,11 +191,7 @@ class Runner {
         std::vector<int64_t> even;
         wait(pg_.backend()->alltoall_base(b_.scratch, in, even, even));
         at::Tensor parts = b_.scratch.view({n_, count_});
-        const std::string& r = o_.redop;
-        out.copy_(r == "sum"    ? parts.sum(0)
-                  : r == "prod" ? parts.prod(0)
-                  : r == "min"  ? std::get<0>(parts.min(0))
-                                : std::get<0>(parts.max(0)));
+        out.copy_(reduce_dim0(parts, o_.redop));
       }
     }
   }
@@ -233,8 +255,6 @@ void validate(const CollectiveBenchOptions& o, const ProcessGroup& pg) {
   if (std::find(kOps.begin(), kOps.end(), o.op) == kOps.end()) {
     throw InvalidArgument(cat("unknown collective '", o.op, "'; use ", join(kOps, ", ")));
   }
-  scalar_type(o.dtype);
-  reduce_op(o.redop);
   if (o.min_bytes < 1 || o.max_bytes < o.min_bytes || o.step_factor < 2) {
     throw InvalidArgument(cat("bench collective: bad size range -b ", o.min_bytes, " -e ",
                               o.max_bytes, " -f ", o.step_factor,
@@ -277,6 +297,50 @@ CollectiveBenchTiming measure(Runner& runner, const CollectiveBenchOptions& o,
 }
 
 }  // namespace
+
+std::string to_string(CollectiveDtype dtype) {
+  switch (dtype) {
+    case CollectiveDtype::kFloat:
+      return "float";
+    case CollectiveDtype::kDouble:
+      return "double";
+    case CollectiveDtype::kInt32:
+      return "int32";
+    case CollectiveDtype::kInt64:
+      return "int64";
+  }
+  return "?";
+}
+
+CollectiveDtype parse_collective_dtype(const std::string& name) {
+  for (CollectiveDtype d : kDtypes) {
+    if (name == to_string(d)) return d;
+  }
+  throw InvalidArgument(
+      cat("bench collective: unknown type '", name, "'; use float, double, int32 or int64"));
+}
+
+std::string to_string(CollectiveReduceOp op) {
+  switch (op) {
+    case CollectiveReduceOp::kSum:
+      return "sum";
+    case CollectiveReduceOp::kProd:
+      return "prod";
+    case CollectiveReduceOp::kMin:
+      return "min";
+    case CollectiveReduceOp::kMax:
+      return "max";
+  }
+  return "?";
+}
+
+CollectiveReduceOp parse_collective_reduce_op(const std::string& name) {
+  for (CollectiveReduceOp op : kReduceOps) {
+    if (name == to_string(op)) return op;
+  }
+  throw InvalidArgument(
+      cat("bench collective: unknown reduction '", name, "'; use sum, prod, min or max"));
+}
 
 std::vector<std::string> collective_bench_ops() { return kOps; }
 
@@ -329,8 +393,8 @@ std::vector<CollectiveBenchRow> run_collective_bench(const CollectiveBenchOption
     CollectiveBenchRow row;
     row.count = count;
     row.bytes = (chunked(o.op) ? count * n : count) * elem;
-    row.type = o.dtype;
-    row.redop = reduces(o.op) ? o.redop : "none";
+    row.type = to_string(o.dtype);
+    row.redop = reduces(o.op) ? to_string(o.redop) : "none";
     row.root = rooted(o.op) ? o.root : -1;
     Runner runner(o, pg, count);
     row.out_of_place = measure(runner, o, pg, false, row.bytes);

@@ -30,7 +30,7 @@ TEST_P(EveryCollective, ResultsAreRightElementByElementInAndOutOfPlace) {
   const auto& [op, world, redop] = GetParam();
   CollectiveBenchOptions o;
   o.op = op;
-  o.redop = redop;
+  o.redop = parse_collective_reduce_op(redop);
   o.root = world - 1;  // not rank 0, to catch a root mix-up
   o.min_bytes = 4;     // below one element per rank for chunked ops: skipped
   o.max_bytes = 12 * 1024;
@@ -80,7 +80,7 @@ TEST(CollectiveBench, OtherTypesAreCheckedToo) {
   for (const char* dtype : {"double", "int32", "int64"}) {
     CollectiveBenchOptions o;
     o.op = "allreduce";
-    o.dtype = dtype;
+    o.dtype = parse_collective_dtype(dtype);
     o.min_bytes = o.max_bytes = 1024;
     o.iterations = 1;
     o.warmup = 0;

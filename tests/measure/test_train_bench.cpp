@@ -89,6 +89,29 @@ TEST(BenchTrain, CnnOnCpuPrintsImagesPerSecLinesAndValidJson) {
   expect_run(r, "cnn", 1, 28);
 }
 
+// The command users train with and the benchmark take the same step: one
+// step of 4 samples, so dtrain train's epoch loss is that step's loss.
+TEST(BenchTrain, TakesTheStepDtrainTrainTakesOnTheSyntheticDatasetWithTheSameSeed) {
+  Result b = dtrain(
+      "bench train --model cnn --device cpu --batch-size 4 --num-classes 10 --steps 1 "
+      "--warmup-steps 0 --threads 1 --seed 3 --json");
+  ASSERT_EQ(b.code, 0) << b.output;
+  const std::string metrics = std::filesystem::temp_directory_path() /
+                              ("dtrain_bench_train_same_" + std::to_string(::getpid()) + ".jsonl");
+  Result t = dtrain(
+      "train --model cnn --dataset synthetic --data-dir 1x28x28:10:4 --batch-size 4 --epochs 1 "
+      "--seed 3 --device cpu --threads 1 --quiet --metrics-file " +
+      metrics);
+  ASSERT_EQ(t.code, 0) << t.output;
+  std::ifstream in(metrics);
+  std::string line;
+  std::getline(in, line);
+  std::filesystem::remove(metrics);
+  const nlohmann::json epoch = nlohmann::json::parse(line, nullptr, false);
+  ASSERT_TRUE(epoch.is_object()) << line;
+  EXPECT_EQ(last_json(b.output)["final_loss"].get<double>(), epoch["train_loss"].get<double>());
+}
+
 TEST(BenchTrain, Resnet18OnCpuPrintsImagesPerSecLinesAndValidJson) {
   Result r = dtrain(
       "bench train --model resnet18 --device cpu --batch-size 2 --image-size 32 "
