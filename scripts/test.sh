@@ -23,6 +23,7 @@
 #   CI=true               the 2.11 build must be the CUDA build (no fallback)
 #   DTRAIN_TORCH_*, DTRAIN_CUDA_HOME  passed on to scripts/torch-wheel.sh
 #   DTRAIN_SKIP_PEER_TORCH=1  do not make the PyTorch 2.x Python peer (its tests skip)
+#   DTRAIN_SKIP_S3_TEST_ENV=1 do not make the boto3/moto venv (the S3 tests skip)
 set -euo pipefail
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -179,6 +180,26 @@ peer_torch_stage() {
   fi
 }
 
+# The boto3/moto venv (scripts/s3-test-env.sh) that the object-store tests use
+# as the independent S3 client and server; like the peer above, its tests skip
+# without it, so this stage never fails the run. DTRAIN_SKIP_S3_TEST_ENV=1
+# leaves it out.
+s3_test_env_stage() {
+  local name="boto3 + moto venv (S3 tests)" start=$SECONDS
+  if [[ "${DTRAIN_SKIP_S3_TEST_ENV:-0}" == 1 ]]; then
+    skip_stage "$name" "DTRAIN_SKIP_S3_TEST_ENV=1 (its tests skip)"
+    return 0
+  fi
+  log "stage: $name"
+  if bash scripts/s3-test-env.sh >"$LOG_DIR/s3-test-env.log" 2>&1; then
+    STAGES+=("$name|ok|$((SECONDS - start))")
+  else
+    local why
+    why="$(grep -m1 'ERROR' "$LOG_DIR/s3-test-env.log" | sed 's/.*ERROR: //' || true)"
+    skip_stage "$name" "${why:-see $LOG_DIR/s3-test-env.log} (its tests skip)"
+  fi
+}
+
 SKIPPED_CUDA="" # why the CUDA build did not run, when it did not
 
 main() {
@@ -193,6 +214,7 @@ main() {
     return 1
   fi
   peer_torch_stage
+  s3_test_env_stage
   # Seconds, and it needs only clang-format-14 from the step above: a
   # formatting slip is reported before the long stages start (they still run).
   run_stage "format (clang-format-14)" "$LOG_DIR/format.log" bash scripts/check-format.sh
