@@ -35,6 +35,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/printable.h"
 #include "common/strings.h"
 #include "dtrain/errors.h"
 
@@ -127,6 +128,7 @@ std::map<std::string, Entry> read_zip(const char* d, uint64_t n, const Failure& 
       fail.at(at, "a zip directory entry longer than the directory");
     }
     const std::string name(d + at + 46, name_len);
+    const std::string shown = printable(name);
     // Zip64 extra field: the 64-bit values of the fields saturated above.
     for (uint64_t x = at + 46 + name_len; x + 4 <= at + 46 + name_len + extra_len;) {
       const uint64_t id = le(d + x, 2), len = le(d + x + 2, 2);
@@ -142,38 +144,40 @@ std::map<std::string, Entry> read_zip(const char* d, uint64_t n, const Failure& 
       }
       x += 4 + len;
     }
-    if (flags & 1) fail.at(at, cat("entry '", name, "' is encrypted"));
+    if (flags & 1) fail.at(at, cat("entry '", shown, "' is encrypted"));
     if (method != 0) {
-      fail.at(at, cat("entry '", name, "' is compressed (method ", method,
+      fail.at(at, cat("entry '", shown, "' is compressed (method ", method,
                       "); torch.save stores entries uncompressed"));
     }
-    if (csize != usize) fail.at(at, cat("entry '", name, "' has two different sizes"));
+    if (csize != usize) fail.at(at, cat("entry '", shown, "' has two different sizes"));
     if (local > dir_at || dir_at - local < 30 || le(d + local, 4) != kLocalSig) {
-      fail.at(at, cat("entry '", name, "' has no local header at byte ", local));
+      fail.at(at, cat("entry '", shown, "' points at byte ", local, ", where no local header is"));
     }
     const uint64_t data = local + 30 + le(d + local + 26, 2) + le(d + local + 28, 2);
     if (data > dir_at || csize > dir_at - data) {
-      fail.at(local, cat("entry '", name, "' (", csize, " bytes) runs past the zip directory"));
+      fail.at(local, cat("entry '", shown, "' (", csize, " bytes) runs past the zip directory"));
     }
     if (static_cast<uint32_t>(crc32_z(0L, reinterpret_cast<const Bytef*>(d + data), csize)) !=
         crc) {
-      fail.at(data, cat("entry '", name, "' fails its CRC-32"));
+      fail.at(data, cat("entry '", shown, "' fails its CRC-32"));
     }
     const size_t slash = name.find('/');
     if (slash == std::string::npos || slash == 0) {
-      fail.at(at, cat("entry '", name, "' is not inside the archive's folder"));
+      fail.at(at, cat("entry '", shown, "' is not inside the archive's folder"));
     }
     if (top.empty()) top = name.substr(0, slash + 1);
     // PyTorch 2.x adds .data/serialization_id beside the archive's folder.
     if (name.compare(0, top.size(), top) != 0 && name.rfind(".data/", 0) != 0) {
-      fail.at(at, cat("entry '", name, "' is outside the archive's folder '", top, "'"));
+      fail.at(at,
+              cat("entry '", shown, "' is outside the archive's folder '", printable(top), "'"));
     }
     if (!out.emplace(name, Entry{data, csize}).second) {
-      fail.at(at, cat("entry '", name, "' appears twice"));
+      fail.at(at, cat("entry '", shown, "' appears twice"));
     }
     at += 46 + name_len + extra_len + comment_len;
   }
-  if (out.find(top + "data.pkl") == out.end()) fail.at(dir_at, cat("no '", top, "data.pkl'"));
+  if (out.find(top + "data.pkl") == out.end())
+    fail.at(dir_at, cat("no '", printable(top), "data.pkl'"));
   *folder = top;
   return out;
 }
@@ -470,15 +474,17 @@ class PickleCheck {
       fail_.at(op_at_, "a persistent id that is not ('storage', type, key, location, numel)");
     }
     const int64_t itemsize = element_size((*f)[1].str());
-    if (itemsize == 0) fail_.at(op_at_, cat("unknown storage type '", (*f)[1].str(), "'"));
+    if (itemsize == 0)
+      fail_.at(op_at_, cat("unknown storage type '", printable((*f)[1].str()), "'"));
     const std::string& key = (*f)[2].str();
+    const std::string shown = printable(key);
     auto it = entries_.find(folder_ + "data/" + key);
     if (it == entries_.end())
-      fail_.at(op_at_, cat("storage '", key, "' has no data/", key, " entry"));
+      fail_.at(op_at_, cat("storage '", shown, "' has no data/", shown, " entry"));
     const int64_t numel = (*f)[4].number;
     if (numel < 0 || static_cast<uint64_t>(numel) > it->second.size / itemsize) {
-      fail_.at(op_at_, cat("storage '", key, "' claims ", numel, " elements of ", itemsize,
-                           " bytes but data/", key, " holds ", it->second.size, " bytes"));
+      fail_.at(op_at_, cat("storage '", shown, "' claims ", numel, " elements of ", itemsize,
+                           " bytes but data/", shown, " holds ", it->second.size, " bytes"));
     }
     Item s;
     s.kind = Item::kStorage;

@@ -3,28 +3,12 @@
 #include <algorithm>
 #include <limits>
 
+#include "common/printable.h"
 #include "common/strings.h"
 #include "dtrain/errors.h"
 
 namespace dtrain::detail {
 namespace {
-
-// A store value quoted into a one-line message: at most 80 bytes, control
-// bytes and bytes >= 0x7f as \xNN (a NUL would end what() early).
-std::string printable(const std::string& text) {
-  static const char* digits = "0123456789abcdef";
-  std::string out;
-  for (size_t i = 0; i < text.size() && i < 80; ++i) {
-    const auto c = static_cast<unsigned char>(text[i]);
-    if (c >= 0x20 && c < 0x7f && c != '\\') {
-      out += static_cast<char>(c);
-    } else {
-      out += {'\\', 'x', digits[c >> 4], digits[c & 15]};
-    }
-  }
-  if (text.size() > 80) out += "...";
-  return out;
-}
 
 [[noreturn]] void corrupt(const std::string& what, const std::string& text,
                           const std::string& where) {
