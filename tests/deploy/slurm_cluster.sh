@@ -37,6 +37,7 @@ ip netns add "dtrain-probe-$$" 2>/dev/null || skip "cannot create a network name
 ip netns del "dtrain-probe-$$"
 
 WORK="$(mktemp -d /tmp/dtrain-slurm.XXXXXX)"
+chmod 755 "$WORK"  # munge wants its socket reachable
 readonly WORK
 # Namespace and veth names carry the pid, so two runs do not collide.
 readonly NS1="dtrain-slurm-$$-1" NS2="dtrain-slurm-$$-2"
@@ -190,15 +191,14 @@ export DTRAIN="$DTRAIN_BIN" DTRAIN_MODEL=cnn DTRAIN_DATASET=fashion-mnist \
   DTRAIN_DATA_DIR="$WORK/data" DTRAIN_BACKEND=gloo DTRAIN_DEVICE=cpu \
   DTRAIN_EPOCHS=1 DTRAIN_BATCH_SIZE=32 CHECKPOINT_DIR="$WORK/ckpt/job" \
   DTRAIN_EXTRA_ARGS="--progress-steps 8"
-# sbatch's input variables override the #SBATCH lines: no GPUs, small nodes.
-export SBATCH_GPUS_PER_NODE=0 SBATCH_CPUS_PER_TASK=1 SBATCH_TIMELIMIT=5
 
 # Submits the script and waits; prints the job id. Extra arguments go to sbatch.
 submit() {
   local mode="$1" out="$2"
   shift 2
-  DTRAIN_SLURM_MODE="$mode" ctl sbatch --parsable --ntasks-per-node=2 \
-    --output="$out" --chdir="$WORK/jobs" "$@" "$SBATCH_SCRIPT"
+  # sbatch's options override the #SBATCH lines: no GPUs, small nodes.
+  DTRAIN_SLURM_MODE="$mode" ctl sbatch --parsable --ntasks-per-node=2 --cpus-per-task=1 \
+    --gpus-per-node=0 --time=5 --output="$out" --chdir="$WORK/jobs" "$@" "$SBATCH_SCRIPT"
 }
 
 # Waits (bounded) until the job has left the queue; prints its state and exit code.
@@ -209,7 +209,11 @@ wait_job() {
     [[ -z "$state" ]] && break
     sleep 1
   done
-  [[ -z "$state" ]] || { ctl scancel "$job" || true; fail "job $job still $state after ${limit}s"; }
+  if [[ -n "$state" ]]; then
+    ctl scontrol show job "$job" >&2 || true
+    ctl scancel "$job" || true
+    fail "job $job still $state after ${limit}s"
+  fi
   ctl scontrol show job "$job" | grep -o 'JobState=[A-Z_]* \|ExitCode=[0-9:]*' | tr -d ' ' | tr '\n' ' '
 }
 
@@ -217,7 +221,7 @@ check_trains() {
   local mode="$1" out="$WORK/jobs/$1.out" job result
   log "submitting the script in mode $mode"
   job="$(submit "$mode" "$out")"
-  result="$(wait_job "$job" 240)"
+  result="$(wait_job "$job" "${DTRAIN_SLURM_JOB_LIMIT:-240}")"
   log "job $job ($mode): $result"
   [[ "$result" == *"JobState=COMPLETED"*"ExitCode=0:0"* ]] ||
     { cat "$out"; fail "mode $mode: job $job ended $result, not COMPLETED with exit 0"; }
@@ -247,6 +251,7 @@ check_killed_rank() {
   log "job $job (rank 3 killed): $result"
   [[ "$result" == *"JobState=FAILED"* ]] || { cat "$out"; fail "the job ended $result, not FAILED"; }
   grep -q "task 3: Killed" "$out" || { cat "$out"; fail "the job's output does not name task 3 as killed"; }
+  grep -E "task 3|rank 3" "$out" | head -n 3 | sed 's/^/    /'
 }
 
 for check in "${CHECKS[@]}"; do
