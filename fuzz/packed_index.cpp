@@ -1,5 +1,6 @@
 // Fuzz target: the packed dataset's index.bin (src/data/image/packed.h), read
-// by open_packed() beside four shard files of 4096 bytes each.
+// by open_packed() beside four shard files of 256 KiB each (the seeds' images
+// lie in shard 0).
 //
 // Every rejection must be a DataError naming the index or the folder; an
 // accepted index must give every sample a label among the classes and a
@@ -20,7 +21,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     for (int s = 0; s < 4; ++s) {
       char name[32];
       std::snprintf(name, sizeof(name), "/shard-%05d.bin", s);
-      dtrain::fuzz::write_file(dir + name, std::string(4096, static_cast<char>('a' + s)));
+      dtrain::fuzz::write_file(dir + name, std::string(256 << 10, static_cast<char>('a' + s)));
     }
     return true;
   }();

@@ -189,7 +189,7 @@ PY
 # GPUs, gloo, the CPU, the small model and data, two ranks per node.
 export DTRAIN="$DTRAIN_BIN" DTRAIN_MODEL=cnn DTRAIN_DATASET=fashion-mnist \
   DTRAIN_DATA_DIR="$WORK/data" DTRAIN_BACKEND=gloo DTRAIN_DEVICE=cpu \
-  DTRAIN_EPOCHS=1 DTRAIN_BATCH_SIZE=32 CHECKPOINT_DIR="$WORK/ckpt/job" \
+  DTRAIN_EPOCHS=1 DTRAIN_BATCH_SIZE=32 \
   DTRAIN_EXTRA_ARGS="--progress-steps 8"
 
 # Submits the script and waits; prints the job id. Extra arguments go to sbatch.
@@ -197,7 +197,8 @@ submit() {
   local mode="$1" out="$2"
   shift 2
   # sbatch's options override the #SBATCH lines: no GPUs, small nodes.
-  DTRAIN_SLURM_MODE="$mode" ctl sbatch --parsable --ntasks-per-node=2 --cpus-per-task=1 \
+  # Each job its own checkpoints: a shared folder would resume the finished run.
+  DTRAIN_SLURM_MODE="$mode" CHECKPOINT_DIR="$WORK/ckpt/$(basename "$out" .out)" ctl sbatch --parsable --ntasks-per-node=2 --cpus-per-task=1 \
     --gpus-per-node=0 --time=5 --output="$out" --chdir="$WORK/jobs" "$@" "$SBATCH_SCRIPT"
 }
 
