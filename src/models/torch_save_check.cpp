@@ -9,7 +9,8 @@
 //    walks the central directory, and checks for every entry that its local
 //    header, name and data lie inside the file and before the directory, that
 //    it is stored (not compressed, not encrypted), that its CRC-32 matches and
-//    that names are unique and under one top folder holding data.pkl;
+//    that names are unique and under one top folder holding data.pkl and a
+//    numeric version;
 //  - pickle: decodes every opcode of data.pkl with its argument in bounds,
 //    accepts only the opcodes LibTorch's unpickler implements, and simulates
 //    the stack (marks included) and the memo, so no opcode pops an empty
@@ -178,6 +179,18 @@ std::map<std::string, Entry> read_zip(const char* d, uint64_t n, const Failure& 
   }
   if (out.find(top + "data.pkl") == out.end())
     fail.at(dir_at, cat("no '", printable(top), "data.pkl'"));
+  // LibTorch parses the format version before anything else.
+  auto version = out.find(top + "version");
+  if (version == out.end()) fail.at(dir_at, cat("no '", printable(top), "version'"));
+  std::string_view digits(d + version->second.data, version->second.size);
+  while (!digits.empty() && (digits.back() == '\n' || digits.back() == '\r')) {
+    digits.remove_suffix(1);
+  }
+  if (digits.empty() || digits.size() > 18 ||
+      digits.find_first_not_of("0123456789") != std::string_view::npos) {
+    fail.at(version->second.data,
+            cat("the format version '", printable(digits), "' is not a number"));
+  }
   *folder = top;
   return out;
 }
