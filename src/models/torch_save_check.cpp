@@ -14,7 +14,8 @@
 //  - pickle: decodes every opcode of data.pkl with its argument in bounds,
 //    accepts only the opcodes LibTorch's unpickler implements, and simulates
 //    the stack (marks included) and the memo, so no opcode pops an empty
-//    stack, closes a missing mark or fetches an unset memo slot;
+//    stack, closes a missing mark, fetches an unset memo slot or sets one
+//    out of order;
 //  - tensors: a persistent id ('storage', <type>, key, location, numel) must
 //    name an entry data/<key> of at least numel elements of <type>, and a
 //    torch._utils._rebuild_tensor_v2 call on such a storage must address only
@@ -323,8 +324,11 @@ class PickleCheck {
     return i;
   }
   void put(uint64_t index) {
-    if (memo_.size() >= kMaxMemo && memo_.find(index) == memo_.end()) {
-      fail_.at(op_at_, "the pickle's memo grows past 2^20 items");
+    // Picklers number memo slots 0, 1, 2, ...; LibTorch's unpickler keeps them
+    // in a vector sized by the largest slot, so a slot far ahead would make it
+    // allocate gigabytes (found by fuzz/torch_save_load.cpp).
+    if (index > memo_.size() || index >= kMaxMemo) {
+      fail_.at(op_at_, cat("memo slot ", index, " is set before slot ", memo_.size()));
     }
     memo_[index] = top();
   }
