@@ -48,6 +48,13 @@ readonly RUN_PACKAGES=(
   # chromium, python3-pil: tests/measure renders the scaling plot's SVG in a real
   # browser (headless) and checks the PNG's pixels at the plotted points.
   chromium python3-pil
+  # ---- fuzzing, sanitizers, Slurm (issue 21; docs/fuzzing.md) ----
+  # clang-14, libclang-rt-14-dev: scripts/fuzz.sh builds the libFuzzer targets
+  # in fuzz/ with clang's fuzzer, ASan and UBSan runtimes.
+  # slurmd, slurmctld, munge: tests/deploy/slurm_cluster.sh starts a two-node
+  # Slurm (each node in its own network/UTS namespace) and submits
+  # deploy/slurm/dtrain.sbatch; installing them starts no daemon here.
+  clang-14 libclang-rt-14-dev slurmd slurmctld munge
 )
 readonly PACKAGES=("${BUILD_PACKAGES[@]}" "${RUN_PACKAGES[@]}")
 

@@ -32,6 +32,7 @@
 
 #include "common/strings.h"
 #include "dtrain/errors.h"
+#include "models/torch_save_check.h"
 
 namespace dtrain {
 namespace {
@@ -211,6 +212,12 @@ std::vector<char> encode_state_dict(const NamedTensors& state) {
 }
 
 NamedTensors decode_state_dict(const std::vector<char>& bytes, const std::string& origin) {
+  // LibTorch's reader only sees files that pass dtrain's own check
+  // (Note [What the torch.save check covers]).
+  if (!detail::looks_like_zip(bytes.data(), bytes.size())) {
+    throw DataError(unreadable_form(bytes, origin, "no zip archive"));
+  }
+  detail::check_torch_save(bytes.data(), bytes.size(), origin);
   IValue v;
   try {
     v = torch::pickle_load(bytes);

@@ -39,6 +39,7 @@
 #include "common/torch_compat.h"
 #include "dtrain/errors.h"
 #include "dtrain/weights.h"
+#include "models/torch_save_check.h"
 
 namespace dtrain {
 namespace {
@@ -403,6 +404,14 @@ std::vector<char> encode_checkpoint(const Checkpoint& c) {
 }
 
 Checkpoint decode_checkpoint(const std::vector<char>& bytes, const std::string& origin) {
+  // LibTorch's reader only sees files that pass dtrain's own check
+  // (Note [What the torch.save check covers]).
+  if (!detail::looks_like_zip(bytes.data(), bytes.size())) {
+    throw DataError(cat(origin, ": not a checkpoint torch.load can read (no zip archive)"));
+  }
+  if (auto problem = detail::torch_save_problem(bytes.data(), bytes.size())) {
+    throw DataError(cat(origin, ": not a checkpoint torch.load can read (", *problem, ")"));
+  }
   IValue v;
   try {
     v = torch::pickle_load(bytes);

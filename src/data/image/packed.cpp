@@ -53,6 +53,8 @@ class Reader {
     return s;
   }
   std::string get_string() { return get_raw(get<uint16_t>()); }
+  size_t at() const { return at_; }
+  size_t remaining() const { return b_.size() - at_; }
 
  private:
   void need(size_t n) const {
@@ -115,6 +117,14 @@ class PackedSource : public ImageSource {
     const uint32_t num_shards = r.get<uint32_t>();
     const uint32_t num_classes = r.get<uint32_t>();
     const uint64_t num_samples = r.get<uint64_t>();
+    // Counts are checked against the bytes left before anything is sized by
+    // them: a damaged count must not allocate gigabytes (found by
+    // fuzz/packed_index.cpp). A class name takes at least 2 bytes, an entry 22.
+    if (num_classes > r.remaining() / 2 || num_samples > r.remaining() / 22) {
+      throw DataError(cat("packed index '", path, "' claims ", num_classes, " classes and ",
+                          num_samples, " samples but has ", r.remaining(), " bytes left at byte ",
+                          r.at(), "; re-run 'dtrain data pack'"));
+    }
     std::vector<std::string> own_classes(num_classes);
     for (auto& c : own_classes) c = r.get_string();
     classes_ = class_names.empty() ? own_classes : class_names;
@@ -130,7 +140,8 @@ class PackedSource : public ImageSource {
       Entry e{r.get<uint32_t>(), r.get<uint64_t>(), r.get<uint32_t>(), r.get<uint32_t>()};
       const std::string rel = r.get_string();
       if (e.shard >= num_shards || e.label >= num_classes ||
-          e.offset + e.size > static_cast<uint64_t>(shard_sizes[e.shard])) {
+          e.offset > static_cast<uint64_t>(shard_sizes[e.shard]) ||
+          e.size > static_cast<uint64_t>(shard_sizes[e.shard]) - e.offset) {
         throw DataError(cat("packed index '", path, "': entry ", i, " (", rel,
                             ") points outside its shard or classes; re-run 'dtrain data pack'"));
       }

@@ -98,14 +98,18 @@ std::optional<std::string> base64_decode(std::string_view text) {
   return out;
 }
 
-EtcdClient::EtcdClient(std::string host, int port, std::chrono::milliseconds timeout)
-    : host_(std::move(host)), port_(port), timeout_(timeout) {}
+EtcdClient::EtcdClient(std::string host, int port, std::chrono::milliseconds timeout,
+                       Transport transport)
+    : host_(std::move(host)), port_(port), timeout_(timeout), transport_(std::move(transport)) {}
 
 std::string EtcdClient::describe() const { return cat("etcd at ", endpoint(host_, port_)); }
 
 json EtcdClient::call(const std::string& method, const json& request, const std::string& what,
                       bool* not_found) {
-  HttpResponse response = http_post(host_, port_, "/v3/" + method, request.dump(), timeout_, what);
+  const std::string path = "/v3/" + method;
+  HttpResponse response = transport_
+                              ? transport_(path, request.dump(), what)
+                              : http_post(host_, port_, path, request.dump(), timeout_, what);
   json reply = json::parse(response.body, nullptr, /*allow_exceptions=*/false);
   // Streaming methods (lease/keepalive) wrap each message: {"result": {...}}
   // or {"error": {"grpc_code": 5, "message": ...}}.

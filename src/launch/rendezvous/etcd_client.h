@@ -14,6 +14,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -43,7 +44,14 @@ struct EtcdLease {
 /// TimeoutError; messages name "etcd at host:port", the operation and the key.
 class EtcdClient {
  public:
-  EtcdClient(std::string host, int port, std::chrono::milliseconds timeout);
+  /// How a request reaches etcd: POST `body` to `path` and return the reply,
+  /// throwing StoreError/TimeoutError naming `what`. The default is
+  /// http_post to host:port; tests and fuzz/etcd_json.cpp pass recorded replies.
+  using Transport = std::function<HttpResponse(const std::string& path, const std::string& body,
+                                               const std::string& what)>;
+
+  EtcdClient(std::string host, int port, std::chrono::milliseconds timeout,
+             Transport transport = nullptr);
 
   /// "etcd at 127.0.0.1:2379".
   std::string describe() const;
@@ -89,6 +97,7 @@ class EtcdClient {
   std::string host_;
   int port_;
   std::chrono::milliseconds timeout_;
+  Transport transport_;  // null: http_post
 };
 
 }  // namespace dtrain::detail

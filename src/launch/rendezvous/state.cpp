@@ -1,7 +1,9 @@
 #include "launch/rendezvous/state.h"
 
 #include <algorithm>
+#include <limits>
 
+#include "common/printable.h"
 #include "common/strings.h"
 #include "dtrain/errors.h"
 
@@ -10,7 +12,7 @@ namespace {
 
 [[noreturn]] void corrupt(const std::string& what, const std::string& text,
                           const std::string& where) {
-  throw StoreError(cat("rendezvous ", what, " '", text.substr(0, 80), "' at ", where,
+  throw StoreError(cat("rendezvous ", what, " '", printable(text), "' at ", where,
                        " is malformed; another program (or an incompatible dtrain) wrote the "
                        "rendezvous keys — use a fresh --rdzv-id"));
 }
@@ -19,6 +21,14 @@ bool to_int(const std::string& text, int64_t* out) {
   long long v = 0;
   if (!parse_int(text, &v)) return false;
   *out = v;
+  return true;
+}
+
+// An int field: also false outside [lo, INT_MAX], so no value is narrowed.
+bool to_int(const std::string& text, int64_t lo, int* out) {
+  int64_t v = 0;
+  if (!to_int(text, &v) || v < lo || v > std::numeric_limits<int>::max()) return false;
+  *out = static_cast<int>(v);
   return true;
 }
 
@@ -39,18 +49,16 @@ std::string RoundState::encode() const {
 RoundState RoundState::decode(const std::string& text, const std::string& where) {
   std::vector<std::string> f = split(text, ' ');
   RoundState s;
-  int64_t round = 0;
-  if (f.size() < 2 || !to_int(f[0], &round) || round < 0) corrupt("state", text, where);
-  s.round = static_cast<int>(round);
+  if (f.size() < 2 || !to_int(f[0], 0, &s.round)) corrupt("state", text, where);
   if (f[1] == "open" && f.size() == 2) {
     s.status = Status::kOpen;
   } else if (f[1] == "closed" && f.size() == 2) {
     s.status = Status::kClosed;
   } else if (f[1] == "complete" && f.size() == 4) {
-    int64_t n = 0;
     s.status = Status::kComplete;
-    if (!to_int(f[2], &n) || n < 1 || !to_int(f[3], &s.table_slot)) corrupt("state", text, where);
-    s.participants = static_cast<int>(n);
+    if (!to_int(f[2], 1, &s.participants) || !to_int(f[3], &s.table_slot)) {
+      corrupt("state", text, where);
+    }
   } else {
     corrupt("state", text, where);
   }
@@ -64,14 +72,12 @@ std::string NodeRecord::encode() const {
 NodeRecord NodeRecord::decode(const std::string& text, const std::string& where) {
   std::vector<std::string> f = split(text, '\t');
   NodeRecord r;
-  int64_t lws = 0, rank = 0;
-  if (f.size() != 4 || f[0].empty() || !to_int(f[2], &lws) || lws < 1 || !to_int(f[3], &rank)) {
+  if (f.size() != 4 || f[0].empty() || !to_int(f[2], 1, &r.local_world_size) ||
+      !to_int(f[3], -1, &r.fixed_rank)) {
     corrupt("node record", text, where);
   }
   r.node_id = f[0];
   r.addr = f[1];
-  r.local_world_size = static_cast<int>(lws);
-  r.fixed_rank = static_cast<int>(rank);
   return r;
 }
 

@@ -123,10 +123,12 @@ Meta reply_meta(const Meta& req) {
 
 bool depair_command(int cmd, int* request_type, int* dtype) {
   if (cmd < 0) return false;
-  const int w = static_cast<int>(std::floor((std::sqrt(8.0 * cmd + 1) - 1) / 2));
-  const int t = (w * w + w) / 2;
-  *dtype = cmd - t;
-  *request_type = w - *dtype;
+  // In 64 bits: for a head near INT_MAX, w * w overflows int (found by the
+  // sanitizer build of PsServer.MutatedRequestsNeverCrashTheServer).
+  const int64_t w = static_cast<int64_t>(std::floor((std::sqrt(8.0 * cmd + 1) - 1) / 2));
+  const int64_t t = (w * w + w) / 2;
+  *dtype = static_cast<int>(cmd - t);
+  *request_type = static_cast<int>(w - (cmd - t));
   return *dtype >= 0 && *request_type >= 0;
 }
 
