@@ -14,6 +14,7 @@
 
 #include "cli/commands.h"
 #include "cli/group.h"
+#include "cli/powersgd_flags.h"
 #include "cli/validators.h"
 #include "common/strings.h"
 #include "dtrain/bench.h"
@@ -60,6 +61,7 @@ void print_ddp(const DdpBenchResult& r) {
 void add_ddp(CLI::App& bench, int* exit_code) {
   struct Flags {
     DdpBenchOptions o;
+    CommHookFlags hook;
     std::string backend = "auto";
     bool json = false;
   };
@@ -86,9 +88,7 @@ void add_ddp(CLI::App& bench, int* exit_code) {
   cmd->add_option("--bucket-cap-mb", f->o.bucket_cap_mb, "DDP bucket size in MiB")
       ->capture_default_str()
       ->check(positive());
-  cmd->add_option("--comm-hook", f->o.comm_hook, "none, fp16, bf16")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"none", "fp16", "bf16"}));
+  add_comm_hook_flags(cmd, &f->hook);
   cmd->add_flag("--find-unused-parameters", f->o.find_unused_parameters,
                 "DDP searches the graph for unused parameters after each forward");
   cmd->add_option("--timeline", f->o.timeline,
@@ -100,6 +100,8 @@ void add_ddp(CLI::App& bench, int* exit_code) {
   cmd->add_flag("--json", f->json, "Print one JSON object (rank 0)");
   cmd->callback([f, exit_code] {
     *exit_code = with_group("ddp", f->backend, "cpu", [&](const ProcessGroup& pg) {
+      f->o.comm_hook = f->hook.name;
+      f->o.powersgd = powersgd_options_from_flags(f->hook);
       DdpBenchResult r = run_ddp_bench(f->o, pg);
       if (pg.rank() != 0) return;
       if (f->json) {

@@ -9,6 +9,7 @@
 
 #include "cli/commands.h"
 #include "cli/group.h"
+#include "cli/powersgd_flags.h"
 #include "cli/validators.h"
 #include "common/strings.h"
 #include "dtrain/errors.h"
@@ -28,7 +29,7 @@ struct GroupFlags {
 struct TrainFlags {
   TrainOptions options;
   GroupFlags group;
-  std::string comm_hook = "none";
+  CommHookFlags hook;
   std::string checkpoint_every;
   std::string adamw_betas = "0.9,0.999";
   std::string lr_milestones;
@@ -102,7 +103,7 @@ CLI::Validator checkpoint_every_syntax() {
 int run_train(const TrainFlags& f) {
   try {
     TrainOptions o = f.options;
-    o.ddp.comm_hook = comm_hook_by_name(f.comm_hook);
+    o.ddp.comm_hook = comm_hook_from_flags(f.hook, nullptr);
     if (!f.checkpoint_every.empty() &&
         !parse_checkpoint_every(f.checkpoint_every, &o.checkpoint_every_steps,
                                 &o.checkpoint_every_epochs)) {
@@ -314,9 +315,7 @@ void add_train_command(CLI::App& root, int* exit_code) {
   cmd->add_option("--bucket-cap-mb", o.ddp.bucket_cap_mb, "DDP bucket size in MiB")
       ->capture_default_str()
       ->check(positive());
-  cmd->add_option("--comm-hook", flags->comm_hook, "Gradient communication: none, fp16, bf16")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"none", "fp16", "bf16"}));
+  add_comm_hook_flags(cmd, &flags->hook);
   cmd->add_option("--accumulation-steps", o.accumulation_steps,
                   "Batches accumulated (no_sync) per optimizer step")
       ->capture_default_str()
