@@ -379,6 +379,7 @@ NamedTensors Trainer::gather_hook_state() const {
   const CommHook* hook = ddp_ ? ddp_->options().comm_hook.get() : nullptr;
   if (!hook) return out;
   const auto mine = hook->state();
+  if (mine.empty()) return out;  // a stateless hook, on every rank alike
   if (pg_.size() > 1) {
     const auto counts = pg_.all_gather(at::full({1}, static_cast<int64_t>(mine.size()), at::kLong));
     for (int r = 0; r < pg_.size(); ++r) {
