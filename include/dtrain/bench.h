@@ -13,6 +13,7 @@
 
 #include "dtrain/comm.h"
 #include "dtrain/kvstore.h"
+#include "dtrain/powersgd.h"
 #include "dtrain/train.h"
 
 namespace dtrain {
@@ -31,7 +32,9 @@ struct DdpBenchOptions {
   int warmup = 3;
   int threads = 0;  ///< intra-op threads (0: LibTorch default)
   double bucket_cap_mb = 25.0;
+  /// comm_hook_by_name(): none, fp16, bf16, powersgd (with `powersgd`).
   std::string comm_hook = "none";
+  PowerSGDOptions powersgd;
   /// DdpOptions::find_unused_parameters (PyTorch DDP's flag of the same name).
   bool find_unused_parameters = false;
   /// Chrome-trace timeline of every step (dtrain/timeline.h): a path, with

@@ -49,6 +49,15 @@
 //                       like the parameter, MXNet's SGD momentum},
 //                       "updates": {name: int, the servers' update count}};
 //                       else None (absent in older checkpoints)
+//   "comm_hook":        with a comm hook that keeps state (dtrain train
+//                       --comm-hook powersgd), every rank's share of it:
+//                       {"rank<r>.<entry>": tensor}, PowerSGD's entries
+//                       "iter", "rng_draws", "total_numel_before_compression",
+//                       "total_numel_after_compression", "next_stats_report"
+//                       (int64 scalars), "error.<parameter>" (this rank's
+//                       error feedback, PyTorch's divided by the world size)
+//                       and "q.<parameter>" ([cols, rank]); else None (absent
+//                       in older checkpoints)
 // The learning-rate schedule has no state of its own: the lr is a function of
 // "step" (dtrain/lr_schedule.h), so "step" restores it.
 //
@@ -165,6 +174,10 @@ struct Checkpoint {
   /// The parameter servers' optimizer state; nullopt when the optimizer ran
   /// on the workers (and in checkpoints written before it existed).
   std::optional<ServerOptimizerState> server_optimizer;
+  /// Every rank's share of the comm hook's state (CommHook::state(), e.g.
+  /// PowerSGD's error feedback and Qs), keyed "rank<r>.<entry>"; nullopt for
+  /// a stateless hook (and in checkpoints written before it existed).
+  std::optional<NamedTensors> comm_hook_state;
 };
 
 // ---- State of models, optimizers and generators -------------------------------

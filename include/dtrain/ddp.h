@@ -80,14 +80,38 @@ struct GradBucket {
   at::Tensor buffer;
   /// Names of the parameters in the bucket, in bucket order.
   std::vector<std::string> parameter_names;
+  /// The parameters' gradients: views of `buffer` shaped like the
+  /// parameters, in bucket order (PyTorch's GradBucket::gradients()).
+  std::vector<at::Tensor> gradients;
+  /// Number of buckets; the bucket of index bucket_count - 1 is launched last
+  /// in a pass (PyTorch's GradBucket::is_last()).
+  int bucket_count = 1;
+  bool is_last() const { return index == bucket_count - 1; }
 };
 
 /// A reduction in flight, returned by a CommHook (make_pending_reduction()
-/// builds one from a Work). The reducer calls wait() once, on the thread
-/// that finishes the backward pass.
+/// builds one from a Work, make_staged_reduction() one of several stages).
+/// The reducer calls wait() once, on the thread that finishes the backward
+/// pass.
+///
+/// Multi-stage reductions (PowerSGD's P then Q allreduce): while
+/// has_next_stage() is true the reducer calls launch_next_stage() at a fixed
+/// point of its launch schedule, the same on every rank whatever finishes
+/// first (Note [Staged reductions] in src/ddp/reducer.cpp): stage k of
+/// bucket b is launched right after stage 0 of bucket b + k, and the stages
+/// left when backward ends are launched then, in the same order. Both are
+/// called on the reducer's launching thread (the one that calls start()),
+/// never under its lock.
 class PendingReduction {
  public:
   virtual ~PendingReduction() = default;
+  /// True while a later stage remains to be launched. Must be the same on
+  /// every rank (it decides the order of collectives).
+  virtual bool has_next_stage() const { return false; }
+  /// Launches the next stage: waits for what it needs of the previous one
+  /// (bounded by the group's timeout), computes, and starts its collectives
+  /// without waiting for them. Throws a DistError subclass on failure.
+  virtual void launch_next_stage() {}
   /// Blocks until the reduction is complete (bounded by the group's timeout)
   /// and leaves the result in the bucket's buffer. Throws a DistError
   /// subclass on failure.
@@ -105,6 +129,15 @@ class PendingReduction {
 /// completed_at() is the work's.
 std::unique_ptr<PendingReduction> make_pending_reduction(Work work,
                                                          std::function<void()> finish = {});
+
+/// A reduction in several stages: `first` is in flight; each of `stages`
+/// runs, when the reducer launches the next stage, after the previous
+/// stage's Work completed (waited for here, bounded by the group's timeout)
+/// and returns the Work it started; wait() waits for the last Work and runs
+/// `finish`. completed_at() is the last Work's.
+std::unique_ptr<PendingReduction> make_staged_reduction(Work first,
+                                                        std::vector<std::function<Work()>> stages,
+                                                        std::function<void()> finish = {});
 
 /// Decides how a bucket is communicated (PyTorch's comm hooks): plain
 /// allreduce, compressed allreduce, or a user's own scheme, written with the
@@ -143,6 +176,13 @@ class CommHook {
   /// the same order on every rank. `bucket` outlives the returned reduction.
   virtual std::unique_ptr<PendingReduction> start(const ProcessGroup& pg, GradBucket& bucket) = 0;
   virtual std::string name() const = 0;
+  /// This rank's state of the hook (e.g. PowerSGD's error feedback), CPU
+  /// copies by name, for checkpoints; empty (the default) for a stateless
+  /// hook. Call between iterations.
+  virtual std::vector<std::pair<std::string, at::Tensor>> state() const { return {}; }
+  /// Restores what state() returned on the same rank of a run with the same
+  /// buckets. Throws InvalidArgument naming the entry when it does not fit.
+  virtual void load_state(const std::vector<std::pair<std::string, at::Tensor>>& /*state*/) {}
 };
 
 /// Plain allreduce of the bucket (the default).
@@ -152,9 +192,10 @@ std::shared_ptr<CommHook> allreduce_hook();
 std::shared_ptr<CommHook> fp16_compress_hook();
 /// The same with bfloat16 (fp32's range, 8 bits of mantissa).
 std::shared_ptr<CommHook> bf16_compress_hook();
-/// Hook by name: one of comm_hook_names() ("allreduce" is also "none").
-/// Throws InvalidArgument naming the value and listing the names. The one
-/// place hook names are spelled: the CLI's --comm-hook takes these.
+/// Hook by name: one of comm_hook_names() ("allreduce" is also "none";
+/// "powersgd" with PowerSGDOptions' defaults, dtrain/powersgd.h). Throws
+/// InvalidArgument naming the value and listing the names. The one place hook
+/// names are spelled: the CLI's --comm-hook takes these.
 std::shared_ptr<CommHook> comm_hook_by_name(const std::string& name);
 /// The names comm_hook_by_name() takes: "none", "fp16", "bf16".
 std::vector<std::string> comm_hook_names();

@@ -15,6 +15,7 @@
 #include "cli/commands.h"
 #include "cli/group.h"
 #include "cli/option_flags.h"
+#include "cli/powersgd_flags.h"
 #include "cli/validators.h"
 #include "common/strings.h"
 #include "dtrain/bench.h"
@@ -61,6 +62,7 @@ void print_ddp(const DdpBenchResult& r) {
 void add_ddp(CLI::App& bench, int* exit_code) {
   struct Flags {
     DdpBenchOptions o;
+    CommHookFlags hook;
     std::string backend = "auto";
     bool json = false;
   };
@@ -87,9 +89,7 @@ void add_ddp(CLI::App& bench, int* exit_code) {
   cmd->add_option("--bucket-cap-mb", f->o.bucket_cap_mb, "DDP bucket size in MiB")
       ->capture_default_str()
       ->check(positive());
-  cmd->add_option("--comm-hook", f->o.comm_hook, join(comm_hook_names(), ", "))
-      ->capture_default_str()
-      ->check(CLI::IsMember(comm_hook_names()));
+  add_comm_hook_flags(cmd, &f->hook);
   cmd->add_flag("--find-unused-parameters", f->o.find_unused_parameters,
                 "DDP searches the graph for unused parameters after each forward");
   cmd->add_option("--timeline", f->o.timeline,
@@ -101,6 +101,8 @@ void add_ddp(CLI::App& bench, int* exit_code) {
   cmd->add_flag("--json", f->json, "Print one JSON object (rank 0)");
   cmd->callback([f, exit_code] {
     *exit_code = with_group("ddp", f->backend, "cpu", [&](const ProcessGroup& pg) {
+      f->o.comm_hook = f->hook.name;
+      f->o.powersgd = powersgd_options_from_flags(f->hook);
       DdpBenchResult r = run_ddp_bench(f->o, pg);
       if (pg.rank() != 0) return;
       if (f->json) {
@@ -116,7 +118,7 @@ void add_train(CLI::App& bench, int* exit_code) {
   struct Flags {
     TrainBenchOptions o;
     std::string amp = "none";  // parsed once, into o.train.amp
-    std::string comm_hook = "none";
+    CommHookFlags hook;
     std::string kvstore, kvstore_optimizer = "auto";  // parsed into o.train
     std::string backend = "auto";
     bool json = false;
@@ -158,10 +160,7 @@ void add_train(CLI::App& bench, int* exit_code) {
   cmd->add_option("--bucket-cap-mb", t.ddp.bucket_cap_mb, "DDP bucket size in MiB")
       ->capture_default_str()
       ->check(positive());
-  cmd->add_option("--comm-hook", f->comm_hook,
-                  "Gradient communication: " + join(comm_hook_names(), ", "))
-      ->capture_default_str()
-      ->check(CLI::IsMember(comm_hook_names()));
+  add_comm_hook_flags(cmd, &f->hook);
   cmd->add_option("--tensorboard", t.tensorboard,
                   "TensorBoard directory (rank 0: dtrain train's train/* scalars)");
   cmd->add_option("--tensorboard-every", t.tensorboard_every, "Scalars every N steps")
@@ -189,7 +188,7 @@ void add_train(CLI::App& bench, int* exit_code) {
     try {
       TrainBenchOptions o = f->o;
       o.train.amp = parse_amp_mode(f->amp);
-      o.train.ddp.comm_hook = comm_hook_by_name(f->comm_hook);
+      o.train.ddp.comm_hook = comm_hook_from_flags(f->hook, nullptr);
       o.train.kvstore = parse_kvstore_flag(f->kvstore);
       o.train.kvstore_optimizer = parse_kvstore_optimizer_flag(f->kvstore_optimizer);
       // Note [One route] in src/ps/job/route.cpp, as cmd_train.cpp.

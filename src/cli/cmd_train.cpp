@@ -10,6 +10,7 @@
 #include "cli/commands.h"
 #include "cli/group.h"
 #include "cli/option_flags.h"
+#include "cli/powersgd_flags.h"
 #include "cli/validators.h"
 #include "common/strings.h"
 #include "dtrain/errors.h"
@@ -30,10 +31,10 @@ struct TrainFlags {
   TrainOptions options;
   GroupFlags group;
   // Parsed once, in run_train, into TrainOptions' typed fields.
-  std::string comm_hook = "none";
   std::string amp = "none";
   std::string lr_scaling = "none";
   std::string lr_schedule = "constant";
+  CommHookFlags hook;
   std::string checkpoint_every;
   std::string adamw_betas = "0.9,0.999";
   std::string lr_milestones;
@@ -108,7 +109,7 @@ CLI::Validator checkpoint_every_syntax() {
 int run_train(const TrainFlags& f) {
   try {
     TrainOptions o = f.options;
-    o.ddp.comm_hook = comm_hook_by_name(f.comm_hook);
+    o.ddp.comm_hook = comm_hook_from_flags(f.hook, nullptr);
     o.amp = parse_amp_mode(f.amp);
     o.lr_scaling = parse_lr_scaling(f.lr_scaling);
     o.lr_schedule = parse_lr_schedule(f.lr_schedule);
@@ -332,10 +333,7 @@ void add_train_command(CLI::App& root, int* exit_code) {
   cmd->add_option("--bucket-cap-mb", o.ddp.bucket_cap_mb, "DDP bucket size in MiB")
       ->capture_default_str()
       ->check(positive());
-  cmd->add_option("--comm-hook", flags->comm_hook,
-                  "Gradient communication: " + join(comm_hook_names(), ", "))
-      ->capture_default_str()
-      ->check(CLI::IsMember(comm_hook_names()));
+  add_comm_hook_flags(cmd, &flags->hook);
   cmd->add_option("--accumulation-steps", o.accumulation_steps,
                   "Batches accumulated (no_sync) per optimizer step")
       ->capture_default_str()

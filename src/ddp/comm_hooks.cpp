@@ -6,6 +6,7 @@
 #include "common/torch_compat.h"
 #include "dtrain/ddp.h"
 #include "dtrain/errors.h"
+#include "dtrain/powersgd.h"
 
 namespace dtrain {
 namespace {
@@ -35,6 +36,33 @@ class WorkReduction : public PendingReduction {
 
  private:
   Work work_;
+  std::function<void()> finish_;
+};
+
+// Stages run one after the other: each waits for the previous stage's Work.
+class StagedReduction : public PendingReduction {
+ public:
+  StagedReduction(Work first, std::vector<std::function<Work()>> stages,
+                  std::function<void()> finish)
+      : work_(std::move(first)), stages_(std::move(stages)), finish_(std::move(finish)) {}
+  bool has_next_stage() const override { return next_ < stages_.size(); }
+  void launch_next_stage() override {
+    work_.wait();
+    work_ = stages_[next_++]();
+  }
+  void wait() override {
+    while (has_next_stage()) launch_next_stage();  // a caller that never launched them
+    work_.wait();
+    if (finish_) finish_();
+  }
+  std::optional<std::chrono::steady_clock::time_point> completed_at() const override {
+    return work_.completed_at();
+  }
+
+ private:
+  Work work_;
+  std::vector<std::function<Work()>> stages_;
+  size_t next_ = 0;
   std::function<void()> finish_;
 };
 
@@ -85,6 +113,12 @@ std::unique_ptr<PendingReduction> make_pending_reduction(Work work, std::functio
   return std::make_unique<WorkReduction>(std::move(work), std::move(finish));
 }
 
+std::unique_ptr<PendingReduction> make_staged_reduction(Work first,
+                                                        std::vector<std::function<Work()>> stages,
+                                                        std::function<void()> finish) {
+  return std::make_unique<StagedReduction>(std::move(first), std::move(stages), std::move(finish));
+}
+
 std::shared_ptr<CommHook> allreduce_hook() {
   return std::make_shared<CastHook>("allreduce", c10::nullopt);
 }
@@ -99,10 +133,11 @@ std::shared_ptr<CommHook> comm_hook_by_name(const std::string& name) {
   if (name == "none" || name == "allreduce") return allreduce_hook();
   if (name == "fp16") return fp16_compress_hook();
   if (name == "bf16") return bf16_compress_hook();
+  if (name == "powersgd") return powersgd_hook();
   throw InvalidArgument(
       cat("unknown comm hook '", name, "'; valid hooks: ", join(comm_hook_names(), ", ")));
 }
 
-std::vector<std::string> comm_hook_names() { return {"none", "fp16", "bf16"}; }
+std::vector<std::string> comm_hook_names() { return {"none", "fp16", "bf16", "powersgd"}; }
 
 }  // namespace dtrain

@@ -60,6 +60,24 @@
 // each hook->start(). So launches keep their order even with several autograd
 // threads, and a user's hook may block or call back into DDP.
 //
+// Note [Staged reductions]
+// A hook may reduce a bucket in several stages, each needing the previous
+// one's result (PowerSGD: allreduce P, then orthogonalize P, compute Q and
+// allreduce Q). Gloo pairs collectives by the order they are issued in, so
+// the stages of different buckets must be issued in the same order on every
+// rank, whatever finishes first on each. The reducer uses a fixed
+// wavefront: stage k of bucket b is launched right after stage 0 of bucket
+// b + k (at the first such slot; in the order j = b+k-1, b+k-2, ... for
+// the buckets due at that
+// slot), and when backward ends the slots N, N+1, ... (N buckets) are
+// walked the same way until no bucket has a stage left. The used-parameter
+// map's allreduce goes after the slot of the last bucket. So the P
+// allreduce of bucket b has the time backward spends on bucket b + 1 to
+// complete before its Q stage is issued; launching a stage may block the
+// launching thread (the autograd thread) until the previous stage's
+// collective finished, bounded by the group's timeout: a fixed order can
+// wait, it cannot skip ahead. Stages run outside mu_ like start().
+//
 // Note [Rebuilt buckets]
 // Bucket order decides how early communication starts. Registration order is
 // a guess; after the first synchronised iteration the reducer knows the
@@ -225,6 +243,8 @@ void Reducer::build_buckets(const std::vector<size_t>& order) {
       offset += params_[p].numel();
     }
     bucket.pending = bucket.params.size();
+    bucket.grad_bucket.gradients = bucket.views;
+    bucket.grad_bucket.bucket_count = static_cast<int>(groups.size());
   }
   buckets_ = std::move(buckets);
   totals_.bucket_bytes.clear();
@@ -260,6 +280,7 @@ void Reducer::reset_pass_locked() {
   for (Bucket& b : buckets_) {
     b.pending = b.params.size();
     b.work.reset();
+    b.stage = 0;
   }
   next_launch_ = 0;
   backward_started_ = false;
@@ -504,9 +525,57 @@ void Reducer::launch_queued(std::unique_lock<std::mutex>& lock) {
     }
     if (is_bucket) {
       buckets_[b].work = std::move(work);
+      launch_stages(lock, stages_due_locked(b));
     } else {
       used_work_ = std::move(work);
     }
+  }
+  launching_ = false;
+}
+
+std::vector<size_t> Reducer::stages_due_locked(size_t slot) const {
+  std::vector<size_t> due;
+  for (size_t j = std::min(slot, buckets_.size()); j-- > 0;) {
+    const Bucket& b = buckets_[j];
+    if (b.work && b.work->has_next_stage() && b.stage + 1 <= slot - j) due.push_back(j);
+  }
+  return due;
+}
+
+// Called with launching_ set (or from the final callback, when no hook can
+// fire any more): stages run outside mu_.
+void Reducer::launch_stages(std::unique_lock<std::mutex>& lock, const std::vector<size_t>& due) {
+  for (size_t j : due) {
+    PendingReduction* work = buckets_[j].work.get();
+    lock.unlock();
+    std::exception_ptr error;
+    std::string message;
+    try {
+      work->launch_next_stage();
+    } catch (const std::exception& e) {
+      error = std::current_exception();
+      message = e.what();
+    }
+    lock.lock();
+    if (error) {
+      launching_ = false;
+      fail_locked(error, cat("launching stage ", buckets_[j].stage + 1, " of gradient bucket ", j,
+                             " with comm hook '", hook_->name(), "': ", message));
+    }
+    ++buckets_[j].stage;
+  }
+}
+
+void Reducer::launch_remaining_stages(std::unique_lock<std::mutex>& lock) {
+  auto remaining = [this] {
+    for (const Bucket& b : buckets_) {
+      if (b.work && b.work->has_next_stage()) return true;
+    }
+    return false;
+  };
+  launching_ = true;
+  for (size_t slot = buckets_.size(); remaining(); ++slot) {
+    launch_stages(lock, stages_due_locked(slot));
   }
   launching_ = false;
 }
@@ -539,6 +608,7 @@ void Reducer::finalize_backward() {
     }
     launch_queued(lock);
   }
+  launch_remaining_stages(lock);
   std::vector<std::unique_ptr<PendingReduction>> works;
   for (Bucket& b : buckets_) works.push_back(std::move(b.work));
   std::unique_ptr<PendingReduction> used_work = std::move(used_work_);

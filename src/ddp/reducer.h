@@ -56,6 +56,7 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
     std::vector<at::Tensor> views;           // aliases of buffer, one per param
     size_t pending = 0;                      // params not yet ready this pass
     std::unique_ptr<PendingReduction> work;  // in flight
+    size_t stage = 0;                        // stages launched after start()
     Clock::time_point launched;
     Clock::time_point completed;
   };
@@ -66,6 +67,11 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
   void on_output_grad(uint64_t generation);
   void mark_ready_locked(size_t param, bool used);
   void launch_queued(std::unique_lock<std::mutex>& lock);
+  /// Note [Staged reductions]: the later stages due once stage 0 of bucket
+  /// `slot` was launched (slot >= bucket count: after backward's end).
+  std::vector<size_t> stages_due_locked(size_t slot) const;
+  void launch_stages(std::unique_lock<std::mutex>& lock, const std::vector<size_t>& due);
+  void launch_remaining_stages(std::unique_lock<std::mutex>& lock);
   void finalize_backward();
   void write_back(const std::vector<bool>& globally_used);
   void reset_pass_locked();

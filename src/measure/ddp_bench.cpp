@@ -17,6 +17,7 @@
 #include "dtrain/ddp.h"
 #include "dtrain/errors.h"
 #include "dtrain/models.h"
+#include "dtrain/powersgd.h"
 #include "dtrain/timeline.h"
 
 namespace dtrain {
@@ -109,7 +110,8 @@ DdpBenchResult run_ddp_bench(const DdpBenchOptions& o, const ProcessGroup& pg) {
   DdpOptions dopt;
   dopt.bucket_observer = timeline_bucket_observer(tl.get());
   dopt.bucket_cap_mb = o.bucket_cap_mb;
-  dopt.comm_hook = comm_hook_by_name(o.comm_hook);
+  dopt.comm_hook = comm_hook_by_name(o.comm_hook, o.powersgd);
+  check_powersgd_rank(dopt.comm_hook.get(), *model, o.model, "--powersgd-rank");
   dopt.find_unused_parameters = o.find_unused_parameters;
   DistributedDataParallel<ImageClassifier> ddp(model, pg, dopt);
   torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.01).momentum(0.9));

@@ -400,6 +400,13 @@ std::vector<char> encode_checkpoint(const Checkpoint& c) {
   } else {
     root.insert("server_optimizer", IValue());
   }
+  if (c.comm_hook_state) {
+    c10::Dict<std::string, at::Tensor> hook;
+    for (const auto& [name, t] : *c.comm_hook_state) hook.insert(name, cpu_copy(t));
+    root.insert("comm_hook", hook);
+  } else {
+    root.insert("comm_hook", IValue());
+  }
   return encode_torch_save(root);
 }
 
@@ -471,6 +478,17 @@ Checkpoint decode_checkpoint(const std::vector<char>& bytes, const std::string& 
       st.updates[item.key().toStringRef()] = item.value().toInt();
     }
     c.server_optimizer = std::move(st);
+  }
+  auto hook = root.find("comm_hook");  // absent before comm hook state
+  if (hook != root.end() && !hook->value().isNone()) {
+    NamedTensors st;
+    for (const auto& item : dict_field(root, "comm_hook", origin)) {
+      if (!item.key().isString()) throw DataError(cat(origin, ": a comm_hook key is not a string"));
+      const std::string& name = item.key().toStringRef();
+      st.emplace_back(name,
+                      tensor_value(item.value(), cat(origin, ": comm_hook entry '", name, "'")));
+    }
+    c.comm_hook_state = std::move(st);
   }
   if (c.epoch < 0 || c.step < 0 || c.samples_in_epoch < 0 || c.world_size < 1) {
     throw DataError(cat(origin, ": negative counters (epoch ", c.epoch, ", step ", c.step,

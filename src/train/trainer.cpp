@@ -14,6 +14,7 @@
 #include "common/strings.h"
 #include "dtrain/errors.h"
 #include "dtrain/object_store.h"
+#include "dtrain/powersgd.h"
 #include "train/steps.h"
 
 namespace dtrain::detail {
@@ -197,6 +198,8 @@ void Trainer::wrap() {
   kv_ = KvSync::open(o_, std::move(kvstore_), pg_, *model_, schedule_.base_lr);
   if (kv_ && resume_) kv_->restore_state(resume_->server_optimizer, origin_, leader_, log_);
   if (kv_) d.comm_hook = kv_->hook();
+  check_powersgd_rank(d.comm_hook.get(), *model_, o_.model, "--powersgd-rank");
+  if (resume_ && d.comm_hook) restore_hook_state(*d.comm_hook);
   ddp_ = std::make_unique<DistributedDataParallel<ImageClassifier>>(model_, pg_, d);
   obs_->attach(*ddp_, *scaler_, *model_,
                resume_ ? cat("\nresumed from ", origin_, " at step ", global_step_) : "",
@@ -361,12 +364,81 @@ void Trainer::report(const EpochMetrics& m) {
           << m.images_per_sec << "  time " << std::setprecision(1) << m.epoch_seconds << " s"
           << obs_->epoch_line_suffix() << std::endl;
     if (o_.verbose) print_stats(*log_, ddp_->stats());
+    const auto* powersgd = dynamic_cast<const PowerSGDHook*>(ddp_->options().comm_hook.get());
+    if (o_.verbose && powersgd) {
+      const PowerSGDStats s = powersgd->stats();
+      *log_ << "  powersgd: iteration " << s.iterations << ", compression rate "
+            << std::setprecision(1) << s.compression_rate() << " (" << s.numel_before_compression
+            << " -> " << s.numel_after_compression << " elements so far)\n";
+    }
   }
   if (metrics_.is_open()) metrics_ << to_json(m) << std::endl;
 }
 
-// Rank 0 writes; the others only train on (they hold the same state).
+// Note [Comm hook state]
+// A comm hook may keep state per rank (PowerSGD's error feedback differs
+// between ranks; its Qs are equal). At a checkpoint every rank's
+// CommHook::state() goes to rank 0 by one all_gather per entry (the entries
+// are the same names and shapes on every rank: the ranks ran the same
+// iterations of the same model) and is saved as "comm_hook" with the keys
+// "rank<r>.<entry>"; on resume each rank loads its own share. A checkpoint
+// from another world size (or without the entries) starts the hook's state
+// afresh, with a line saying so: the run then differs from an uninterrupted
+// one by the lost error feedback.
+NamedTensors Trainer::gather_hook_state() const {
+  NamedTensors out;
+  const CommHook* hook = ddp_ ? ddp_->options().comm_hook.get() : nullptr;
+  if (!hook) return out;
+  const auto mine = hook->state();
+  if (mine.empty()) return out;  // a stateless hook, on every rank alike
+  if (pg_.size() > 1) {
+    const auto counts = pg_.all_gather(at::full({1}, static_cast<int64_t>(mine.size()), at::kLong));
+    for (int r = 0; r < pg_.size(); ++r) {
+      if (counts[r].item<int64_t>() != static_cast<int64_t>(mine.size())) {
+        throw Error(cat("rank ", pg_.rank(), ": comm hook ", hook->name(), " has ", mine.size(),
+                        " state entries here but ", counts[r].item<int64_t>(), " on rank ", r,
+                        "; cannot checkpoint it"));
+      }
+    }
+  }
+  for (const auto& [key, t] : mine) {
+    const std::vector<at::Tensor> all =
+        pg_.size() > 1 ? pg_.all_gather(t.reshape({-1}).contiguous()) : std::vector<at::Tensor>{t};
+    for (int r = 0; r < pg_.size(); ++r) {
+      out.emplace_back(cat("rank", r, ".", key), all[r].view(t.sizes()).cpu());
+    }
+  }
+  return out;
+}
+
+void Trainer::restore_hook_state(CommHook& hook) const {
+  if (hook.state().empty() && !resume_->comm_hook_state) return;  // stateless
+  const std::string prefix = cat("rank", pg_.rank(), ".");
+  NamedTensors mine;
+  if (resume_->comm_hook_state && resume_->world_size == pg_.size()) {
+    for (const auto& [key, t] : *resume_->comm_hook_state) {
+      if (key.rfind(prefix, 0) == 0) mine.emplace_back(key.substr(prefix.size()), t);
+    }
+  }
+  if (mine.empty()) {
+    if (log_) {
+      *log_ << "  comm hook " << hook.name() << ": the checkpoint has no state for world size "
+            << pg_.size() << "; starting its state (error feedback, warm start) afresh"
+            << std::endl;
+    }
+    return;
+  }
+  try {
+    hook.load_state(mine);
+  } catch (const InvalidArgument& e) {
+    throw DataError(cat(origin_, ": comm_hook: ", e.what()));
+  }
+}
+
+// Rank 0 writes; the others only train on (they hold the same state), after
+// handing their comm hook's state to rank 0.
 void Trainer::checkpoint(int64_t epoch, int64_t samples_in_epoch) {
+  NamedTensors hook_state = gather_hook_state();
   if (!leader_) return;
   TimelineSpan span(obs_->timeline(), "checkpoint");
   Checkpoint c;
@@ -390,6 +462,7 @@ void Trainer::checkpoint(int64_t epoch, int64_t samples_in_epoch) {
     c.scaler = st;
   }
   if (kv_) c.server_optimizer = kv_->save_state();  // Note [Keys and resume]
+  if (!hook_state.empty()) c.comm_hook_state = std::move(hook_state);
   try {
     save_checkpoint(o_.checkpoint_dir, c, o_.keep_checkpoints);
   } catch (const InvalidArgument&) {

@@ -59,6 +59,10 @@ class Trainer {
   EpochMetrics evaluate(int64_t epoch, const EpochTotals& totals);
   void report(const EpochMetrics& m);
   void checkpoint(int64_t epoch, int64_t samples_in_epoch);
+  /// Note [Comm hook state]: every rank's share of the hook's state, on rank
+  /// 0 (collective; empty for a stateless hook).
+  NamedTensors gather_hook_state() const;
+  void restore_hook_state(CommHook& hook) const;
   void log_start() const;
 
   const TrainOptions& o_;

@@ -69,5 +69,43 @@ TEST(CommHookApi, AHookBuiltOnTheAsyncCollectivesGivesTheDefaultHooksGradients) 
   });
 }
 
+// Two stages per bucket, built with make_staged_reduction: records when each
+// stage is launched, and checks the first stage's sum arrived before the
+// second stage runs.
+class TwoStageHook : public CommHook {
+ public:
+  std::unique_ptr<PendingReduction> start(const ProcessGroup& pg, GradBucket& bucket) override {
+    events.push_back("start " + std::to_string(bucket.index));
+    Work first = pg.all_reduce_sum_async(bucket.buffer, "stage 0");
+    const ProcessGroup* group = &pg;
+    std::vector<std::function<Work()>> stages;
+    stages.push_back([this, group, &bucket] {
+      events.push_back("stage1 " + std::to_string(bucket.index));
+      bucket.buffer.mul_(2);  // the sum, doubled; halved by the second allreduce below
+      bucket.buffer.div_(2 * group->size());
+      return group->all_reduce_sum_async(bucket.buffer, "stage 1");
+    });
+    return make_staged_reduction(std::move(first), std::move(stages));
+  }
+  std::string name() const override { return "two-stage"; }
+  std::vector<std::string> events;
+};
+
+TEST(CommHookApi, LaterStagesAreLaunchedOnTheFixedWavefrontScheduleAndGiveTheSameGradients) {
+  run_ranks(2, [](const ProcessGroup& pg) {
+    auto hook = std::make_shared<TwoStageHook>();
+    const auto ours = step(pg, hook);
+    const auto reference = step(pg, allreduce_hook());
+    for (size_t i = 0; i < ours.size(); ++i) {
+      EXPECT_TRUE(torch::allclose(ours[i], reference[i])) << "parameter " << i;
+    }
+    // Stage 1 of bucket b right after the start of bucket b + 1; the last
+    // bucket's when backward ends.
+    const std::vector<std::string> expected = {"start 0",  "start 1", "stage1 0", "start 2",
+                                               "stage1 1", "start 3", "stage1 2", "stage1 3"};
+    EXPECT_EQ(hook->events, expected);
+  });
+}
+
 }  // namespace
 }  // namespace dtrain

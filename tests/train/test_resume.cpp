@@ -7,11 +7,14 @@
 #include <torch/cuda.h>
 
 #include <cstdio>
+#include <functional>
+#include <map>
 #include <mutex>
 #include <sstream>
 
 #include "dtrain/checkpoint.h"
 #include "dtrain/errors.h"
+#include "dtrain/powersgd.h"
 #include "dtrain/train.h"
 #include "support/ranks.h"
 #include "support/shell.h"
@@ -64,6 +67,22 @@ class Resume : public testing::ScratchDir {
           },
           std::chrono::seconds(120));
     }
+    return log.str();
+  }
+
+  // Trains on two ranks (threads), each with its own hook from make_hook()
+  // (a hook keeps per-rank state), and returns rank 0's log.
+  std::string run_hooked(const TrainOptions& o,
+                         const std::function<std::shared_ptr<CommHook>()>& make_hook) {
+    std::ostringstream log;
+    testing::run_ranks(
+        2,
+        [&](const ProcessGroup& pg) {
+          TrainOptions mine = o;
+          mine.ddp.comm_hook = make_hook();
+          train(mine, pg, pg.rank() == 0 ? &log : nullptr);
+        },
+        std::chrono::seconds(120));
     return log.str();
   }
 
@@ -276,6 +295,46 @@ TEST_F(Resume, MidEpochResumeOnTwoRanksReproducesTheUninterruptedRun) {
   crash_after("run", 4);
   run(o, 2);
   EXPECT_LE(max_difference(uninterrupted.model, latest("run").model), 1e-6);
+}
+
+TEST_F(Resume, PowerSGDResumedOnTwoRanksWithEveryRanksHookStateEqualsTheUninterruptedRun) {
+  TrainOptions o = options("powersgd", 2);
+  o.checkpoint_every_steps = 4;  // compression starts at iteration 2: step 8 has its state
+  o.keep_checkpoints = 10;
+  auto hook = [] {
+    return powersgd_hook(
+        PowerSGDOptions().set_matrix_approximation_rank(2).set_start_powersgd_iter(2));
+  };
+  run_hooked(o, hook);
+  const Checkpoint uninterrupted = latest("powersgd");
+  EXPECT_EQ(uninterrupted.step, 12);
+  ASSERT_TRUE(uninterrupted.comm_hook_state);
+  std::map<std::string, at::Tensor> saved(uninterrupted.comm_hook_state->begin(),
+                                          uninterrupted.comm_hook_state->end());
+  ASSERT_TRUE(saved.count("rank0.iter") && saved.count("rank1.iter"));
+  EXPECT_EQ(saved["rank1.iter"].item<int64_t>(), 12);
+  const std::string error = "error.fc2.weight";
+  ASSERT_TRUE(saved.count("rank0." + error) && saved.count("rank1." + error));
+  EXPECT_FALSE(torch::equal(saved["rank0." + error], saved["rank1." + error]))
+      << "error feedback is per rank";
+
+  crash_after("powersgd", 8);
+  const std::string log = run_hooked(o, hook);
+  EXPECT_NE(log.find("(epoch 2, step 8)"), std::string::npos) << log;
+  EXPECT_LE(max_difference(uninterrupted.model, latest("powersgd").model), 1e-6);
+
+  // The same checkpoint without the hook's state: a line says so, and the
+  // run no longer ends where the uninterrupted one does.
+  crash_after("powersgd", 8);
+  Checkpoint stateless = latest("powersgd");
+  stateless.comm_hook_state.reset();
+  save_checkpoint(o.checkpoint_dir, stateless, 10);
+  const std::string fresh = run_hooked(o, hook);
+  EXPECT_NE(fresh.find("comm hook powersgd: the checkpoint has no state for world size 2; "
+                       "starting its state (error feedback, warm start) afresh"),
+            std::string::npos)
+      << fresh;
+  EXPECT_GT(max_difference(uninterrupted.model, latest("powersgd").model), 1e-6);
 }
 
 TEST_F(Resume, ADifferentWorldSizeContinuesFromTheSamplerPosition) {

@@ -118,6 +118,58 @@ TEST(TypedOptions, EveryNameParsesToTheValueThatSpellsIt) {
   }
 }
 
+TEST_F(TrainCli, BadPowerSGDFlagsAreOneLineUsageErrorsNamingTheFlagAndTheFix) {
+  Shell r = dtrain_cli("train " + data_ + " --comm-hook powersgd --powersgd-rank 0");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.output,
+            "dtrain train: error: --powersgd-rank must be at least 1, got 0 (1 to 4 is usual)\n");
+  r = dtrain_cli("train " + data_ + " --comm-hook fp16 --powersgd-rank 2");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.output,
+            "dtrain train: error: --powersgd-rank is an option of --comm-hook powersgd, not fp16; "
+            "drop it or use --comm-hook powersgd\n");
+  r = dtrain_cli("train " + data_ + " --powersgd-no-warm-start");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.output,
+            "dtrain train: error: --powersgd-no-warm-start is an option of --comm-hook powersgd, "
+            "not none; drop it or use --comm-hook powersgd\n");
+  r = dtrain_cli("train " + data_ + " --comm-hook powersgd --powersgd-start-iter 1");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.output.find("--powersgd-start-iter must be at least 2 with error feedback or warm "
+                          "start (got 1)"),
+            std::string::npos)
+      << r.output;
+  r = dtrain_cli("train " + data_ + " --comm-hook powersgd --kvstore local");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.output,
+            "dtrain train: error: --comm-hook powersgd cannot be combined with --kvstore: the "
+            "kvstore's push and pull are the comm hook; drop one of them\n");
+  r = dtrain_cli("train " + data_ + " --model cnn --comm-hook powersgd --powersgd-rank 500");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.output.find("error: --powersgd-rank 500 is larger than any layer of model cnn "
+                          "allows (its largest matrix allows rank 128: min(rows, cols)); use "
+                          "--powersgd-rank 128 or less\n"),
+            std::string::npos)
+      << r.output;
+  r = dtrain_cli(
+      "bench ddp --model cnn --steps 1 --warmup 0 --comm-hook bf16 "
+      "--powersgd-min-compression-rate 4");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.output,
+            "dtrain bench ddp: error: --powersgd-min-compression-rate is an option of --comm-hook "
+            "powersgd, not bf16; drop it or use --comm-hook powersgd\n");
+}
+
+TEST_F(TrainCli, PowerSGDTrainsAndSaysSoInItsStatistics) {
+  Shell r = dtrain_cli("train " + data_ +
+                       " --model cnn --epochs 1 --verbose --comm-hook powersgd --powersgd-rank 2 "
+                       "--powersgd-start-iter 4");
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("hook powersgd"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("  powersgd: iteration 12, compression rate"), std::string::npos)
+      << r.output;
+}
+
 TEST_F(TrainCli, CudaWithoutAGpuIsAUsageErrorNamingDeviceCpu) {
   if (torch::cuda::is_available()) GTEST_SKIP() << "a GPU is visible";
   for (auto [name, args] :
