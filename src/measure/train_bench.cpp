@@ -123,7 +123,8 @@ class StepClock {
     say(cat("Gradients:   ",
             !t.kvstore
                 ? std::string("DDP allreduce")
-                : cat("kvstore ", kvstore_type_name(*t.kvstore), " (", pg_.size(), " worker(s)), optimizer on the ",
+                : cat("kvstore ", kvstore_type_name(*t.kvstore), " (", pg_.size(),
+                      " worker(s)), optimizer on the ",
                       detail::kvstore_update(t) == KVUpdate::kOnServers ? "servers" : "workers")));
     say(cat("Warm-up:     ", o_.warmup_steps, " steps, timed: ", o_.steps, " steps"));
   }
