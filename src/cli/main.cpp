@@ -23,7 +23,7 @@ namespace dtrain::cli {
 // (the generated version.h), so a bug report names the LibTorch in use.
 std::string version_text() {
   std::string text =
-      "dtrain " DTRAIN_VERSION "\nLibTorch " DTRAIN_TORCH_VERSION " (" DTRAIN_TORCH_ORIGIN ")";
+      "dtrain " DTRAIN_VERSION "\nLibTorch " DTRAIN_LIBTORCH_VERSION " (" DTRAIN_TORCH_ORIGIN ")";
   const std::string cuda = DTRAIN_CUDA_VERSION;
   const std::string nccl = DTRAIN_NCCL_VERSION;
   text += cuda.empty() ? "\nCUDA: none (CPU build)" : "\nCUDA " + cuda;
