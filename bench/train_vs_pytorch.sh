@@ -11,8 +11,9 @@
 # rounds (default 1) that alternate which side goes first, so both see the same
 # machine load (each run's `uptime` load is printed beside its figure). Logs and
 # the per-epoch metrics (JSON lines) are kept in --out (default: a new directory
-# in /tmp). The peer is the PyTorch with dtrain's LibTorch version
-# (bench/peer_python.sh; DTRAIN_PEER_PYTHON overrides); both versions are printed.
+# in /tmp), the medians and rounds also in summary.json. The peer is the
+# PyTorch with dtrain's LibTorch version (bench/peer_python.sh;
+# DTRAIN_PEER_PYTHON overrides); both versions are printed.
 #
 #   bench/train_vs_pytorch.sh --synthetic [--model M --image-size S ...]
 #
@@ -42,7 +43,7 @@ NPROC=2
 BATCH=64
 THREADS=1
 
-usage() { sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
+usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit "${1:-0}"; }
 while [[ $# -gt 0 ]]; do
     case "$1" in
         --epochs) EPOCHS=$2; shift 2 ;;
@@ -283,5 +284,10 @@ for impl in names:
               + "; load before " + " ".join(fmt(x["load"], ".2f") for x in per_round[impl]))
 for line in problems:
     print(line)
-print(f"(metrics and logs: {out})")
+json.dump({"medians": rows, "rounds": per_round, "epochs": epochs,
+           "ratio": (rows["dtrain"]["ips"] / rows["pytorch"]["ips"]
+                     if "dtrain" in rows and "pytorch" in rows and rows["pytorch"]["ips"] else None),
+           "versions": open(os.path.join(out, "versions.txt")).read().strip(), "problems": problems},
+          open(os.path.join(out, "summary.json"), "w"), indent=1)
+print(f"(metrics and logs: {out}; summary.json)")
 EOF
