@@ -47,7 +47,10 @@ peer_select() {
 
 peer_versions() {
     local note=""
-    [[ ${DTRAIN_TORCH%%+*} == "${PEER_TORCH%%+*}" ]] ||
+    if [[ $DTRAIN_TORCH == unknown || $PEER_TORCH == unknown ]]; then
+        note="  WARNING: cannot tell whether the versions match"
+    elif [[ ${DTRAIN_TORCH%%+*} != "${PEER_TORCH%%+*}" ]]; then
         note="  WARNING: different versions; the ratio compares kernels, not dtrain"
+    fi
     echo "dtrain on LibTorch $DTRAIN_TORCH; peer PyTorch $PEER_TORCH ($PEER_PY)$note"
 }
