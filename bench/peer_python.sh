@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by the side-by-side benchmarks: picks the PyTorch peer whose torch is
 # the LibTorch dtrain was built on, so both sides run the same kernels.
 #
