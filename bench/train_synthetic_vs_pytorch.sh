@@ -101,6 +101,7 @@ run_peer() {    # $1: log file
 echo "== ${MODEL} ${IMAGE}px, batch ${BATCH}/process x ${NPROC} processes x ${THREADS} thread(s)," \
      "amp ${AMP}, channels_last ${CL}, ${STEPS} timed + ${WARMUP} warm-up steps, ${ROUNDS} round(s); logs in $OUT" >&2
 peer_versions | tee "$OUT/versions.txt" >&2
+rm -f "$OUT/load.txt"
 for ((r = 1; r <= ROUNDS; r++)); do
     order=(dtrain peer); (( r % 2 == 0 )) && order=(peer dtrain)
     for impl in "${order[@]}"; do
