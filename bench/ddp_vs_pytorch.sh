@@ -22,7 +22,8 @@ set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/.." && pwd)
-PY=/usr/bin/python3  # has torch 1.13; the pyenv python3 on PATH does not
+# shellcheck source=bench/peer_python.sh
+source "$HERE/peer_python.sh"
 NETNS=$HERE/netns/netns.sh
 NS0=dtrainbench0 NS1=dtrainbench1 DEV0=dtb0 DEV1=dtb1 ADDR0=10.213.0.1
 
@@ -67,12 +68,15 @@ done
 for m in $MODELS; do [[ $m == cnn || $m == resnet18 ]] || { echo "unknown model $m (cnn, resnet18)" >&2; exit 2; }; done
 for m in $MODES; do [[ $m == loopback || $m == netns ]] || { echo "unknown mode $m (loopback, netns)" >&2; exit 2; }; done
 [[ -z $ONLY || $ONLY == dtrain || $ONLY == peer ]] || { echo "--only dtrain|peer" >&2; exit 2; }
-[[ -x $PY ]] || { echo "$PY not found (need python3-torch)" >&2; exit 1; }
 OUT=${OUT:-$(mktemp -d /tmp/dtrain-ddp-bench.XXXXXX)}
 mkdir -p "$OUT"
 RESULTS=$OUT/results.jsonl
 : >"$RESULTS"
 DTRAIN=$BUILD/dtrain
+# the peer with dtrain's LibTorch version (DTRAIN_PEER_PYTHON overrides)
+if [[ -x $DTRAIN ]]; then peer_select "$DTRAIN" || exit 1; else peer_select /bin/false || exit 1; fi
+PY=$PEER_PY
+peer_versions >&2
 
 # --- process bookkeeping: every worker is a `timeout` process-group leader ---
 PGIDS=()
@@ -94,7 +98,7 @@ trap 'echo "interrupted" >&2; exit 130' INT TERM
 free_port() {  # [namespace]
     local pre=()
     [[ -n ${1:-} ]] && pre=(ip netns exec "$1")
-    "${pre[@]}" "$PY" -c 'import socket; s=socket.socket(); s.bind(("", 0)); print(s.getsockname()[1]); s.close()'
+    "${pre[@]}" "${PEER_ENV[@]}" "$PY" -c 'import socket; s=socket.socket(); s.bind(("", 0)); print(s.getsockname()[1]); s.close()'
 }
 run_bg() {  # LOG CMD...
     local log=$1; shift
@@ -145,14 +149,14 @@ set_cmds() {  # MODEL -> DCMD (dtrain worker), PCMD (peer worker)
     [[ $1 == cnn ]] && image=28  # the demo CNN takes 1x28x28
     DCMD=("$DTRAIN" bench ddp --model "$1" --batch-size "$BATCH" --image-size "$image"
         --steps "$STEPS" --warmup "$WARMUP" --json "${DTRAIN_EXTRA[@]}")
-    PCMD=("$PY" "$HERE/peer/pytorch_ddp_step.py" --model "$1" --batch-size "$BATCH"
+    PCMD=("${PEER_ENV[@]}" "$PY" "$HERE/peer/pytorch_ddp_step.py" --model "$1" --batch-size "$BATCH"
         --image-size "$image" --steps "$STEPS" --warmup "$WARMUP"
         --threads "$THREADS" --bucket-cap-mb "$BUCKET" "${FIND_UNUSED[@]}")
 }
 
 # record MODE MODEL IMPL RC LOG: append rank 0's JSON result (tagged) to RESULTS
 record() {
-    "$PY" - "$@" "$RESULTS" <<'EOF'
+    "${PEER_ENV[@]}" "$PY" - "$@" "$RESULTS" <<'EOF'
 import json, sys
 mode, model, impl, rc, log, results = sys.argv[1:7]
 rec = None
@@ -262,7 +266,7 @@ for mode in $MODES; do
 done
 echo "load after:  $(uptime)" >&2
 
-"$PY" - "$RESULTS" "$RATE" <<'EOF'
+"${PEER_ENV[@]}" "$PY" - "$RESULTS" "$RATE" <<'EOF'
 import json, math, sys
 results, rate = sys.argv[1], sys.argv[2]
 recs = [json.loads(l) for l in open(results) if l.strip()]

@@ -18,9 +18,10 @@
 # Logs and JSON results stay in --out.
 #
 # Environment:
-#   DTRAIN_PEER_PYTHON  the peer's Python, with torch and torchvision
-#                       (default /usr/bin/python3, Debian's torch 1.13; on the
-#                       GPU machine the python3 that has its torch)
+#   DTRAIN_PEER_PYTHON  the peer's Python, with torch and torchvision (default:
+#                       the one with dtrain's LibTorch version, bench/peer_python.sh:
+#                       scripts/peer-torch.sh's venv for 2.x, /usr/bin/python3 for
+#                       Debian's 1.13; on the GPU machine the python3 that has its torch)
 #   DTRAIN_PEAK_TFLOPS  the device's peak TFLOP/s for this precision (e.g. 989
 #                       for an H200's dense bf16/fp16), to print each side's
 #                       share of it; unset: not printed
@@ -28,7 +29,8 @@ set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/.." && pwd)
-PY=${DTRAIN_PEER_PYTHON:-/usr/bin/python3}  # has torch 1.13; a python3 earlier on PATH may not
+# shellcheck source=bench/peer_python.sh
+source "$HERE/peer_python.sh"
 
 MODEL=resnet18 BATCH=16 IMAGE=112 CLASSES=1000 AMP=none CL=0 NPROC=2 THREADS=1
 STEPS=10 WARMUP=2 ROUNDS=2 DEVICE=cpu BUILD=$ROOT/build OUT= TIMEOUT=900
@@ -61,14 +63,15 @@ done
 [[ $AMP == none || $AMP == bf16 || $AMP == fp16 ]] || { echo "--amp none|bf16|fp16" >&2; exit 2; }
 DTRAIN=$BUILD/dtrain
 [[ -x $DTRAIN ]] || { echo "$DTRAIN not built (cmake --build $BUILD --target dtrain)" >&2; exit 1; }
-command -v "$PY" >/dev/null || { echo "$PY not found (need python3-torch, or set DTRAIN_PEER_PYTHON)" >&2; exit 1; }
+peer_select "$DTRAIN" || exit 1
+PY=$PEER_PY
 OUT=${OUT:-$(mktemp -d /tmp/dtrain-train-synthetic.XXXXXX)}
 # Runs still going when this script ends (interrupted) are stopped with it.
 trap 'kill $(jobs -p) 2>/dev/null || true' EXIT
 mkdir -p "$OUT"
 
 free_port() {
-    "$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
+    "${PEER_ENV[@]}" "$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
 }
 
 COMMON=(--model "$MODEL" --batch-size "$BATCH" --image-size "$IMAGE" --num-classes "$CLASSES"
@@ -88,7 +91,7 @@ run_peer() {    # $1: log file
     for ((r = 0; r < NPROC; r++)); do
         env RANK=$r LOCAL_RANK=$r WORLD_SIZE=$NPROC LOCAL_WORLD_SIZE=$NPROC MASTER_ADDR=127.0.0.1 \
             MASTER_PORT="$port" OMP_NUM_THREADS="$THREADS" timeout -k 10 "$TIMEOUT" \
-            "$PY" "$HERE/peer/pytorch_train_bench.py" "${COMMON[@]}" >>"$1" 2>&1 &
+            "${PEER_ENV[@]}" "$PY" "$HERE/peer/pytorch_train_bench.py" "${COMMON[@]}" >>"$1" 2>&1 &
         pids+=($!)
     done
     for pid in "${pids[@]}"; do wait "$pid" || rc=$?; done
@@ -97,19 +100,24 @@ run_peer() {    # $1: log file
 
 echo "== ${MODEL} ${IMAGE}px, batch ${BATCH}/process x ${NPROC} processes x ${THREADS} thread(s)," \
      "amp ${AMP}, channels_last ${CL}, ${STEPS} timed + ${WARMUP} warm-up steps, ${ROUNDS} round(s); logs in $OUT" >&2
+peer_versions | tee "$OUT/versions.txt" >&2
+rm -f "$OUT/load.txt"
 for ((r = 1; r <= ROUNDS; r++)); do
     order=(dtrain peer); (( r % 2 == 0 )) && order=(peer dtrain)
     for impl in "${order[@]}"; do
         log=$OUT/$impl.round$r.log
+        load=$(uptime | sed 's/.*load average: //')
+        echo "$impl $r $load" >>"$OUT/load.txt"
         if "run_$impl" "$log"; then
-            echo "   round $r $impl: $(grep -a 'total images/sec: ' "$log" | tail -n 1 | sed 's/^\[rank[0-9]*\]: //')" >&2
+            echo "   round $r $impl: $(grep -a 'total images/sec: ' "$log" | tail -n 1 | sed 's/^\[rank[0-9]*\]: //')" \
+                 "(load before: $load)" >&2
         else
             echo "   round $r $impl FAILED (rc $?), $log:" >&2; tail -n 15 "$log" >&2; exit 1
         fi
     done
 done
 
-"$PY" - "$OUT" "$ROUNDS" "${DTRAIN_PEAK_TFLOPS:-}" <<'EOF'
+"${PEER_ENV[@]}" "$PY" - "$OUT" "$ROUNDS" "${DTRAIN_PEAK_TFLOPS:-}" <<'EOF'
 import json, statistics, sys
 out, rounds, peak = sys.argv[1], int(sys.argv[2]), float(sys.argv[3] or 0)
 def result(impl, r):
@@ -122,6 +130,7 @@ def result(impl, r):
 res = {impl: [result(impl, r) for r in range(1, rounds + 1)] for impl in ("dtrain", "peer")}
 ips = {impl: statistics.median(x["images_per_sec"] for x in v) for impl, v in res.items()}
 j = res["dtrain"][0]
+print(open(f"{out}/versions.txt").read().strip())
 print(f"model {j['model']} {j['image_size']}px, batch {j['batch_size']} x {j['world_size']} processes, "
       f"amp {j['amp']}, channels_last {j['channels_last']}, device {j['device']}")
 print(f"{'':24s} {'dtrain':>12s} {'pytorch':>12s} {'dtrain/pytorch':>15s}")
@@ -131,6 +140,9 @@ print(f"{'  per round':24s} " + " ".join(f"{x['images_per_sec']:.2f}" for x in r
 # Achieved TFLOP/s at the median rate, from each side's own count of the
 # forward's multiply-adds (they agree for the same model and size).
 tf = {impl: 6 * v[0].get("forward_gmacs", 0) * ips[impl] / 1e3 for impl, v in res.items()}
+loads = [l.split(None, 2) for l in open(f"{out}/load.txt")]
+print(f"{'  load before (1 min)':24s} " + " ".join(l[2].split(",")[0] for l in loads if l[0] == "dtrain") + "  |  "
+      + " ".join(l[2].split(",")[0] for l in loads if l[0] == "peer"))
 print(f"{'achieved TFLOP/s':24s} {tf['dtrain']:12.3f} {tf['peer']:12.3f}"
       f"   ({j.get('forward_gmacs', 0):.3f} GMACs per image forward, x6 per training step)")
 if peak > 0:

@@ -3,12 +3,17 @@
 # other on this machine, same CNN, Fashion-MNIST, 64 images per process,
 # 2 processes x 1 thread, Gloo. Each run is timed wall-clock including start-up.
 #
-#   bench/train_vs_pytorch.sh [--epochs E] [--build DIR] [--data-dir DIR]
+#   bench/train_vs_pytorch.sh [--epochs E] [--rounds R] [--build DIR] [--data-dir DIR]
 #                             [--out DIR] [--timeout SECS] [--only dtrain|peer]
 #
 # Prints a table: images/sec (mean of the epochs after the first), final test
-# accuracy, total wall time, and dtrain/peer ratios. Logs and the per-epoch
-# metrics (JSON lines) are kept in --out (default: a new directory in /tmp).
+# accuracy, total wall time, and dtrain/peer ratios, each the median over R
+# rounds (default 1) that alternate which side goes first, so both see the same
+# machine load (each run's `uptime` load is printed beside its figure). Logs and
+# the per-epoch metrics (JSON lines) are kept in --out (default: a new directory
+# in /tmp), the medians and rounds also in summary.json. The peer is the
+# PyTorch with dtrain's LibTorch version (bench/peer_python.sh;
+# DTRAIN_PEER_PYTHON overrides); both versions are printed.
 #
 #   bench/train_vs_pytorch.sh --synthetic [--model M --image-size S ...]
 #
@@ -24,9 +29,11 @@ fi
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/.." && pwd)
-PY=/usr/bin/python3  # has torch 1.13; the pyenv python3 on PATH does not
+# shellcheck source=bench/peer_python.sh
+source "$HERE/peer_python.sh"
 
 EPOCHS=3
+ROUNDS=1
 BUILD=$ROOT/build
 DATA_DIR=/usr/share/datasets/fashion-mnist
 OUT=
@@ -36,10 +43,11 @@ NPROC=2
 BATCH=64
 THREADS=1
 
-usage() { sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
+usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit "${1:-0}"; }
 while [[ $# -gt 0 ]]; do
     case "$1" in
         --epochs) EPOCHS=$2; shift 2 ;;
+        --rounds) ROUNDS=$2; shift 2 ;;
         --build) BUILD=$2; shift 2 ;;
         --data-dir) DATA_DIR=$2; shift 2 ;;
         --out) OUT=$2; shift 2 ;;
@@ -50,10 +58,16 @@ while [[ $# -gt 0 ]]; do
     esac
 done
 [[ $EPOCHS =~ ^[1-9][0-9]*$ ]] || { echo "--epochs must be a positive integer" >&2; exit 2; }
+[[ $ROUNDS =~ ^[1-9][0-9]*$ ]] || { echo "--rounds must be a positive integer" >&2; exit 2; }
 [[ -z $ONLY || $ONLY == dtrain || $ONLY == peer ]] || { echo "--only dtrain|peer" >&2; exit 2; }
 TIMEOUT=${TIMEOUT:-$((300 + 400 * EPOCHS))}   # per run, seconds
 DTRAIN=$BUILD/dtrain
-[[ -x $PY ]] || { echo "$PY not found (need python3-torch)" >&2; exit 1; }
+if [[ -x $DTRAIN ]]; then
+    peer_select "$DTRAIN" || exit 1
+else
+    peer_select /bin/false || exit 1   # no dtrain: the peer alone, by DTRAIN_PEER_PYTHON or 1.13
+fi
+PY=$PEER_PY
 [[ -d $DATA_DIR ]] || { echo "data directory $DATA_DIR missing (apt package fashion-mnist)" >&2; exit 1; }
 OUT=${OUT:-$(mktemp -d /tmp/dtrain-train-bench.XXXXXX)}
 mkdir -p "$OUT"
@@ -74,7 +88,7 @@ trap cleanup EXIT
 trap 'echo "interrupted" >&2; exit 130' INT TERM
 
 free_port() {
-    "$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
+    "${PEER_ENV[@]}" "$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
 }
 now() { date +%s.%N; }
 # run_bg LOG CMD...: start CMD under timeout in its own process group
@@ -104,18 +118,21 @@ run_dtrain() {
         "$DTRAIN" train --model cnn --dataset fashion-mnist --data-dir "$DATA_DIR"
         --epochs "$EPOCHS" --batch-size "$BATCH" --lr 0.01 --momentum 0.9
         --weight-decay 0 --seed 0 --threads "$THREADS"
-        --metrics-file "$OUT/dtrain.jsonl")
-    echo "== dtrain: ${cmd[*]}" >&2
-    rm -f "$OUT/dtrain.jsonl"
+        --metrics-file "$OUT/dtrain.round$ROUND.jsonl")
+    echo "== round $ROUND dtrain: ${cmd[*]}" >&2
+    echo "   load before: $(uptime | sed 's/.*load average: //')" >&2
+    echo "dtrain $ROUND $(uptime | sed 's/.*load average: //')" >>"$OUT/load.txt"
+    rm -f "$OUT/dtrain.round$ROUND.jsonl"
     local t0 t1
     t0=$(now)
-    run_bg "$OUT/dtrain.log" env OMP_NUM_THREADS="$THREADS" "${cmd[@]}"
+    run_bg "$OUT/dtrain.round$ROUND.log" env OMP_NUM_THREADS="$THREADS" "${cmd[@]}"
     set +e; wait "$LAST_PID"; DTRAIN_RC=$?; set -e
     t1=$(now)
     PGIDS=()
-    DTRAIN_WALL=$("$PY" -c "print(f'{$t1 - $t0:.3f}')")
-    echo "   rc=$DTRAIN_RC wall=${DTRAIN_WALL}s log=$OUT/dtrain.log" >&2
-    [[ $DTRAIN_RC == 0 ]] || tail -n 20 "$OUT/dtrain.log" >&2
+    DTRAIN_WALL=$(awk "BEGIN { printf \"%.3f\", $t1 - $t0 }")
+    echo "dtrain $ROUND $DTRAIN_RC $DTRAIN_WALL" >>"$OUT/runs.txt"
+    echo "   rc=$DTRAIN_RC wall=${DTRAIN_WALL}s log=$OUT/dtrain.round$ROUND.log" >&2
+    [[ $DTRAIN_RC == 0 ]] || tail -n 20 "$OUT/dtrain.round$ROUND.log" >&2
 }
 
 PEER_RC=skip
@@ -123,14 +140,16 @@ PEER_WALL=
 run_peer() {
     local port r pids=() rc=0
     port=$(free_port)
-    echo "== peer: $NPROC x $PY bench/peer/pytorch_ddp_train.py --epochs $EPOCHS --threads $THREADS (Gloo, MASTER_PORT=$port)" >&2
-    rm -f "$OUT/peer.jsonl"
+    echo "== round $ROUND peer: $NPROC x $PY bench/peer/pytorch_ddp_train.py --epochs $EPOCHS --threads $THREADS (Gloo, MASTER_PORT=$port)" >&2
+    echo "   load before: $(uptime | sed 's/.*load average: //')" >&2
+    echo "peer $ROUND $(uptime | sed 's/.*load average: //')" >>"$OUT/load.txt"
+    rm -f "$OUT/peer.round$ROUND.jsonl"
     local t0 t1
     t0=$(now)
     for ((r = NPROC - 1; r >= 0; r--)); do
         local margs=()
-        [[ $r == 0 ]] && margs=(--metrics-file "$OUT/peer.jsonl")
-        run_bg "$OUT/peer.rank$r.log" env MASTER_ADDR=127.0.0.1 MASTER_PORT="$port" \
+        [[ $r == 0 ]] && margs=(--metrics-file "$OUT/peer.round$ROUND.jsonl")
+        run_bg "$OUT/peer.round$ROUND.rank$r.log" env "${PEER_ENV[@]:1}" MASTER_ADDR=127.0.0.1 MASTER_PORT="$port" \
             WORLD_SIZE="$NPROC" RANK="$r" LOCAL_RANK="$r" LOCAL_WORLD_SIZE="$NPROC" \
             OMP_NUM_THREADS="$THREADS" \
             "$PY" "$HERE/peer/pytorch_ddp_train.py" --data-dir "$DATA_DIR" \
@@ -155,21 +174,32 @@ run_peer() {
     t1=$(now)
     PGIDS=()
     PEER_RC=$rc
-    PEER_WALL=$("$PY" -c "print(f'{$t1 - $t0:.3f}')")
-    echo "   rc=$PEER_RC wall=${PEER_WALL}s logs=$OUT/peer.rank*.log" >&2
-    [[ $PEER_RC == 0 ]] || tail -n 20 "$OUT/peer.rank0.log" >&2
+    PEER_WALL=$(awk "BEGIN { printf \"%.3f\", $t1 - $t0 }")
+    echo "peer $ROUND $PEER_RC $PEER_WALL" >>"$OUT/runs.txt"
+    echo "   rc=$PEER_RC wall=${PEER_WALL}s logs=$OUT/peer.round$ROUND.rank*.log" >&2
+    [[ $PEER_RC == 0 ]] || tail -n 20 "$OUT/peer.round$ROUND.rank0.log" >&2
 }
 
+peer_versions | tee "$OUT/versions.txt" >&2
+rm -f "$OUT/runs.txt" "$OUT/load.txt"
 echo "load before: $(uptime)" >&2
-[[ $ONLY == peer ]] || run_dtrain
-[[ $ONLY == dtrain ]] || run_peer
+for ((ROUND = 1; ROUND <= ROUNDS; ROUND++)); do
+    order=(dtrain peer); ((ROUND % 2 == 0)) && order=(peer dtrain)
+    for impl in "${order[@]}"; do
+        [[ $ONLY == "" || $ONLY == "$impl" ]] || continue
+        if [[ $impl == dtrain && ! -x $DTRAIN ]]; then
+            echo "== dtrain: $DTRAIN not built; skipped" >&2
+            continue
+        fi
+        "run_$impl"
+    done
+done
 echo "load after:  $(uptime)" >&2
 
-"$PY" - "$OUT" "$EPOCHS" "$DTRAIN_RC" "${DTRAIN_WALL:-nan}" "$PEER_RC" "${PEER_WALL:-nan}" <<'EOF'
-import json, math, os, sys
-out, epochs = sys.argv[1], int(sys.argv[2])
-runs = {"dtrain": (sys.argv[3], float(sys.argv[4])), "pytorch": (sys.argv[5], float(sys.argv[6]))}
-files = {"dtrain": "dtrain.jsonl", "pytorch": "peer.jsonl"}
+"${PEER_ENV[@]}" "$PY" - "$OUT" "$EPOCHS" "$ROUNDS" <<'EOF'
+import json, math, os, statistics, sys
+out, epochs, rounds = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+names = {"dtrain": "dtrain", "pytorch": "peer"}
 
 def load(path):
     recs = []
@@ -183,18 +213,41 @@ def load(path):
                     pass
     return recs
 
-rows = {}
-for impl, (rc, wall) in runs.items():
-    recs = load(os.path.join(out, files[impl]))
-    if rc == "skip":
-        rows[impl] = None
-        continue
-    later = recs[1:] if len(recs) > 1 else recs
-    ips = sum(r["images_per_sec"] for r in later) / len(later) if later else math.nan
-    acc = recs[-1]["test_acc"] if recs else math.nan
-    loss = recs[-1]["train_loss"] if recs else math.nan
-    eps = sum(r["epoch_seconds"] for r in recs) / len(recs) if recs else math.nan
-    rows[impl] = dict(rc=rc, epochs=len(recs), ips=ips, acc=acc, loss=loss, eps=eps, wall=wall)
+runs = {}   # (impl, round) -> (rc, wall)
+if os.path.exists(os.path.join(out, "runs.txt")):
+    for line in open(os.path.join(out, "runs.txt")):
+        name, r, rc, wall = line.split()
+        impl = "dtrain" if name == "dtrain" else "pytorch"
+        runs[(impl, int(r))] = (rc, float(wall))
+loads = {}  # (impl, round) -> 1-minute load average before the run
+if os.path.exists(os.path.join(out, "load.txt")):
+    for line in open(os.path.join(out, "load.txt")):
+        name, r, rest = line.split(None, 2)
+        impl = "dtrain" if name == "dtrain" else "pytorch"
+        loads[(impl, int(r))] = float(rest.split(",")[0])
+
+def nan_median(xs):
+    xs = [x for x in xs if not math.isnan(x)]
+    return statistics.median(xs) if xs else math.nan
+
+per_round = {}  # impl -> list of row dicts
+problems = []
+for impl, name in names.items():
+    for r in range(1, rounds + 1):
+        if (impl, r) not in runs:
+            continue
+        rc, wall = runs[(impl, r)]
+        recs = load(os.path.join(out, f"{name}.round{r}.jsonl"))
+        later = recs[1:] if len(recs) > 1 else recs
+        ips = sum(x["images_per_sec"] for x in later) / len(later) if later else math.nan
+        row = dict(ips=ips, acc=recs[-1]["test_acc"] if recs else math.nan,
+                   loss=recs[-1]["train_loss"] if recs else math.nan,
+                   eps=sum(x["epoch_seconds"] for x in recs) / len(recs) if recs else math.nan,
+                   wall=wall, load=loads.get((impl, r), math.nan))
+        per_round.setdefault(impl, []).append(row)
+        if rc != "0" or len(recs) != epochs:
+            problems.append(f"WARNING: {impl} round {r}: exit status {rc}, {len(recs)}/{epochs} epochs in metrics")
+rows = {impl: {k: nan_median([x[k] for x in v]) for k in v[0]} for impl, v in per_round.items()}
 
 def fmt(v, spec):
     return "n/a" if v is None or (isinstance(v, float) and math.isnan(v)) else format(v, spec)
@@ -217,15 +270,24 @@ lines = [
     ("total wall time incl. start-up (s)", "wall", ".2f"),
 ]
 print()
-print(f"Fashion-MNIST CNN, 2 processes x 1 thread, batch 64/process, Gloo, {epochs} epoch(s)")
+print(open(os.path.join(out, "versions.txt")).read().strip())
+print(f"Fashion-MNIST CNN, 2 processes x 1 thread, batch 64/process, Gloo, {epochs} epoch(s), "
+      f"median of {rounds} round(s)")
 print(f"{'':40s} {'dtrain':>12s} {'pytorch':>12s} {'dtrain/peer':>12s}")
 for label, key, spec in lines:
     d, p = rows.get("dtrain"), rows.get("pytorch")
     print(f"{label:40s} {fmt(d[key] if d else None, spec):>12s} "
           f"{fmt(p[key] if p else None, spec):>12s} {ratio(key):>12s}")
-for impl in ("dtrain", "pytorch"):
-    r = rows.get(impl)
-    if r and (r["rc"] != "0" or r["epochs"] != epochs):
-        print(f"WARNING: {impl}: exit status {r['rc']}, {r['epochs']}/{epochs} epochs in metrics")
-print(f"(metrics and logs: {out})")
+for impl in names:
+    if impl in per_round:
+        print(f"  {impl} per round: images/sec " + " ".join(fmt(x["ips"], ".1f") for x in per_round[impl])
+              + "; load before " + " ".join(fmt(x["load"], ".2f") for x in per_round[impl]))
+for line in problems:
+    print(line)
+json.dump({"medians": rows, "rounds": per_round, "epochs": epochs,
+           "ratio": (rows["dtrain"]["ips"] / rows["pytorch"]["ips"]
+                     if "dtrain" in rows and "pytorch" in rows and rows["pytorch"]["ips"] else None),
+           "versions": open(os.path.join(out, "versions.txt")).read().strip(), "problems": problems},
+          open(os.path.join(out, "summary.json"), "w"), indent=1)
+print(f"(metrics and logs: {out}; summary.json)")
 EOF
