@@ -128,8 +128,28 @@ function(dtrain_install)
     set(DTRAIN_TORCH_DEPENDENCY "set(DTRAIN_TORCH_CPU_PREFIX \"${TORCH_INSTALL_PREFIX}\")\n"
                                 "include(\"\${CMAKE_CURRENT_LIST_DIR}/dtrainTorchCpu.cmake\")")
     string(REPLACE ";" "" DTRAIN_TORCH_DEPENDENCY "${DTRAIN_TORCH_DEPENDENCY}")
-  else()
+  elseif(TORCH_INSTALL_PREFIX MATCHES "^/usr(/|$)")
     set(DTRAIN_TORCH_DEPENDENCY "find_dependency(Torch HINTS \"${Torch_DIR}\")")
+  else()
+    # A LibTorch outside the system's folders (the torch wheel): its
+    # TorchConfig finds its libraries and Caffe2's package with find_library
+    # and find_package, which search the system's folders before their PATHS,
+    # so with Debian's LibTorch also installed they would mix in 1.13's. Its
+    # prefix goes first for that one call, as scripts/torch-wheel.sh does for
+    # dtrain's build; a CUDA build also names the toolkit it was built with.
+    set(_dtrain_cuda_root "")
+    if(DTRAIN_HAVE_CUDA AND CUDAToolkit_LIBRARY_ROOT)
+      set(_dtrain_cuda_root "if(NOT DEFINED CUDAToolkit_ROOT)\n"
+                            "  set(CUDAToolkit_ROOT \"${CUDAToolkit_LIBRARY_ROOT}\")\n"
+                            "endif()\n")
+    endif()
+    set(DTRAIN_TORCH_DEPENDENCY
+        ${_dtrain_cuda_root}
+        "set(_dtrain_prefix_path \"\${CMAKE_PREFIX_PATH}\")\n"
+        "list(PREPEND CMAKE_PREFIX_PATH \"${TORCH_INSTALL_PREFIX}\" \"${TORCH_INSTALL_PREFIX}/share/cmake\")\n"
+        "find_dependency(Torch HINTS \"${Torch_DIR}\")\n"
+        "set(CMAKE_PREFIX_PATH \"\${_dtrain_prefix_path}\")")
+    string(REPLACE ";" "" DTRAIN_TORCH_DEPENDENCY "${DTRAIN_TORCH_DEPENDENCY}")
   endif()
   # A program linking the installed dtrain finds a LibTorch outside the
   # system's folders as dtrain's own programs do (Note [RPATH to the wheel]).

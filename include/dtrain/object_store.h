@@ -186,6 +186,11 @@ struct ObjectInfo {
   std::string last_modified;
 };
 
+/// The ETag S3 gives an object stored by one PutObject without SSE-KMS: the
+/// quoted lower-case hex MD5 of its bytes. Multipart and KMS-encrypted
+/// objects have other ETags.
+std::string single_part_etag(std::string_view data);
+
 /// One page of ListObjectsV2.
 struct ListPage {
   std::vector<ObjectInfo> objects;

@@ -15,6 +15,7 @@
 #include "common/strings.h"
 #include "dtrain/backend.h"
 #include "dtrain/errors.h"
+#include "dtrain/hosted_store.h"
 
 #if DTRAIN_HAVE_NCCL
 // Compiled only in CUDA builds (CI's CUDA LibTorch stage, a GPU machine):
@@ -284,6 +285,16 @@ void form_group(ProcessGroup::State& state, StorePtr store, const InitOptions& o
 ProcessGroup init_process_group(StorePtr store, const InitOptions& options) {
   auto state = new_state(options);
   if (!store) throw InvalidArgument("init_process_group: store is null");
+  form_group(*state, std::move(store), options);
+  return make_process_group(std::move(state));
+}
+
+ProcessGroup init_process_group(std::unique_ptr<TcpStoreServer> server,
+                                const InitOptions& options) {
+  if (!server) throw InvalidArgument("init_process_group: server is null");
+  auto state = new_state(options);
+  StorePtr store = server->store();
+  state->store_server = std::move(server);
   form_group(*state, std::move(store), options);
   return make_process_group(std::move(state));
 }

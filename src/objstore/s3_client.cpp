@@ -2,6 +2,7 @@
 
 #include "common/strings.h"
 #include "objstore/s3_request.h"
+#include "objstore/sigv4.h"
 #include "objstore/xml.h"
 
 namespace dtrain {
@@ -202,6 +203,10 @@ PutResult S3Client::put_object(const std::string& bucket, const std::string& key
 
 void S3Client::delete_object(const std::string& bucket, const std::string& key) {
   impl_->execute({"DeleteObject", "DELETE", bucket, key});
+}
+
+std::string single_part_etag(std::string_view data) {
+  return "\"" + objstore::hex(objstore::md5(data)) + "\"";
 }
 
 }  // namespace dtrain

@@ -45,7 +45,6 @@
 #include "dtrain/checkpoint.h"
 #include "dtrain/errors.h"
 #include "dtrain/object_store.h"
-#include "objstore/sigv4.h"
 
 namespace dtrain {
 namespace {
@@ -266,7 +265,7 @@ std::string s3_save(const std::string& dir, const std::vector<char>& bytes, int6
     d.client.put_object(d.uri.bucket, key, data, once);
   } catch (const PreconditionFailedError&) {
     const ObjectInfo there = d.client.head_object(d.uri.bucket, key);
-    if (there.etag != "\"" + objstore::hex(objstore::md5(data)) + "\"") {
+    if (there.etag != single_part_etag(data)) {
       throw Error(cat("checkpoint: ", url, " already exists and is never replaced (If-None-Match)",
                       "; fix: remove it (aws s3 rm ", url, ") or use another --checkpoint-dir"));
     }

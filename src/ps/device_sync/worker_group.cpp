@@ -31,6 +31,7 @@
 #include "common/strings.h"
 #include "dtrain/comm.h"
 #include "dtrain/errors.h"
+#include "dtrain/hosted_store.h"
 #include "dtrain/kvstore_torch.h"
 #include "dtrain/store.h"
 #include "ps/job/dmlc_env.h"
@@ -96,10 +97,11 @@ ProcessGroup kv_process_group(KVStore& kv, const InitOptions& options, const Env
   const std::string host = address.substr(0, colon);
   const bool v6 = host.find(':') != std::string::npos;
   o.init_method = cat("tcp://", v6 ? "[" : "", host, v6 ? "]" : "", ":", port);
+  // Worker 0's group owns its store server, which must outlive this call:
+  // the other ranks keep using the store after the group has formed.
+  if (server) return init_process_group(std::move(server), o);
   StorePtr store;
-  if (server) {
-    store = server->store();  // the group keeps the store (and its daemon) alive
-  } else {
+  {
     try {
       store = connect_tcp_store(host, static_cast<int>(port), o.store_timeout);
     } catch (const TimeoutError&) {  // its text names MASTER_ADDR, not this job's variables
