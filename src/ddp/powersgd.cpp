@@ -40,6 +40,7 @@
 #include <mutex>
 #include <ostream>
 #include <random>
+#include <set>
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
@@ -232,7 +233,18 @@ class PowerSGDHookImpl : public PowerSGDHook {
     const auto options = input.options();
     at::Tensor p_memory = at::empty({p_size}, options);
     at::Tensor q_memory = at::empty({q_size}, options);
+    // Note [One draw per random bucket]: PyTorch draws a seed whenever a
+    // bucket needs random Qs (warm start off, or the bucket's first
+    // compressed step), also for a bucket with no matrix to compress; a
+    // missed draw would shift every later bucket's Qs. A bucket with
+    // matrices needs them when one has no Q yet; one without matrices is
+    // remembered by its first parameter's name (a checkpoint from before
+    // this was saved draws once more for such buckets after resuming).
     bool need_random = !o_.warm_start;
+    if (o_.warm_start && batches.empty()) {
+      const std::string key = names.empty() ? std::string() : names.front();
+      need_random = seen_buckets_.insert(key).second;
+    }
     int64_t p_at = 0, q_at = 0;
     for (Batch& b : batches) {
       const int64_t batch = b.m.size(0), n = b.m.size(1), m = b.m.size(2), r = rank_of(b.m);
@@ -250,13 +262,16 @@ class PowerSGDHookImpl : public PowerSGDHook {
         b.q[static_cast<int64_t>(k)].copy_(q->second);
       }
     }
-    if (!batches.empty()) {
-      if (need_random) {
-        at::Generator gen = at::detail::createCPUGenerator(rng_.randint(1000000000u));
+    if (need_random) {
+      const uint32_t seed = rng_.randint(1000000000u);  // Note [One draw per random bucket]
+      if (!batches.empty()) {
+        at::Generator gen = at::detail::createCPUGenerator(seed);
         for (Batch& b : batches) {
           b.q.copy_(at::randn(b.q.sizes(), gen, at::TensorOptions().dtype(input.scalar_type())));
         }
       }
+    }
+    if (!batches.empty()) {
       for (Batch& b : batches) orthogonalize(b.q, o_.orthogonalization_epsilon);
       for (Batch& b : batches) bmm_into(b.p, b.m, b.q);
     }
@@ -307,14 +322,19 @@ class PowerSGDHookImpl : public PowerSGDHook {
     scalar("next_stats_report", next_stats_report_);
     for (const auto& [name, t] : errors_) out.emplace_back("error." + name, t.cpu().clone());
     for (const auto& [name, t] : qs_) out.emplace_back("q." + name, t.cpu().clone());
+    for (const auto& key : seen_buckets_)
+      out.emplace_back("seen_bucket." + key, at::scalar_tensor(1, at::kLong));
     return out;
   }
 
   void load_state(const std::vector<std::pair<std::string, at::Tensor>>& state) override {
     std::map<std::string, at::Tensor> errors, qs;
     std::map<std::string, int64_t> scalars;
+    std::set<std::string> seen;
     for (const auto& [key, t] : state) {
-      if (key.rfind("error.", 0) == 0) {
+      if (key.rfind("seen_bucket.", 0) == 0) {
+        seen.insert(key.substr(12));
+      } else if (key.rfind("error.", 0) == 0) {
         errors[key.substr(6)] = t.clone();
       } else if (key.rfind("q.", 0) == 0) {
         qs[key.substr(2)] = t.clone();
@@ -338,6 +358,7 @@ class PowerSGDHookImpl : public PowerSGDHook {
     next_stats_report_ = scalars["next_stats_report"];
     errors_ = std::move(errors);
     qs_ = std::move(qs);
+    seen_buckets_ = std::move(seen);  // Note [One draw per random bucket]
   }
 
   // Set by powersgd_hook(): start() hands the reduction a reference.
@@ -462,6 +483,7 @@ class PowerSGDHookImpl : public PowerSGDHook {
   int64_t next_stats_report_ = 0;
   std::map<std::string, at::Tensor> errors_;  // this rank's, by parameter name
   std::map<std::string, at::Tensor> qs_;      // [m, r] per compressed parameter
+  std::set<std::string> seen_buckets_;        // warm start: matrix-less buckets past their draw
 };
 
 }  // namespace

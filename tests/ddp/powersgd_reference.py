@@ -25,6 +25,7 @@ STEPS = 6
 # Buckets in launch order: lists of parameter shapes (the C++ test has the same).
 BUCKETS = [
     [(10, 32), (10,)],
+    [(12,), (5,)],  # nothing to compress: PyTorch still draws a seed for it
     [(16, 8, 3, 3), (16, 8, 3, 3), (32, 144), (32,), (3, 2), (24, 20)],
     [(24, 20), (40, 30), (7,)],
 ]
