@@ -271,12 +271,16 @@ check_torch_libraries() {
   if ((CUDA)); then
     libs=("$1"/lib/libtorch*.so "$1"/lib/libc10*.so)
   fi
+  local out so
   for lib in "${libs[@]}"; do
     [[ "$lib" == */libcaffe2_nvrtc.so ]] && continue
+    # ldd's own failure (a missing or non-ELF file) must not read as
+    # "nothing missing".
+    out="$(LD_LIBRARY_PATH="$( ((CUDA)) && printf '%s/lib64:%s/lib' "$CUDA_HOME" "$CUDA_HOME")" ldd "$lib" 2>&1)" ||
+      die "ldd cannot read $lib: ${out%%$'\n'*}; remove the venv ($VENV) and run again"
     while read -r so; do
-      missing+=("$so (needed by ${lib##*/})")
-    done < <(LD_LIBRARY_PATH="$( ((CUDA)) && printf '%s/lib64:%s/lib' "$CUDA_HOME" "$CUDA_HOME")" ldd "$lib" |
-      awk '/not found/ && $1 != "libcuda.so.1" {print $1}')
+      [[ -n "$so" ]] && missing+=("$so (needed by ${lib##*/})")
+    done < <(awk '/not found/ && $1 != "libcuda.so.1" {print $1}' <<<"$out")
   done
   [[ ${#missing[@]} -eq 0 ]] ||
     die "libraries not found: ${missing[*]}; add the wheel that ships them to companion_wheels in scripts/torch-wheel.sh"
