@@ -13,6 +13,7 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <thread>
 
 #include "common/fd.h"
 #include "common/strings.h"
@@ -122,10 +123,11 @@ Credentials from_json(const std::string& text, const char* token_field, const st
   nlohmann::json json;
   try {
     json = nlohmann::json::parse(text);
-  } catch (const std::exception&) {
-    throw InvalidArgument(cat(source, ": the answer is not JSON: '",
-                              first_line(text.substr(0, 120)),
-                              "'; fix: check that it is an AWS credentials source"));
+  } catch (const nlohmann::json::parse_error& e) {
+    // The body is never quoted: it may hold a secret key.
+    throw InvalidArgument(cat(source, ": the answer (", text.size(),
+                              " bytes) is not JSON: a syntax error at byte ", e.byte,
+                              "; fix: check that it is an AWS credentials source"));
   }
   auto field = [&json](const char* name) {
     auto it = json.find(name);
@@ -235,9 +237,24 @@ Credentials process_credentials(const std::string& command, const std::string& s
     output.append(buf, static_cast<size_t>(n));
     if (output.size() > (1 << 20)) break;
   }
-  if (timed_out) kill(pid, SIGKILL);
+  // The child may still be running (output past 1 MiB, or stdout closed
+  // early): close our end and wait for it until the same deadline only.
+  read_end.reset();
   int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  for (;;) {
+    if (timed_out) kill(pid, SIGKILL);
+    const pid_t done = waitpid(pid, &status, timed_out ? 0 : WNOHANG);
+    if (done == pid || (done < 0 && errno != EINTR)) break;
+    if (done == 0) {
+      if (std::chrono::steady_clock::now() >= deadline) {
+        timed_out = true;
+      } else {
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+    }
+  }
+  if (!timed_out && output.size() > (1 << 20)) {
+    throw InvalidArgument(cat(what, ": answered more than 1 MiB; fix: check the command"));
   }
   if (timed_out) {
     throw InvalidArgument(

@@ -135,6 +135,29 @@ TEST(S3Config, CredentialProcessOutputIsParsedAndItsFailureNamed) {
   EXPECT_NE(m.find("exited with status 3"), std::string::npos) << m;
 }
 
+TEST(S3Config, AMalformedCredentialProcessAnswerIsRefusedWithoutQuotingTheSecret) {
+  TempDir dir;
+  std::string script = dir.write(
+      "bad.sh", "echo '{\"AccessKeyId\": \"AKID\", \"SecretAccessKey\": \"TOPSECRET\",}'\n");
+  std::string m = message_of([&] { process_credentials("sh " + script, "test"); });
+  EXPECT_NE(m.find("is not JSON"), std::string::npos) << m;
+  EXPECT_EQ(m.find("TOPSECRET"), std::string::npos) << m;
+  EXPECT_EQ(m.find("AKID"), std::string::npos) << m;
+}
+
+TEST(S3Config, ACredentialProcessThatKeepsRunningAfterMoreThanAMebibyteEndsWithinItsTimeout) {
+  TempDir dir;
+  // Writes 2 MiB, then would run for a minute with stdout closed.
+  std::string script =
+      dir.write("big.sh", "head -c 2097152 /dev/zero | tr '\\0' x; exec >&-; sleep 60\n");
+  const auto start = std::chrono::steady_clock::now();
+  std::string m = message_of(
+      [&] { process_credentials("sh " + script, "test", std::chrono::milliseconds(2000)); });
+  const auto took = std::chrono::steady_clock::now() - start;
+  EXPECT_LT(took, std::chrono::seconds(10)) << m;
+  EXPECT_FALSE(m.empty());
+}
+
 TEST(S3Config, NoCredentialsAnywhereIsOneLineWithTheFix) {
   TempDir dir;
   std::string m = message_of([&] { s3_options_from_env(isolated(dir).lookup()); });
