@@ -160,7 +160,9 @@ struct S3Options {
   /// Proxies come from libcurl's own reading of http_proxy, https_proxy,
   /// HTTPS_PROXY, all_proxy and no_proxy.
 
-  /// Deadline of one attempt (connect, send, receive the whole body).
+  /// An attempt fails when no byte has moved either way for this long
+  /// (checked about once a second): an idle deadline, not a total one, so
+  /// that large bodies (checkpoints) are not cut off.
   std::chrono::milliseconds request_timeout{std::chrono::seconds(60)};
   std::chrono::milliseconds connect_timeout{std::chrono::seconds(5)};
   /// Attempts per request (1 = no retry). Retried: 5xx (503 SlowDown
@@ -230,9 +232,12 @@ struct PutResult {
   int parts = 0;
 };
 
-/// An S3 client. Thread-safe: calls may run concurrently from many threads;
-/// each blocks for at most max_attempts x request_timeout plus backoff.
-/// Connections are pooled and reused.
+/// An S3 client. Thread-safe: calls may run concurrently from many threads.
+/// Each HTTP request makes at most max_attempts attempts, each ended by
+/// connect_timeout or request_timeout without progress, with backoff
+/// between them; a multipart put makes one such request per part plus two,
+/// a listing one per page, and fetching credentials (STS, container, IMDS)
+/// has its own deadlines. Connections are pooled and reused.
 class S3Client {
  public:
   /// Throws InvalidArgument when options are incomplete (no credentials

@@ -3,6 +3,7 @@
 #include <curl/curl.h>
 
 #include <algorithm>
+#include <chrono>
 #include <mutex>
 #include <vector>
 
@@ -105,6 +106,27 @@ class CurlTransport : public HttpTransport {
     }
   }
 
+  struct Progress {
+    std::chrono::milliseconds idle_limit;
+    std::chrono::steady_clock::time_point last_moved;
+    curl_off_t moved = 0;
+    bool stalled = false;
+  };
+
+  // Note [Idle, not total, deadline]
+  static int on_progress(void* data, curl_off_t, curl_off_t down, curl_off_t, curl_off_t up) {
+    auto* p = static_cast<Progress*>(data);
+    const auto now = std::chrono::steady_clock::now();
+    if (down + up != p->moved) {
+      p->moved = down + up;
+      p->last_moved = now;
+      return 0;
+    }
+    if (now - p->last_moved < p->idle_limit) return 0;
+    p->stalled = true;
+    return 1;  // aborts the transfer: CURLE_ABORTED_BY_CALLBACK
+  }
+
   static HttpResponse perform_with(CURL* handle, const HttpRequest& request) {
     curl_easy_reset(handle);  // keeps the connection cache
     HttpResponse response;
@@ -131,7 +153,16 @@ class CurlTransport : public HttpTransport {
     curl_easy_setopt(handle, CURLOPT_URL, request.url.c_str());
     curl_easy_setopt(handle, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(handle, CURLOPT_HTTPHEADER, headers.get());
-    curl_easy_setopt(handle, CURLOPT_TIMEOUT_MS, static_cast<long>(request.timeout.count()));
+    // Note [Idle, not total, deadline]: an attempt fails when no byte has
+    // moved either way for request.timeout, so that a multi-gigabyte body
+    // (a checkpoint) is not cut off by a deadline sized for small requests,
+    // while a stalled peer still ends the attempt within about a second of
+    // it (libcurl calls the progress function about once a second when
+    // idle).
+    Progress progress{request.timeout, std::chrono::steady_clock::now()};
+    curl_easy_setopt(handle, CURLOPT_NOPROGRESS, 0L);
+    curl_easy_setopt(handle, CURLOPT_XFERINFOFUNCTION, on_progress);
+    curl_easy_setopt(handle, CURLOPT_XFERINFODATA, &progress);
     curl_easy_setopt(handle, CURLOPT_CONNECTTIMEOUT_MS,
                      static_cast<long>(request.connect_timeout.count()));
     curl_easy_setopt(handle, CURLOPT_FOLLOWLOCATION, 0L);
@@ -157,6 +188,11 @@ class CurlTransport : public HttpTransport {
     CURLcode code = curl_easy_perform(handle);
     curl_easy_setopt(handle, CURLOPT_ERRORBUFFER, nullptr);
     curl_easy_setopt(handle, CURLOPT_HTTPHEADER, nullptr);
+    if (code == CURLE_ABORTED_BY_CALLBACK && progress.stalled) {
+      throw TransportError(cat(request.method, " ", request.url, ": no byte moved for ",
+                               request.timeout.count(), " ms"),
+                           true);
+    }
     if (code != CURLE_OK) {
       throw TransportError(
           cat(request.method, " ", request.url, ": ", error[0] ? error : curl_easy_strerror(code)),

@@ -21,6 +21,7 @@ struct HttpRequest {
   /// Sent for PUT and POST (also when empty: Content-Length: 0). Not owned:
   /// it must outlive perform().
   std::string_view body;
+  /// The attempt fails when no byte moves for this long (Note [Idle, not total, deadline]).
   std::chrono::milliseconds timeout{std::chrono::seconds(60)};
   std::chrono::milliseconds connect_timeout{std::chrono::seconds(5)};
   /// PEM CA bundle; empty: the system's.

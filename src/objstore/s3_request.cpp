@@ -221,7 +221,21 @@ HttpResponse S3Client::Impl::execute(const S3Call& call, int* attempts_used) {
   const int attempts = std::max(1, options.max_attempts);
   for (int attempt = 1;; ++attempt) {
     if (attempts_used) *attempts_used = attempt;
-    const Credentials credentials = options.credentials->credentials();
+    // A credentials source that fails on the network (STS, the container
+    // endpoint) is retried like the request itself.
+    Credentials credentials;
+    try {
+      credentials = options.credentials->credentials();
+    } catch (const ObjectStoreError& e) {
+      if (attempt >= attempts) {
+        throw ObjectStoreError(
+            cat("S3 ", call.operation, " ", objstore::location(call), ": no credentials after ",
+                attempt, " attempts (", e.what(), ")"),
+            e.status, e.code, call.bucket, call.key);
+      }
+      std::this_thread::sleep_for(objstore::backoff(options, attempt, rng));
+      continue;
+    }
     const objstore::HttpRequest request =
         objstore::sign_s3_request(options, call, credentials, clock());
     try {
