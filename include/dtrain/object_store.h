@@ -193,6 +193,12 @@ struct ObjectInfo {
 /// objects have other ETags.
 std::string single_part_etag(std::string_view data);
 
+/// The ETag S3 gives the object S3Client::put_object stores from `data`
+/// with `options` (no SSE-KMS): single_part_etag below
+/// options.multipart_threshold, else the multipart form, the quoted hex MD5
+/// of the parts' MD5s followed by "-<parts>" (parts of options.part_size).
+std::string put_object_etag(std::string_view data, const S3Options& options);
+
 /// One page of ListObjectsV2.
 struct ListPage {
   std::vector<ObjectInfo> objects;

@@ -209,4 +209,16 @@ std::string single_part_etag(std::string_view data) {
   return "\"" + objstore::hex(objstore::md5(data)) + "\"";
 }
 
+std::string put_object_etag(std::string_view data, const S3Options& options) {
+  if (data.size() < options.multipart_threshold) return single_part_etag(data);
+  // The parts as multipart.cpp cuts them (one empty part for no bytes).
+  std::string digests;
+  int parts = 0;
+  for (size_t offset = 0; offset < data.size() || parts == 0; offset += options.part_size) {
+    digests += objstore::md5(data.substr(offset, options.part_size));
+    ++parts;
+  }
+  return cat("\"", objstore::hex(objstore::md5(digests)), "-", parts, "\"");
+}
+
 }  // namespace dtrain

@@ -265,7 +265,9 @@ std::string s3_save(const std::string& dir, const std::vector<char>& bytes, int6
     d.client.put_object(d.uri.bucket, key, data, once);
   } catch (const PreconditionFailedError&) {
     const ObjectInfo there = d.client.head_object(d.uri.bucket, key);
-    if (there.etag != single_part_etag(data)) {
+    // Ours when the answer to our own (multipart) upload was lost and the
+    // retry met the stored object.
+    if (there.etag != put_object_etag(data, d.client.options())) {
       throw Error(cat("checkpoint: ", url, " already exists and is never replaced (If-None-Match)",
                       "; fix: remove it (aws s3 rm ", url, ") or use another --checkpoint-dir"));
     }
