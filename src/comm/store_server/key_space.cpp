@@ -137,7 +137,10 @@ void KeySpace::apply(ConnId conn, const Query& q) {
       Bytes old;
       if (!created) {
         old = it->second;
-        sum += parse_counter(key, it->second);
+        if (__builtin_add_overflow(sum, parse_counter(key, it->second), &sum)) {
+          throw QueryError(
+              cat("ADD of ", q.number, " to key '", key, "' overflows a 64-bit counter"));
+        }
       }
       const std::string text = std::to_string(sum);
       Bytes value(text.begin(), text.end());

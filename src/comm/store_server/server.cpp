@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <iostream>
 #include <map>
@@ -150,6 +151,8 @@ class StoreServer::Loop {
   std::map<ConnId, Conn> conns_;
   ConnId next_id_ = 1;
   std::set<std::string> reported_hosts_;
+  std::chrono::steady_clock::time_point accept_paused_until_{};
+  bool out_of_descriptors_logged_ = false;
 };
 
 void StoreServer::Loop::run() {
@@ -158,7 +161,11 @@ void StoreServer::Loop::run() {
   while (true) {
     fds.clear();
     ids.clear();
-    fds.push_back({listen_.get(), POLLIN, 0});
+    // Note [Out of descriptors]: while accept fails for want of file
+    // descriptors the listening socket stays readable; it is left out of
+    // the poll for a moment instead of waking it at once, round after round.
+    const bool accepting = std::chrono::steady_clock::now() >= accept_paused_until_;
+    fds.push_back({listen_.get(), static_cast<short>(accepting ? POLLIN : 0), 0});
     fds.push_back({wake_fd_, POLLIN, 0});
     for (auto& [id, c] : conns_) {
       short events = POLLIN;
@@ -166,7 +173,7 @@ void StoreServer::Loop::run() {
       fds.push_back({c.fd.get(), events, 0});
       ids.push_back(id);
     }
-    const int n = ::poll(fds.data(), fds.size(), 1000);
+    const int n = ::poll(fds.data(), fds.size(), accepting ? 1000 : 100);
     if (n < 0 && errno != EINTR) {
       options_.log(cat("poll failed: ", std::strerror(errno), "; the store stops"));
       return;
@@ -204,7 +211,20 @@ void StoreServer::Loop::accept_all() {
     socklen_t len = sizeof(a);
     const int fd = ::accept4(listen_.get(), reinterpret_cast<sockaddr*>(&a), &len,
                              SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (fd < 0) return;  // EAGAIN, or a connection reset before accept
+    if (fd < 0) {
+      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+        // Note [Out of descriptors]
+        accept_paused_until_ = std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
+        if (!out_of_descriptors_logged_) {
+          options_.log(
+              cat("cannot accept connections: ", std::strerror(errno), " (", conns_.size(),
+                  " open); new clients wait; fix: raise the open-files limit (ulimit -n)"));
+          out_of_descriptors_logged_ = true;
+        }
+      }
+      return;  // EAGAIN, or a connection reset before accept
+    }
+    out_of_descriptors_logged_ = false;
     int one = 1;
     ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     Conn c;

@@ -25,8 +25,9 @@ constexpr std::uint64_t kMaxLegacyFirstKey = 1024 * 1024;
 // buffer ends first; a length beyond the limits sets `error` instead.
 class Cursor {
  public:
-  Cursor(const std::uint8_t* data, std::size_t n, const WireLimits& limits)
-      : data_(data), n_(n), limits_(limits) {}
+  // A dry cursor walks the length fields without copying keys or values.
+  Cursor(const std::uint8_t* data, std::size_t n, const WireLimits& limits, bool dry = false)
+      : dry(dry), data_(data), n_(n), limits_(limits) {}
 
   template <typename T>
   bool value(T* v) {
@@ -55,14 +56,14 @@ class Cursor {
     std::size_t at = 0;
     std::uint64_t len = 0;
     if (!field(limits_.max_key_bytes, "key", &at, &len)) return false;
-    s->assign(reinterpret_cast<const char*>(data_ + at), len);
+    if (!dry) s->assign(reinterpret_cast<const char*>(data_ + at), len);
     return true;
   }
   bool bytes(Bytes* b) {
     std::size_t at = 0;
     std::uint64_t len = 0;
     if (!field(limits_.max_query_bytes, "value", &at, &len)) return false;
-    b->assign(data_ + at, data_ + at + len);
+    if (!dry) b->assign(data_ + at, data_ + at + len);
     return true;
   }
   bool count(std::uint64_t* c) {
@@ -75,6 +76,7 @@ class Cursor {
   }
   std::size_t pos() const { return pos_; }
   std::string error;
+  const bool dry;
 
  private:
   const std::uint8_t* data_;
@@ -92,11 +94,15 @@ bool parse_args(Cursor& c, Query& q) {
   auto key_list = [&](bool with_values) {
     std::uint64_t count = 0;
     if (!c.count(&count)) return false;
-    q.keys.resize(count);
-    if (with_values) q.values.resize(count);
+    std::string scratch_key;
+    Bytes scratch_value;
+    if (!c.dry) {
+      q.keys.resize(count);
+      if (with_values) q.values.resize(count);
+    }
     for (std::uint64_t i = 0; i < count; ++i) {
-      if (!c.key(&q.keys[i])) return false;
-      if (with_values && !c.bytes(&q.values[i])) return false;
+      if (!c.key(c.dry ? &scratch_key : &q.keys[i])) return false;
+      if (with_values && !c.bytes(c.dry ? &scratch_value : &q.values[i])) return false;
     }
     return true;
   };
@@ -199,8 +205,16 @@ ParseResult parse_query(Dialect d, const std::uint8_t* data, std::size_t n,
             : cat("query code ", int{code}, " is none of the ", dialect_name(d), " queries (0-12)");
     return r;
   }
+  // Note [Dry walk first]: a query arrives over many reads and is parsed
+  // after each; walking its length fields without copying keeps a 128 MiB
+  // MULTI_SET from being copied once per read (quadratic in its size).
+  Cursor walk(data + 1, n - 1, limits, /*dry=*/true);
+  Query scratch;
+  scratch.op = q.op;
+  const bool complete = parse_args(walk, scratch);
   Cursor c(data + 1, n - 1, limits);
-  if (!parse_args(c, q)) {
+  if (!complete || !parse_args(c, q)) {
+    if (!walk.error.empty()) c.error = walk.error;
     if (!c.error.empty()) {
       r.status = ParseStatus::kMalformed;
       r.error = cat(op_name(q.op), ": ", c.error);

@@ -8,6 +8,10 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <mutex>
 #include <thread>
 
@@ -354,6 +358,65 @@ TEST(StoreServer, AddingToAValueThatIsNotANumberClosesTheConnection) {
   ASSERT_EQ(lines.size(), 1u);
   EXPECT_NE(lines[0].find("ADD to key 'k' whose value 'hi' is not an integer"), std::string::npos)
       << lines[0];
+}
+
+TEST(StoreServer, AnAddThatWouldOverflowASixtyFourBitCounterClosesTheConnection) {
+  Logged log;
+  auto server = start_server(&log);
+  RawClient c(server->port());
+  ASSERT_TRUE(c.send(hex("03 0100000000000000 6b ffffffffffffff7f")));  // ADD k INT64_MAX
+  ASSERT_TRUE(c.send(hex("03 0100000000000000 6b 0100000000000000")));  // ADD k 1
+  EXPECT_TRUE(c.closed_by_server());
+  const auto lines = log.get();
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_NE(lines[0].find("ADD of 1 to key 'k' overflows a 64-bit counter"), std::string::npos)
+      << lines[0];
+}
+
+TEST(StoreServer, OutOfFileDescriptorsTheServerWaitsWithoutSpinningAndServesOnceSomeAreFree) {
+  // In a child process: the descriptor limit is the process's.
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    Logged log;
+    auto server = start_server(&log);
+    rlimit lim{};
+    ::getrlimit(RLIMIT_NOFILE, &lim);
+    lim.rlim_cur = 64;
+    if (::setrlimit(RLIMIT_NOFILE, &lim) != 0) ::_exit(10);
+    std::vector<std::unique_ptr<RawClient>> clients;
+    while (clients.size() < 100) {  // until socket() itself fails: every descriptor taken
+      auto c = std::make_unique<RawClient>(server->port());
+      if (!c->connected()) break;
+      clients.push_back(std::move(c));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    rusage before{}, after{};
+    ::getrusage(RUSAGE_SELF, &before);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    ::getrusage(RUSAGE_SELF, &after);
+    auto cpu = [](const rusage& u) {
+      return u.ru_utime.tv_sec + u.ru_stime.tv_sec +
+             (u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
+    };
+    if (cpu(after) - cpu(before) > 0.1) ::_exit(11);  // spinning
+    bool logged = false;
+    for (const auto& line : log.get())
+      logged |= line.find("raise the open-files limit") != std::string::npos;
+    if (!logged) ::_exit(12);
+    clients.resize(clients.size() - 8);  // frees descriptors: the queued clients are served
+    RawClient again(server->port());
+    // PING 7 is answered with 7.
+    if (!again.connected() || !again.validate() || !again.send(hex("0d 07000000")) ||
+        again.recv(4) != hex("07000000"))
+      ::_exit(13);
+    ::_exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "10: setrlimit, 11: the server spun, 12: no log line, "
+                                       "13: not served after descriptors were freed";
 }
 
 TEST(StoreServer, AQueryBeyondTheLimitsIsRefusedBeforeItIsBuffered) {
