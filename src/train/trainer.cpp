@@ -2,11 +2,13 @@
 
 #include "train/trainer.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <iomanip>
 #include <limits>
+#include <map>
 
 #include <ATen/Parallel.h>
 #include <torch/utils.h>
@@ -378,9 +380,10 @@ void Trainer::report(const EpochMetrics& m) {
 // Note [Comm hook state]
 // A comm hook may keep state per rank (PowerSGD's error feedback differs
 // between ranks; its Qs are equal). At a checkpoint every rank's
-// CommHook::state() goes to rank 0 by one all_gather per entry (the entries
-// are the same names and shapes on every rank: the ranks ran the same
-// iterations of the same model) and is saved as "comm_hook" with the keys
+// CommHook::state() goes to rank 0 by one all_gather per dtype of all its
+// entries flattened (the entries are the same names and shapes on every
+// rank: the ranks ran the same iterations of the same model; a layout check
+// comes first) and is saved as "comm_hook" with the keys
 // "rank<r>.<entry>"; on resume each rank loads its own share. A checkpoint
 // from another world size (or without the entries) starts the hook's state
 // afresh, with a line saying so: the run then differs from an uninterrupted
@@ -391,21 +394,45 @@ NamedTensors Trainer::gather_hook_state() const {
   if (!hook) return out;
   const auto mine = hook->state();
   if (mine.empty()) return out;  // a stateless hook, on every rank alike
-  if (pg_.size() > 1) {
-    const auto counts = pg_.all_gather(at::full({1}, static_cast<int64_t>(mine.size()), at::kLong));
-    for (int r = 0; r < pg_.size(); ++r) {
-      if (counts[r].item<int64_t>() != static_cast<int64_t>(mine.size())) {
-        throw Error(cat("rank ", pg_.rank(), ": comm hook ", hook->name(), " has ", mine.size(),
-                        " state entries here but ", counts[r].item<int64_t>(), " on rank ", r,
-                        "; cannot checkpoint it"));
-      }
+  if (pg_.size() == 1) {
+    for (const auto& [key, t] : mine) out.emplace_back(cat("rank0.", key), t.cpu());
+    return out;
+  }
+  // One all_gather per dtype of every entry flattened (entries are CPU
+  // tensors of the same names and shapes on every rank), after a check that
+  // the ranks agree on the layout: [entries, elements per dtype...].
+  std::vector<at::ScalarType> dtypes;
+  std::map<at::ScalarType, std::vector<at::Tensor>> flat;
+  for (const auto& [key, t] : mine) {
+    if (!flat.count(t.scalar_type())) dtypes.push_back(t.scalar_type());
+    flat[t.scalar_type()].push_back(t.reshape({-1}).cpu());
+  }
+  std::vector<int64_t> layout{static_cast<int64_t>(mine.size())};
+  std::vector<at::Tensor> joined;
+  for (at::ScalarType d : dtypes) {
+    joined.push_back(at::cat(flat[d]));
+    layout.push_back(joined.back().numel());
+  }
+  const auto layouts = pg_.all_gather(at::tensor(layout, at::kLong));
+  for (int r = 0; r < pg_.size(); ++r) {
+    if (!layouts[r].equal(layouts[pg_.rank()])) {
+      throw Error(cat("rank ", pg_.rank(), ": comm hook ", hook->name(), " has ", mine.size(),
+                      " state entries here but rank ", r, " has another layout (",
+                      layouts[r][0].item<int64_t>(), " entries); cannot checkpoint it"));
     }
   }
-  for (const auto& [key, t] : mine) {
-    const std::vector<at::Tensor> all =
-        pg_.size() > 1 ? pg_.all_gather(t.reshape({-1}).contiguous()) : std::vector<at::Tensor>{t};
-    for (int r = 0; r < pg_.size(); ++r) {
-      out.emplace_back(cat("rank", r, ".", key), all[r].view(t.sizes()).cpu());
+  std::vector<std::vector<at::Tensor>> gathered;
+  for (const at::Tensor& j : joined) gathered.push_back(pg_.all_gather(j));
+  if (!leader_) return out;  // only rank 0 writes (checkpoint())
+  for (int r = 0; r < pg_.size(); ++r) {
+    std::map<at::ScalarType, int64_t> at_offset;
+    for (const auto& [key, t] : mine) {
+      const size_t d = static_cast<size_t>(
+          std::find(dtypes.begin(), dtypes.end(), t.scalar_type()) - dtypes.begin());
+      int64_t& offset = at_offset[t.scalar_type()];
+      out.emplace_back(cat("rank", r, ".", key),
+                       gathered[d][r].narrow(0, offset, t.numel()).view(t.sizes()).clone());
+      offset += t.numel();
     }
   }
   return out;
