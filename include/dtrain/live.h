@@ -116,6 +116,9 @@ enum class DetectionCause {
 };
 /// "missed heartbeats", "peer lost", "store lost", "left generation".
 std::string to_string(DetectionCause cause);
+/// The cause spelled by to_string(); kPeerLost for any other text (a
+/// launcher's agent may write its own words, e.g. "exited: signal 9").
+DetectionCause detection_cause_from_string(const std::string& text);
 
 struct LostMember {
   std::string member;

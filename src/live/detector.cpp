@@ -137,6 +137,11 @@ void Detector::tick() {
     for (auto& [member, w] : watched) {
       const int64_t counter = store_->add(keys_.heartbeat(member), 0);
       const bool reported = store_->check({keys_.dead(member)});
+      DetectionCause reported_cause = DetectionCause::kPeerLost;
+      if (reported) {
+        const std::vector<uint8_t> v = store_->get(keys_.dead(member));
+        reported_cause = detection_cause_from_string(std::string(v.begin(), v.end()));
+      }
       const bool left = store_->check({keys_.left(member)});
       if (!w.pid_read) {
         w.pid_read = true;
@@ -150,7 +155,7 @@ void Detector::tick() {
         }
       }
       const bool gone = w.pid > 0 && ::kill(w.pid, 0) != 0 && errno == ESRCH;
-      observe(member, counter, reported, gone || left, now);
+      observe(member, counter, reported, reported_cause, gone || left, now);
     }
     std::lock_guard<std::mutex> lock(mu_);
     last_store_ok_ = std::chrono::steady_clock::now();
@@ -169,7 +174,8 @@ void Detector::tick() {
 }
 
 void Detector::observe(const std::string& member, int64_t counter, bool reported_dead,
-                       bool process_gone, std::chrono::steady_clock::time_point now) {
+                       DetectionCause reported_cause, bool process_gone,
+                       std::chrono::steady_clock::time_point now) {
   DetectionCause cause;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -182,7 +188,7 @@ void Detector::observe(const std::string& member, int64_t counter, bool reported
       w.changed = now;
     }
     if (reported_dead) {
-      deaths_[member] = {DetectionCause::kPeerLost, now};
+      deaths_[member] = {reported_cause, now};
       return;  // already in the store
     }
     if (process_gone) {

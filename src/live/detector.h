@@ -53,7 +53,8 @@ class Detector {
  private:
   void run();
   void tick();
-  void observe(const std::string& member, int64_t counter, bool reported_dead, bool process_gone,
+  void observe(const std::string& member, int64_t counter, bool reported_dead,
+               DetectionCause reported_cause, bool process_gone,
                std::chrono::steady_clock::time_point now);
 
   StorePtr store_;

@@ -95,7 +95,8 @@ void write_roster(c10d::Store& store, const Keys& keys, Detector& detector,
     };
     bool complete;
     if (req.initial) {
-      complete = static_cast<int>(got.size()) >= req.initial_world;
+      complete = std::count_if(got.begin(), got.end(),
+                               [](const Candidate& c) { return c.has_state; }) >= req.initial_world;
     } else {
       complete = true;
       for (const std::string& m : expected) {

@@ -16,8 +16,8 @@ namespace dtrain::live {
 /// What one member brings to a formation.
 struct Candidate {
   std::string member;
-  int64_t order = 0;       // position key: previous rank, or initial rank
-  bool has_state = true;   // false: a joiner that still needs the state
+  int64_t order = 0;      // position key: previous rank, or initial rank
+  bool has_state = true;  // false: a joiner that still needs the state
 };
 
 /// The leader's record of a generation.
@@ -32,14 +32,14 @@ struct Roster {
 struct FormRequest {
   int64_t generation = 0;
   Candidate me;
-  bool initial = false;                // the first generation: wait for initial_world members
+  bool initial = false;  // the first generation: wait for initial_world members
   int initial_world = 0;
   std::vector<std::string> expected;   // members of the previous generation believed alive
   int64_t joined_upto = 0;             // joiners admitted before
   int max_members = 0;                 // W0
   std::chrono::milliseconds bound{0};  // how long to wait for announcements / the roster
   std::chrono::milliseconds poll{5};
-  std::function<void()> check;         // called while waiting (may throw: fenced)
+  std::function<void()> check;  // called while waiting (may throw: fenced)
 };
 
 enum class FormOutcome {

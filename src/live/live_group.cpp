@@ -30,7 +30,11 @@
 // compareSet(decision, "", value); a member that failed the step, or whose
 // detector declares a member of the generation dead while it waits,
 // proposes "abort" the same way. compareSet returns the value that won, and
-// everyone obeys it, so either every member steps or none does.
+// everyone obeys it, so either every member steps or none does. A member
+// that fails its step (its own error, report_failure) proposes "abort" at
+// once, not at should_commit(): the others may be waiting in a collective
+// it will never join, and their sliced waits (wait_interrupt) give up as
+// soon as the step's decision reads "abort".
 //
 // Note [Abandoned groups]
 // Gloo cannot abort a collective, so a generation that lost a member is
@@ -56,6 +60,7 @@
 #include <mutex>
 #include <thread>
 
+#include "common/net.h"
 #include "common/random.h"
 #include "common/strings.h"
 #include "dtrain/live.h"
@@ -92,7 +97,10 @@ constexpr const char* kAbort = "abort";
 
 }  // namespace
 
-#define LTRACE(...) do { if (std::getenv("DTRAIN_LIVE_TRACE")) std::fprintf(stderr, "%s\n", cat(__VA_ARGS__).c_str()); } while (0)
+#define LTRACE(...)                                                                               \
+  do {                                                                                            \
+    if (std::getenv("DTRAIN_LIVE_TRACE")) std::fprintf(stderr, "%s\n", cat(__VA_ARGS__).c_str()); \
+  } while (0)
 struct LiveGroup::Impl {
   LiveOptions opt;
   live::Keys keys;
@@ -200,9 +208,7 @@ struct LiveGroup::Impl {
 
   // ---- buffers ----------------------------------------------------------------
 
-  torch::nn::Module* buffer_module() const {
-    return ddp_module ? ddp_module : registered.module;
-  }
+  torch::nn::Module* buffer_module() const { return ddp_module ? ddp_module : registered.module; }
 
   std::vector<at::Tensor> buffers() const {
     torch::nn::Module* m = buffer_module();
@@ -278,8 +284,8 @@ struct LiveGroup::Impl {
       auto me = std::find(roster.members.begin(), roster.members.end(), opt.member);
       if (me == roster.members.end()) {
         if (has_state) {
-          fence(cat("generation ", target, " formed without it (members: ",
-                    join(roster.members, ", "), ")"));
+          fence(cat("generation ", target,
+                    " formed without it (members: ", join(roster.members, ", "), ")"));
         }
         if (Clock::now() >= deadline) {
           throw TimeoutError(cat(where(), ": not admitted as a joiner within ",
@@ -310,8 +316,8 @@ struct LiveGroup::Impl {
       parts.push_back(cat(m, " (", to_string(d.cause), ")"));
     }
     return cat(where(), ": only ", roster.members.size(), " live worker(s) in generation ",
-               roster.generation, ", fewer than min_workers = ", opt.min_workers, "; lost: ",
-               parts.empty() ? std::string("none detected") : join(parts, ", "));
+               roster.generation, ", fewer than min_workers = ", opt.min_workers,
+               "; lost: ", parts.empty() ? std::string("none detected") : join(parts, ", "));
   }
 
   // Forms the generation's ProcessGroup, transfers state, wraps DDP. False
@@ -330,7 +336,7 @@ struct LiveGroup::Impl {
       o.backend = opt.backend;
       o.timeout = opt.collective_timeout;
       o.store_timeout = long_bound ? opt.start_timeout : opt.form_timeout;
-      o.gloo_host = opt.gloo_host;
+      o.gloo_host = gloo_host;
       o.wait_interrupt = [this] { interrupt(); };
       o.wait_slice = opt.wait_slice;
       pg = init_process_group(prefix_store(keys.group_prefix(gen), store), o);
@@ -365,6 +371,7 @@ struct LiveGroup::Impl {
   }
 
   std::chrono::milliseconds transfer_time{0};
+  std::string gloo_host;  // where Gloo binds: options, else the route to the store
 
   void report(const live::Roster& roster, int prev_size, const std::vector<std::string>& prev,
               bool was_joiner) {
@@ -383,6 +390,9 @@ struct LiveGroup::Impl {
       if (std::find(members.begin(), members.end(), m) != members.end()) continue;
       auto it = deaths.find(m);
       LostMember l{m, it != deaths.end() ? it->second.cause : DetectionCause::kLeftGeneration};
+      if (it == deaths.end() && store->check({keys.dead(m)})) {
+        l.cause = detection_cause_from_string(get_string(*store, keys.dead(m)));
+      }
       ev.lost.push_back(l);
       lost.push_back(l);
       if (it != deaths.end() && (!first || it->second.at < *first)) first = it->second.at;
@@ -392,6 +402,7 @@ struct LiveGroup::Impl {
         ev.joined.push_back(m);
       }
     }
+    if (was_joiner) ev.joined = {opt.member};
     if (prev.empty() && !was_joiner) {
       ev.kind = RecoveryEvent::Kind::kFormed;
     } else {
@@ -459,8 +470,8 @@ struct LiveGroup::Impl {
         copy_into(bufs, start_buffers);
         {
           std::lock_guard<std::mutex> lock(cpu.mutex());
-          cpu.set_current_seed(mix_seed(opt.seed, static_cast<uint64_t>(r),
-                                        static_cast<uint64_t>(step)));
+          cpu.set_current_seed(
+              mix_seed(opt.seed, static_cast<uint64_t>(r), static_cast<uint64_t>(step)));
         }
         if (ddp && i + 1 < ranks.size()) {
           auto scope = ddp->no_sync();
@@ -483,7 +494,8 @@ struct LiveGroup::Impl {
       throw;
     } catch (const std::exception& e) {
       restore_rng();
-      const bool ours = dynamic_cast<const DistError*>(&e) != nullptr || detector->any_dead(members);
+      const bool ours =
+          dynamic_cast<const DistError*>(&e) != nullptr || detector->any_dead(members);
       LTRACE(where(), " run_logical failed: ", e.what());
       if (!ours) throw;
       fail_step(first_line(e.what()));
@@ -511,7 +523,10 @@ struct LiveGroup::Impl {
     if (finished) {
       const int64_t n = store->add(keys.done(gen, step), 1);
       if (n == static_cast<int64_t>(members.size())) {
-        const bool joiners = store->add(keys.joiner_count(), 0) > joined_upto;
+        // Joiners are admitted while fewer than W0 members run (more would
+        // idle): a spare started early waits for the next loss.
+        const bool joiners = static_cast<int>(members.size()) < w0 &&
+                             store->add(keys.joiner_count(), 0) > joined_upto;
         decision = propose(joiners ? kCommitJoin : kCommit);
       }
     } else {
@@ -542,8 +557,8 @@ struct LiveGroup::Impl {
     }
     // A member resumed after the others declared it dead must not commit.
     if (store->check({keys.dead(opt.member)})) {
-      fence(cat("the other members declared it dead (",
-                get_string(*store, keys.dead(opt.member)), ")"));
+      fence(cat("the other members declared it dead (", get_string(*store, keys.dead(opt.member)),
+                ")"));
     }
     if (decision == kCommitJoin) {
       need_new_gen = true;
@@ -631,13 +646,16 @@ LiveGroup::LiveGroup(std::function<StorePtr()> connect, LiveOptions options)
     const auto timeout = options.start_timeout;
     connect = [host, port, timeout] { return connect_tcp_store(host, port, timeout); };
   }
+  s.gloo_host = options.gloo_host;
+  if (s.gloo_host.empty() && !options.store_host.empty() && options.store_port > 0) {
+    s.gloo_host = detail::route_local_addr(options.store_host, options.store_port);
+  }
   s.connect = connect;
   s.store = connect();
   StorePtr hb = connect();
   if (hb.get() != s.store.get()) hb->setTimeout(options.failure_timeout);
-  s.detector = std::make_unique<live::Detector>(hb, s.keys, options.member,
-                                                options.heartbeat_interval,
-                                                options.failure_timeout);
+  s.detector = std::make_unique<live::Detector>(
+      hb, s.keys, options.member, options.heartbeat_interval, options.failure_timeout);
 }
 
 LiveGroup::~LiveGroup() = default;

@@ -16,8 +16,8 @@ std::optional<long long> env_int(const EnvLookup& env, const std::string& name, 
   if (!v || v->empty()) return std::nullopt;
   long long x = 0;
   if (!parse_int(*v, &x) || x < min) {
-    throw InvalidArgument(cat(name, "='", *v, "' is not an integer >= ", min,
-                              " (live recovery, dtrain/live.h)"));
+    throw InvalidArgument(
+        cat(name, "='", *v, "' is not an integer >= ", min, " (live recovery, dtrain/live.h)"));
   }
   return x;
 }
@@ -54,13 +54,23 @@ std::string RecoveryEvent::to_string() const {
       break;
   }
   std::vector<std::string> parts;
-  for (const LostMember& l : lost) parts.push_back(cat(l.member, " (", dtrain::to_string(l.cause), ")"));
+  for (const LostMember& l : lost)
+    parts.push_back(cat(l.member, " (", dtrain::to_string(l.cause), ")"));
   if (!parts.empty()) out << "lost " << join(parts, ", ") << "; ";
   if (!joined.empty()) out << "joined " << join(joined, ", ") << "; ";
   out << world_size << " workers (was " << previous_world_size << "); new group "
       << detect_to_group.count() / 1000.0 << " s after detection";
-  if (state_transfer.count() > 0) out << ", state sent in " << state_transfer.count() / 1000.0 << " s";
+  if (state_transfer.count() > 0)
+    out << ", state sent in " << state_transfer.count() / 1000.0 << " s";
   return out.str();
+}
+
+DetectionCause detection_cause_from_string(const std::string& text) {
+  for (DetectionCause c : {DetectionCause::kMissedHeartbeats, DetectionCause::kPeerLost,
+                           DetectionCause::kStoreLost, DetectionCause::kLeftGeneration}) {
+    if (to_string(c) == text) return c;
+  }
+  return DetectionCause::kPeerLost;
 }
 
 bool live_recovery_requested(const EnvLookup& env) {
@@ -70,8 +80,8 @@ bool live_recovery_requested(const EnvLookup& env) {
 
 std::vector<int> logical_ranks_of(int index, int live_world, int logical_world) {
   if (live_world < 1 || index < 0 || index >= live_world) {
-    throw InvalidArgument(cat("logical_ranks_of: index ", index, " outside a live world of ",
-                              live_world));
+    throw InvalidArgument(
+        cat("logical_ranks_of: index ", index, " outside a live world of ", live_world));
   }
   std::vector<int> out;
   for (int r = index; r < logical_world; r += live_world) out.push_back(r);

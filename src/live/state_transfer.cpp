@@ -93,8 +93,9 @@ int64_t load_state(const Registered& state, const std::string& bytes) {
 }
 
 std::string broadcast_bytes(const ProcessGroup& pg, const std::string& bytes, int root) {
-  std::vector<at::Tensor> size{at::scalar_tensor(
-      static_cast<double>(pg.rank() == root ? bytes.size() : 0), at::kLong).reshape({1})};
+  std::vector<at::Tensor> size{
+      at::scalar_tensor(static_cast<double>(pg.rank() == root ? bytes.size() : 0), at::kLong)
+          .reshape({1})};
   pg.broadcast(size, root);
   const int64_t n = size[0].item<int64_t>();
   std::vector<at::Tensor> data{pg.rank() == root ? bytes_tensor(bytes) : at::empty({n}, at::kByte)};

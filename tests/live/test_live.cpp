@@ -263,19 +263,22 @@ TEST(LiveGroup, SurvivorsOfAMemberThatVanishedMidStepEndWithTheFailureFreeWeight
   const torch::Tensor expected = reference_weights(4, 6);
   std::vector<torch::Tensor> got(4);
   StorePtr store = make_memory_store();
-  run_members(4, 4, [&](int i, Member& m) {
-    while (m.live->step() < 6) {
-      if (i == 3 && m.live->step() == 3) {
-        // Vanish mid-step: begin, compute, never agree; the group is
-        // destroyed (its heartbeat stops) without a word.
-        const LiveStep& s = m.live->begin_step();
-        (void)s;
-        return;
-      }
-      m.step();
-    }
-    got[i] = m.weights();
-  }, store);
+  run_members(
+      4, 4,
+      [&](int i, Member& m) {
+        while (m.live->step() < 6) {
+          if (i == 3 && m.live->step() == 3) {
+            // Vanish mid-step: begin, compute, never agree; the group is
+            // destroyed (its heartbeat stops) without a word.
+            const LiveStep& s = m.live->begin_step();
+            (void)s;
+            return;
+          }
+          m.step();
+        }
+        got[i] = m.weights();
+      },
+      store);
   for (int i = 0; i < 3; ++i) {
     EXPECT_TRUE(torch::allclose(got[i], expected, 1e-5, 1e-6)) << "member " << i;
     EXPECT_TRUE(torch::equal(got[i], got[0]));
@@ -285,16 +288,19 @@ TEST(LiveGroup, SurvivorsOfAMemberThatVanishedMidStepEndWithTheFailureFreeWeight
 
 TEST(LiveGroup, BelowMinWorkersIsATypedErrorNamingTheLostMember) {
   std::vector<std::string> errors(3);
-  run_members(3, 3, [&](int i, Member& m) {
-    try {
-      while (m.live->step() < 5) {
-        if (i == 2 && m.live->step() == 2) return;  // vanishes
-        m.step();
-      }
-    } catch (const BelowMinWorkersError& e) {
-      errors[i] = e.what();
-    }
-  }, make_memory_store(), /*min_workers=*/3);
+  run_members(
+      3, 3,
+      [&](int i, Member& m) {
+        try {
+          while (m.live->step() < 5) {
+            if (i == 2 && m.live->step() == 2) return;  // vanishes
+            m.step();
+          }
+        } catch (const BelowMinWorkersError& e) {
+          errors[i] = e.what();
+        }
+      },
+      make_memory_store(), /*min_workers=*/3);
   for (int i = 0; i < 2; ++i) {
     EXPECT_NE(errors[i].find("fewer than min_workers = 3"), std::string::npos) << errors[i];
     EXPECT_NE(errors[i].find("m2 (peer lost)"), std::string::npos) << errors[i];
@@ -304,7 +310,6 @@ TEST(LiveGroup, BelowMinWorkersIsATypedErrorNamingTheLostMember) {
 TEST(LiveGroup, AJoinerReceivesTheStateAndEndsWithTheSameWeightsAsTheOthers) {
   StorePtr store = make_memory_store();
   std::vector<torch::Tensor> got(3);
-  std::atomic<bool> joined{false};
   std::vector<std::exception_ptr> errors(3);
   std::vector<std::thread> threads;
   for (int i = 0; i < 2; ++i) {
@@ -314,8 +319,11 @@ TEST(LiveGroup, AJoinerReceivesTheStateAndEndsWithTheSameWeightsAsTheOthers) {
         o.initial_rank = i;
         Member m(store, "m" + std::to_string(i), o);
         while (m.live->step() < 8) {
+          // Wait at step 4 until the joiner registered, so it joins mid-run.
+          while (m.live->step() == 4 && store->add("live/joiners", 0) < 1) {
+            std::this_thread::sleep_for(10ms);
+          }
           m.step();
-          if (m.live->step() < 8 && !joined) std::this_thread::sleep_for(20ms);
         }
         got[i] = m.weights();
       } catch (...) {
@@ -333,7 +341,6 @@ TEST(LiveGroup, AJoinerReceivesTheStateAndEndsWithTheSameWeightsAsTheOthers) {
       EXPECT_TRUE(s.state_received);
       EXPECT_GT(s.step, 0);
       EXPECT_EQ(s.members.size(), 3u);
-      joined = true;
       m.opt->zero_grad();
       bool ok = m.live->run_logical([&](int r) {
         s.ddp->prepare_forward();
