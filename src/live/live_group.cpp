@@ -97,10 +97,6 @@ constexpr const char* kAbort = "abort";
 
 }  // namespace
 
-#define LTRACE(...)                                                                               \
-  do {                                                                                            \
-    if (std::getenv("DTRAIN_LIVE_TRACE")) std::fprintf(stderr, "%s\n", cat(__VA_ARGS__).c_str()); \
-  } while (0)
 struct LiveGroup::Impl {
   LiveOptions opt;
   live::Keys keys;
@@ -241,7 +237,6 @@ struct LiveGroup::Impl {
   }
 
   void form_next() {
-    LTRACE(where(), " form_next");
     const int prev_size = static_cast<int>(members.size());
     const std::vector<std::string> prev_members = members;
     abandon_generation();
@@ -447,7 +442,6 @@ struct LiveGroup::Impl {
   }
 
   bool run_logical(const std::function<void(int)>& fn) {
-    LTRACE(where(), " run_logical");
     check_fenced();
     if (!begun) throw InvalidArgument(cat(where(), ": run_logical() before begin_step()"));
     if (step_failed) return false;
@@ -496,7 +490,6 @@ struct LiveGroup::Impl {
       restore_rng();
       const bool ours =
           dynamic_cast<const DistError*>(&e) != nullptr || detector->any_dead(members);
-      LTRACE(where(), " run_logical failed: ", e.what());
       if (!ours) throw;
       fail_step(first_line(e.what()));
       return false;
@@ -511,7 +504,6 @@ struct LiveGroup::Impl {
   }
 
   bool decide(bool finished) {
-    LTRACE(where(), " decide ", finished);
     begun = false;
     const std::string decision_key = keys.decision(gen, step);
     std::string decision;
@@ -546,7 +538,6 @@ struct LiveGroup::Impl {
       std::this_thread::sleep_for(pause);
       pause = std::min(pause * 2, opt.wait_slice);
     }
-    LTRACE(where(), " decision ", decision);
     if (decision == kAbort) {
       auto bufs = buffers();
       copy_into(bufs, start_buffers);

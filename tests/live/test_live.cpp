@@ -286,6 +286,31 @@ TEST(LiveGroup, SurvivorsOfAMemberThatVanishedMidStepEndWithTheFailureFreeWeight
   EXPECT_TRUE(store->check({"live/dead/m3"}));
 }
 
+TEST(LiveGroup, TwoMembersLostInOneStepAreSurvivedWithTheFailureFreeWeights) {
+  const torch::Tensor expected = reference_weights(4, 6);
+  std::vector<torch::Tensor> got(4);
+  StorePtr store = make_memory_store();
+  run_members(
+      4, 4,
+      [&](int i, Member& m) {
+        while (m.live->step() < 6) {
+          if ((i == 1 || i == 3) && m.live->step() == 2) {
+            m.live->begin_step();  // both vanish in the same step
+            return;
+          }
+          m.step();
+        }
+        got[i] = m.weights();
+      },
+      store);
+  for (int i : {0, 2}) {
+    EXPECT_TRUE(torch::allclose(got[i], expected, 1e-5, 1e-6)) << "member " << i;
+    EXPECT_TRUE(torch::equal(got[i], got[0]));
+  }
+  EXPECT_TRUE(store->check({"live/dead/m1"}));
+  EXPECT_TRUE(store->check({"live/dead/m3"}));
+}
+
 TEST(LiveGroup, BelowMinWorkersIsATypedErrorNamingTheLostMember) {
   std::vector<std::string> errors(3);
   run_members(
