@@ -49,6 +49,14 @@
 // destruction the abandoned groups are leaked on purpose: destroying a
 // ProcessGroupGloo joins its worker threads, which may be blocked forever
 // on a stopped peer; the process's exit reclaims them.
+//
+// Note [Interrupt thread]
+// interrupt() runs on whichever thread waits for a collective: the training
+// thread, or (CUDA) autograd's thread finishing backward while the training
+// thread is blocked inside backward(). Either way the training thread is not
+// using the Impl or the main store connection at the same time, so the
+// interrupt reads them without a lock; the detector's state it reads is
+// behind the detector's own mutex.
 #include <torch/nn/module.h>
 #include <torch/optim/optimizer.h>
 #include <torch/utils.h>
