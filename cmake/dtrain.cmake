@@ -11,12 +11,24 @@ endif()
 set(DTRAIN_PCH_HEADERS <torch/torch.h>)
 set(_dtrain_pch_owner "" CACHE INTERNAL "")
 
-# dtrain_library(NAME SOURCES ... [DEPS ...] [TORCH])
+# dtrain_library(NAME SOURCES ... [PLAIN_SOURCES ...] [DEPS ...] [TORCH])
 #   A static library for one component. TORCH: links LibTorch and shares the
-#   precompiled torch header.
+#   precompiled torch header. PLAIN_SOURCES: sources of a TORCH library that
+#   include no LibTorch header, compiled without the precompiled one (Note
+#   [Sources without LibTorch]).
 function(dtrain_library name)
-  cmake_parse_arguments(A "TORCH" "" "SOURCES;DEPS" ${ARGN})
-  add_library(${name} STATIC ${A_SOURCES})
+  cmake_parse_arguments(A "TORCH" "" "SOURCES;PLAIN_SOURCES;DEPS" ${ARGN})
+  add_library(${name} STATIC ${A_SOURCES} ${A_PLAIN_SOURCES})
+  # Note [Sources without LibTorch]
+  # The precompiled <torch/torch.h> is not free for a source that uses none of
+  # it: GCC instantiates the templates the header's inline functions name at
+  # the end of every translation unit that includes it, about 5 s of CPU for
+  # an empty file on LibTorch 2.11 (-ftime-report: "template instantiation"
+  # under "phase lang. deferred"), several times what such a source costs on
+  # its own. They are listed apart and skip it.
+  if(A_PLAIN_SOURCES)
+    set_source_files_properties(${A_PLAIN_SOURCES} PROPERTIES SKIP_PRECOMPILE_HEADERS ON)
+  endif()
   # Note [Private src]
   # Only include/dtrain is a public include directory: a program linking
   # dtrain::dtrain (examples/, users' applications) sees the public API and

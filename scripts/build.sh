@@ -179,7 +179,7 @@ main() {
   fi
   local v="$BUILD_DIR/generated/dtrain/version.h"
   [[ -f "$v" ]] || return 0
-  log "OK: $BUILD_DIR (LibTorch $(sed -n 's/^#define DTRAIN_TORCH_VERSION "\(.*\)"/\1/p' "$v") ($(sed -n 's/^#define DTRAIN_TORCH_ORIGIN "\(.*\)"/\1/p' "$v")))"
+  log "OK: $BUILD_DIR (LibTorch $(sed -n 's/^#define DTRAIN_LIBTORCH_VERSION "\(.*\)"/\1/p' "$v")))"
 }
 
 main "$@"
