@@ -36,7 +36,8 @@ function(dtrain_library name)
   # unit of several sources pays it once: dtrain_train's 10 LibTorch sources
   # cost 104 s of CPU one by one, 35 s in batches of 6 and 4, 25 s as one unit
   # (LibTorch 2.11, -O3, /usr/bin/time, no ccache). Batches of
-  # DTRAIN_UNITY_BATCH keep two cores busy. A
+  # DTRAIN_UNITY_BATCH keep two cores busy. Opted in: dtrain_train, dtrain_comm
+  # and dtrain_amp (their 8 LibTorch sources: 27 s of CPU as two units). A
   # component opts in (UNITY) once its sources compile together: no two
   # define the same name in an anonymous namespace or as static.
   if(A_UNITY AND DTRAIN_UNITY_BUILD)
