@@ -130,8 +130,10 @@ IValue encode_optimizer(const OptimizerState& s) {
       group.insert("nesterov", g.nesterov);
       group.insert("maximize", false);
     }
-    c10::List<int64_t> params;
-    for (int64_t k = 0; k < g.size; ++k) params.push_back(next++);
+    // A list of Any, not c10::List<int64_t>: LibTorch pickles an int list as
+    // torch.jit._pickle.build_intlist(...), a global weights_only=True refuses.
+    c10::impl::GenericList params(c10::AnyType::get());
+    for (int64_t k = 0; k < g.size; ++k) params.push_back(IValue(next++));
     group.insert("params", params);
     groups.push_back(group);
   }

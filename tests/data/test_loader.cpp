@@ -17,6 +17,7 @@
 #include "dtrain/data.h"
 #include "dtrain/errors.h"
 #include "dtrain/image.h"
+#include "support/peer_version.h"
 #include "support/ranks.h"
 #include "support/shell.h"
 #include "support/tiny_idx.h"
@@ -223,12 +224,12 @@ TEST_F(IndexedDataset, SetEpochSelectsTheDistributedSamplersPermutationForThatEp
 // permutation is padded and split among ranks is PyTorch's, and is what
 // this compares, in dataset order (PyTorch's sampler always pads).
 TEST_F(IndexedDataset, UnshuffledSharesAreThoseOfPyTorchsDistributedSampler) {
-  if (std::system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") != 0) {
-    GTEST_SKIP() << "python3-torch is not installed (apt-get install python3-torch)";
+  if (!testing::reference_python_imports("torch")) {
+    GTEST_SKIP() << testing::reference_python_missing();
   }
   const std::vector<int> worlds = {2, 3, 4, 7};
   std::ostringstream cmd;  // one interpreter for every world: importing torch is slow
-  cmd << "timeout -k 5 120 /usr/bin/python3 -c '"
+  cmd << "timeout -k 5 120 " << testing::reference_python() << " -c '"
       << "from torch.utils.data import DistributedSampler\n"
       << "for w in (" << worlds[0] << ", " << worlds[1] << ", " << worlds[2] << ", " << worlds[3]
       << "):\n"

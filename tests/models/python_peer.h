@@ -1,7 +1,8 @@
 #pragma once
-// A long-lived /usr/bin/python3 running tests/models/torchvision_peer.py: one command line in,
-// one answer line out, so a whole model family is served by one interpreter. The process is
-// killed and reaped when the peer goes out of scope; every answer is awaited with a timeout.
+// A long-lived reference Python (support/peer_version.h: torch and torchvision of this
+// LibTorch's release) running tests/models/torchvision_peer.py: one command line in, one answer
+// line out, so a whole model family is served by one interpreter. The process is killed and
+// reaped when the peer goes out of scope; every answer is awaited with a timeout.
 
 #include <fcntl.h>
 #include <poll.h>
@@ -15,16 +16,20 @@
 #include <stdexcept>
 #include <string>
 
+#include "support/peer_version.h"
+
 namespace dtrain::testing {
 
-/// True when the system python3 has torch and torchvision (the reference peers).
-inline bool python_has_torchvision() {
-  return std::system("/usr/bin/python3 -c 'import torch, torchvision' >/dev/null 2>&1") == 0;
-}
+/// True when the reference Python has torch and torchvision; tests skip with
+/// reference_python_missing() when not.
+inline bool python_has_torchvision() { return reference_python_imports("torch, torchvision"); }
 
 class PythonPeer {
  public:
   PythonPeer() {
+    // Built before fork: the child only execs (the reference Python is a shell word list).
+    const std::string command =
+        "exec " + reference_python() + " " DTRAIN_SOURCE_DIR "/tests/models/torchvision_peer.py";
     int to_child[2], from_child[2];
     if (::pipe2(to_child, O_CLOEXEC) != 0 || ::pipe2(from_child, O_CLOEXEC) != 0) {
       throw std::runtime_error("pipe failed");
@@ -33,8 +38,7 @@ class PythonPeer {
     if (pid_ == 0) {
       ::dup2(to_child[0], 0);
       ::dup2(from_child[1], 1);
-      const char* script = DTRAIN_SOURCE_DIR "/tests/models/torchvision_peer.py";
-      ::execl("/usr/bin/python3", "python3", script, static_cast<char*>(nullptr));
+      ::execl("/bin/sh", "sh", "-c", command.c_str(), static_cast<char*>(nullptr));
       ::_exit(127);
     }
     ::close(to_child[0]);

@@ -1,8 +1,9 @@
-// Every torchvision model against torchvision 0.14 itself: parameter count (computed and
-// built), state_dict keys, order and shapes, eval-mode logits (and training-mode logits from
-// the same seed) with torchvision's weights loaded into dtrain, and torchvision's logits with
-// dtrain's weights loaded into it (load_state_dict strict=True). One Python process serves a whole
-// family; 2 images of 32 px. The initialisation as constructed: each state_dict entry's
+// Every torchvision model against torchvision of this LibTorch's release (0.14 for 1.13, 0.26
+// for 2.11: support/peer_version.h): parameter count (computed and built), state_dict keys,
+// order and shapes, eval-mode logits (and training-mode logits from the same seed) with
+// torchvision's weights loaded into dtrain, and torchvision's logits with dtrain's weights loaded
+// into it (load_state_dict strict=True). One Python process serves a whole family; 2 images of
+// 32 px. The initialisation as constructed: each state_dict entry's
 // statistics against torchvision's (Note [Initialisation statistics]).
 
 #include <gtest/gtest.h>
@@ -56,7 +57,7 @@ class Torchvision : public ::testing::Test {
  protected:
   void SetUp() override {
     if (!testing::python_has_torchvision()) {
-      GTEST_SKIP() << "/usr/bin/python3 cannot import torch and torchvision";
+      GTEST_SKIP() << testing::reference_python_missing();
     }
     at::set_num_threads(2);  // the peer uses 2 as well
     same_release = testing::peer_is_same_release();

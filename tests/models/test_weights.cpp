@@ -112,7 +112,7 @@ TEST_F(Weights, MissingOrCorruptFilesAreOneLineErrorsNamingThePath) {
 // Python writes the same weights in the forms users have; the readable ones load and give
 // Python's logits, the others are refused with the form and the one-line fix.
 TEST_F(Weights, PythonSavedFormsLoadOrNameTheFix) {
-  if (!testing::python_has_torchvision()) GTEST_SKIP() << "/usr/bin/python3 lacks torchvision";
+  if (!testing::python_has_torchvision()) GTEST_SKIP() << testing::reference_python_missing();
   testing::PythonPeer peer;
   ASSERT_EQ(peer.ask("forms " + dir_.string()), "ok");
   const at::Tensor expected = torch::pickle_load([&] {
@@ -152,7 +152,7 @@ TEST_F(Weights, PythonSavedFormsLoadOrNameTheFix) {
 // A checkpoint's "model" entry is a state_dict torchvision loads with strict=True (BatchNorm
 // buffers included), and load_weights reads the checkpoint itself.
 TEST_F(Weights, CheckpointModelEntryLoadsIntoTorchvisionStrictly) {
-  if (!testing::python_has_torchvision()) GTEST_SKIP() << "/usr/bin/python3 lacks torchvision";
+  if (!testing::python_has_torchvision()) GTEST_SKIP() << testing::reference_python_missing();
   ModelOptions o;
   o.in_channels = 3;
   o.num_classes = 1000;

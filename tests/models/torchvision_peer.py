@@ -1,4 +1,5 @@
-"""The Python side of tests/models: torchvision 0.14's models as the reference.
+"""The Python side of tests/models: torchvision's models as the reference (the release of the
+LibTorch under test: 0.14 with torch 1.13, 0.26 with torch 2.11; tests/support/peer_version.h).
 
 One process serves many requests (importing torch and building models is the slow part), one
 command per line on stdin, one answer line on stdout ("ok ..." or "error ..."):
@@ -34,6 +35,15 @@ import torchvision
 
 torch.set_num_threads(int(os.environ.get("DTRAIN_TEST_THREADS", "2")))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench", "peer"))
+
+
+def load(path):
+    # dtrain's files are plain dicts of tensors; weights_only (the default from torch 2.6)
+    # refuses torch::pickle_save's type tags, so it is turned off (as tests/train/peer/common.py).
+    try:
+        return torch.load(path, weights_only=False)
+    except TypeError:
+        return torch.load(path)
 
 
 last = {}  # the model `ref` built last, reused by `check` (building VGG-19 takes seconds)
@@ -85,17 +95,17 @@ def ref(name, size, out_dir):
 
 def check(name, io_path, weights, out):
     model = build(name)
-    model.load_state_dict(torch.load(weights), strict=True)
+    model.load_state_dict(load(weights), strict=True)
     model.eval()
     with torch.no_grad():
-        logits = model(torch.load(io_path)["x"])
+        logits = model(load(io_path)["x"])
     torch.save({"logits": logits, "n": 0}, out)
     return "ok"
 
 
 def checkpoint(name, path):
     model = build(name)
-    model.load_state_dict(torch.load(path)["model"], strict=True)
+    model.load_state_dict(load(path)["model"], strict=True)
     return "ok"
 
 

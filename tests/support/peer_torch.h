@@ -17,9 +17,12 @@ inline std::string python_torch_113() {
 }
 
 /// "env LD_LIBRARY_PATH=... <venv>/bin/python" for scripts/peer-torch.sh's
-/// venv, else "".
-inline std::string python_torch_2x() {
-  ShellRun r = run_shell("bash " DTRAIN_SOURCE_DIR "/scripts/peer-torch.sh command 2>/dev/null");
+/// venv of torch `version` (default: the script's, 2.11.0), else "".
+inline std::string python_torch_2x(const std::string& version = "") {
+  const std::string set_version =
+      version.empty() ? "" : "DTRAIN_PEER_TORCH_VERSION=" + version + " ";
+  ShellRun r = run_shell(set_version + "bash " DTRAIN_SOURCE_DIR
+                                       "/scripts/peer-torch.sh command 2>/dev/null");
   if (r.code != 0) return "";
   while (!r.output.empty() && (r.output.back() == '\n' || r.output.back() == '\r')) {
     r.output.pop_back();

@@ -1,7 +1,8 @@
 #pragma once
-// Running the PyTorch peer scripts (tests/train/peer/*.py) from a test:
-// /usr/bin/python3 with torch 1.13 (the system one; the first python3 on PATH
-// may lack torch), tensors handed over as torch.load-able files.
+// Running the PyTorch peer scripts (tests/train/peer/*.py) from a test: the
+// reference Python of this LibTorch's release (support/peer_version.h: Debian's
+// /usr/bin/python3 for 1.13, scripts/peer-torch.sh's venv for 2.x), tensors
+// handed over as torch.load-able files.
 
 #include <gtest/gtest.h>
 
@@ -15,13 +16,14 @@
 #include <ATen/ATen.h>
 #include <torch/serialize.h>
 
+#include "support/peer_version.h"
 #include "support/shell.h"
 
 namespace dtrain::testing {
 
-inline bool python_has_torch() {
-  return std::system("/usr/bin/python3 -c 'import torch, torchvision' >/dev/null 2>&1") == 0;
-}
+/// Whether the reference Python is there with torch and torchvision; tests
+/// skip with reference_python_missing() when not.
+inline bool python_has_torch() { return reference_python_imports("torch, torchvision"); }
 
 /// Writes {name: tensor} as a file torch.load reads.
 inline void save_tensors(const std::string& path,
@@ -37,8 +39,8 @@ using PythonRun = ShellRun;  // output: stdout and stderr
 
 /// Runs tests/train/peer/<script> with `args` (each single-quoted).
 inline PythonRun run_peer(const std::string& script, const std::vector<std::string>& args) {
-  std::string cmd =
-      "timeout -k 5 300 /usr/bin/python3 " DTRAIN_SOURCE_DIR "/tests/train/peer/" + script;
+  std::string cmd = "timeout -k 5 300 " + reference_python() +
+                    " " DTRAIN_SOURCE_DIR "/tests/train/peer/" + script;
   for (const std::string& a : args) cmd += " '" + a + "'";
   return run_shell(cmd + " 2>&1");
 }

@@ -14,6 +14,7 @@
 #include "dtrain/data.h"
 #include "dtrain/errors.h"
 #include "dtrain/models.h"
+#include "support/peer_version.h"
 #include "support/ranks.h"
 #include "train/fixtures.h"
 
@@ -342,13 +343,12 @@ TEST_F(Checkpoints, SyntheticLoaderSkipsToo) {
 
 // ---- Python ---------------------------------------------------------------------
 
-// Note: the python3 first on PATH may lack torch; the system one is asked.
-bool python_has_torch() {
-  return std::system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") == 0;
-}
-
+// PyTorch of this LibTorch's release reads the checkpoint (the reference
+// Python of support/peer_version.h: Debian's 1.13 or the 2.x peer venv).
 TEST_F(Checkpoints, PythonTorchLoadReadsItIntoAPyTorchCnnAndSgd) {
-  if (!python_has_torch()) GTEST_SKIP() << "/usr/bin/python3 cannot import torch";
+  if (!testing::reference_python_imports("torch")) {
+    GTEST_SKIP() << testing::reference_python_missing();
+  }
   ModelOptions mo;  // 1x28x28, 10 classes: bench/peer/cnn.py's Net
   auto model = make_model("cnn", mo);
   torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
@@ -404,7 +404,8 @@ torch.save(ck, sys.argv[2])
 )";
   const fs::path out = dir_ / "python.txt";
   const fs::path back = dir_ / "from_python.pt";
-  const std::string cmd = "/usr/bin/python3 " + script.string() + " " + path + " " + back.string() +
+  const std::string cmd = "timeout -k 5 300 " + testing::reference_python() + " " +
+                          script.string() + " " + path + " " + back.string() +
                           " " DTRAIN_SOURCE_DIR "/bench/peer > " + out.string() + " 2>&1";
   ASSERT_EQ(std::system(cmd.c_str()), 0) << testing::read_text(out);
 

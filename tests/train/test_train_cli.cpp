@@ -333,14 +333,12 @@ TEST_F(TrainCli, EvalOfATrainedCheckpointPrintsTop1Top5AndLossOverTheWholeSplit)
 class ImageSize : public testing::ScratchDir {};
 
 // 12x12 images up to 32 and down to 8 (where the antialiasing matters), the
-// first test batch against torchvision 0.14 on the same pixels: Resize on
+// first test batch against torchvision (of this LibTorch's release) on the same pixels: Resize on
 // float tensors (antialias=True) exactly, PIL's Resize within one 8-bit level
 // (PIL resamples rows, then columns, rounding to 8 bits after each pass: up
 // to half a level each; 1.01 leaves room for float rounding).
 TEST_F(ImageSize, FixedSizeImagesAreResizedAsTorchvisionsResizeDoes) {
-  if (!testing::python_has_torch()) {
-    GTEST_SKIP() << "/usr/bin/python3 cannot import torch and torchvision";
-  }
+  if (!testing::python_has_torch()) GTEST_SKIP() << testing::reference_python_missing();
   testing::write_tiny_dataset(dir_, 16, 8);
   for (int64_t size : {32, 8}) {
     DatasetOptions o;
