@@ -267,7 +267,8 @@ std::string s3_save(const std::string& dir, const std::vector<char>& bytes, int6
     const ObjectInfo there = d.client.head_object(d.uri.bucket, key);
     if (there.etag != single_part_etag(data)) {
       throw Error(cat("checkpoint: ", url, " already exists and is never replaced (If-None-Match)",
-                      "; fix: remove it (aws s3 rm ", url, ") or use another --checkpoint-dir"));
+                      "; fix: remove it (aws s3 rm ", url,
+                      ") or use another checkpoint directory"));
     }
   }
   // Prune as on disk (prune() above): keep the newest keep_last at or below
