@@ -116,7 +116,7 @@ TEST_F(TrainCli, ABadOptionNamesTheFieldInTheLibraryAndTheFlagOnTheCommandLine) 
   o.device = "tpu";
   EXPECT_EQ(testing::error_of([&] { validate(o); }),
             "TrainOptions::device 'tpu' is not one of auto, cpu, cuda, cuda:N");
-  r = dtrain_cli("train " + data_ + " --device tpu");
+  r = dtrain_cli("train --dataset mnist --data-dir " + (dir_ / "data").string() + " --device tpu");
   EXPECT_EQ(r.code, 2);
   EXPECT_EQ(r.output,
             "dtrain train: error: --device 'tpu' is not one of auto, cpu, cuda, cuda:N\n");
