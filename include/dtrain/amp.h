@@ -77,14 +77,14 @@ AmpMode parse_amp_mode(const std::string& name);
 /// InvalidArgument).
 at::ScalarType amp_dtype(AmpMode mode);
 
-/// The autocast dtype named by a --amp value: "bf16" -> kBFloat16, "fp16" ->
+/// The autocast dtype named by an AmpMode name: "bf16" -> kBFloat16, "fp16" ->
 /// kHalf. Throws InvalidArgument naming the value and the valid ones
 /// otherwise ("none" is the caller's business: no autocast at all).
 at::ScalarType amp_dtype_from_name(const std::string& name);
 
 /// Throws InvalidArgument when autocast to `dtype` on `device_type` is not
-/// supported: fp16 on the CPU ("fp16 autocast needs a CUDA device; use --amp
-/// bf16 on CPU"), CUDA without a GPU, a device type other than CPU and CUDA,
+/// supported: fp16 on the CPU ("fp16 autocast needs a CUDA device; use bf16
+/// on the CPU"), CUDA without a GPU, a device type other than CPU and CUDA,
 /// a dtype other than bf16 (CPU) or fp16/bf16 (CUDA). Lets a program refuse
 /// bad settings before training starts; AutocastGuard checks the same.
 void check_autocast(c10::DeviceType device_type, at::ScalarType dtype);

@@ -30,7 +30,7 @@ std::vector<std::string> backend_names();
 ///   "auto"  "nccl" when `device` is CUDA and this build has NCCL
 ///           (DTRAIN_HAVE_NCCL), else "gloo" (a CUDA-less build never fails)
 ///   "gloo"  "gloo" on any device (CUDA tensors are staged through the host)
-///   "nccl"  "nccl"; InvalidArgument naming --backend gloo when this build has
+///   "nccl"  "nccl"; InvalidArgument naming InitOptions::backend gloo when this build has
 ///           no NCCL or `device` is not CUDA
 /// Any other name: InvalidArgument listing backend_names(). Pure and
 /// thread-safe: it touches no GPU.

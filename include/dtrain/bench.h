@@ -57,11 +57,68 @@ struct DdpBenchResult {
   double reducer_overlap_fraction = 0;
   int64_t grad_bytes = 0;
   std::vector<int64_t> bucket_bytes;
+  /// The shapes of the gradients DDP reduces (fp32), in parameter order.
+  std::vector<std::vector<int64_t>> grad_shapes;
 };
 
 /// Runs the DDP step benchmark on synthetic data. Collective.
 DdpBenchResult run_ddp_bench(const DdpBenchOptions& options, const ProcessGroup& pg);
 std::string to_json(const DdpBenchResult& r);
+
+/// What an estimate of each way of moving the gradients rests on: figures
+/// `dtrain bench ddp` measured (comm_choice_figures) or given ones.
+struct CommChoiceFigures {
+  int world_size = 1;
+  int64_t batch_size = 1;  ///< per rank, for images/sec
+  /// A step with no communication at all (the no_sync step's median).
+  double compute_ms = 0;
+  /// Communication that the step hides behind backward (Note [Choosing how
+  /// gradients travel] in src/measure/comm_choice.cpp).
+  double hideable_ms = 0;
+  /// Communication every option pays apart from the gradients (DDP's
+  /// broadcast of buffers).
+  double fixed_ms = 0;
+  /// Bytes per second one rank's link carries each way: the ring allreduce's
+  /// 2(W-1)/W x gradient bytes over its measured time (nccl-tests' busbw).
+  double link_bytes_per_sec = 0;
+  /// The gradients' shapes (fp32), for PowerSGD's P and Q.
+  std::vector<std::vector<int64_t>> grad_shapes;
+  /// Parameter servers, each on a host of its own with the same link; 0:
+  /// world_size (the fewest that let the PS beat a ring: one payload each
+  /// way per link).
+  int servers = 0;
+  /// PowerSGD ranks to estimate; the other PowerSGDOptions are the defaults.
+  std::vector<int64_t> powersgd_ranks = {1, 2, 4};
+};
+
+/// One way of moving a step's gradients, with its estimated cost.
+struct CommChoice {
+  /// "allreduce", "fp16/bf16", "powersgd rank R", "ps (S servers)".
+  std::string name;
+  /// Bytes the busiest link carries each way per step: a rank's for the
+  /// ring and the compressing hooks, max(worker's, server's) for the PS.
+  double link_bytes = 0;
+  double comm_ms = 0;  ///< link_bytes at link_bytes_per_sec, plus fixed_ms
+  double step_ms = 0;  ///< compute_ms + what of comm_ms is not hidden
+  double images_per_sec = 0;
+};
+
+/// The figures of a measured `dtrain bench ddp` run (world_size > 1): the
+/// link from its standalone allreduce, the hidden time from its exposed
+/// communication under its own comm hook.
+CommChoiceFigures comm_choice_figures(const DdpBenchResult& result);
+
+/// allreduce, fp16/bf16, PowerSGD at each rank and the PS, estimated from
+/// `figures` and sorted fastest first (ties: in that order). An estimate: it
+/// models the bytes on the link, not PowerSGD's compression compute nor the
+/// servers' CPU. Throws InvalidArgument when world_size < 2 or the link or
+/// gradients are empty.
+std::vector<CommChoice> comm_choices(const CommChoiceFigures& figures);
+
+/// The lines `dtrain bench ddp` prints: the figures, a table of `choices`
+/// and the recommendation (the first), worded as the estimate it is.
+std::string format_comm_choices(const CommChoiceFigures& figures,
+                                const std::vector<CommChoice>& choices);
 
 /// `dtrain bench train`: tf_cnn_benchmarks' method, run by train()
 /// (dtrain/train.h), the loop `dtrain train` runs: every step is a whole

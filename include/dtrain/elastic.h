@@ -62,7 +62,10 @@ bool record_error(const std::exception& e);
 /// Runs main_fn and returns its result. When it throws a std::exception, the
 /// error is recorded (record_error), printed to stderr as
 /// "error: <first line of what()>", and 1 is returned — the exit code of a
-/// failed worker. Other exceptions propagate unchanged.
+/// failed worker. Other exceptions propagate unchanged. A parameter-server
+/// program, whose scheduler and server processes end with status 0 where
+/// KVStore::create returned RoleServed, uses the overload in
+/// dtrain/kvstore_torch.h that does that itself.
 int run_with_error_file(const std::function<int()>& main_fn);
 
 }  // namespace dtrain

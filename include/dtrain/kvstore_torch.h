@@ -26,6 +26,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -115,5 +116,26 @@ KVStoreOpen create_kvstore(KVStoreType type, KVStoreOptions options = {},
                            const EnvLookup& env = {});
 KVStoreOpen create_kvstore(const std::string& type, KVStoreOptions options = {},
                            const EnvLookup& env = {});
+
+/// run_with_error_file (dtrain/elastic.h) for a program that every process of
+/// a parameter-server job runs: calls `open` (create_kvstore or
+/// KVStore::create). Where it served a scheduler's or server's role to the
+/// job's end (RoleServed), returns 0, the status MXNet's create() exits with;
+/// in a worker, returns worker_main(store). A std::exception from either is
+/// recorded, printed and turned into 1 as run_with_error_file does.
+///
+/// Example:
+/// ```
+/// int main_of_every_process() {  // int main(int argc, char** argv)
+///   return dtrain::run_with_error_file([] { return dtrain::create_kvstore("dist_sync"); },
+///                                      [](std::unique_ptr<dtrain::KVStore> kv) {
+///                                        kv->barrier();  // ... train ...
+///                                        kv->close();
+///                                        return 0;
+///                                      });
+/// }
+/// ```
+int run_with_error_file(const std::function<KVStoreOpen()>& open,
+                        const std::function<int(std::unique_ptr<KVStore>)>& worker_main);
 
 }  // namespace dtrain

@@ -141,14 +141,22 @@ std::shared_ptr<CommHook> comm_hook_by_name(const std::string& name,
 /// When `hook` is PowerSGD: throws InvalidArgument when its rank exceeds
 /// what every matrix of `module` allows (powersgd_max_rank of its
 /// parameters): no layer could use that rank, each would be clamped, which
-/// is surely a mistake. The message names `flag` (e.g. "--powersgd-rank")
-/// and `model`, and the largest rank that fits. Other hooks: nothing.
+/// is surely a mistake. The message names `option` (the field that set the
+/// rank, e.g. "PowerSGDOptions::matrix_approximation_rank") and `model`, and
+/// the largest rank that fits. Other hooks: nothing.
 void check_powersgd_rank(const CommHook* hook, const torch::nn::Module& module,
-                         const std::string& model, const std::string& flag);
+                         const std::string& model, const std::string& option);
 
 /// Largest useful matrix_approximation_rank for parameters of these shapes:
 /// the largest min(rows, cols) over the parameters with at least 2
 /// dimensions (rows = the first dimension), 0 when there is none.
 int64_t powersgd_max_rank(const std::vector<std::vector<int64_t>>& shapes);
+
+/// Elements the hook of `options` allreduces in one step, once compression
+/// has started, for gradients of these shapes: P and Q of each tensor it
+/// compresses (viewed as shape[0] x the rest), the others whole -- the
+/// numel_after_compression of one step's PowerSGDStats.
+int64_t powersgd_numel_after_compression(const std::vector<std::vector<int64_t>>& shapes,
+                                         const PowerSGDOptions& options);
 
 }  // namespace dtrain

@@ -406,6 +406,11 @@ at::Device pick_device(const std::string& name, const ProcessGroup& pg);
 /// resolve_backend, dtrain/backend.h).
 at::Device pick_device(const std::string& name, int local_rank);
 
+/// Whether the optimizer runs on the parameter servers for `options`
+/// (TrainOptions::kvstore_optimizer with kAuto resolved: the servers for
+/// dist_async, else the workers); false without a kvstore.
+bool optimizer_on_servers(const TrainOptions& options);
+
 /// Checks options that need no data or peers (sizes, counts, names,
 /// optimizer, schedule, amp against the device, a CUDA device without a
 /// GPU); throws InvalidArgument naming the option field (e.g.

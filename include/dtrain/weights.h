@@ -15,6 +15,7 @@
 // torch.save(dict(model.state_dict()), PATH); so are the legacy (non-zip) format and a
 // pickled nn.Module.
 
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -67,6 +68,14 @@ void save_weights(const torch::nn::Module& module, const std::string& path);
 /// TorchScript's type tags, so Python's torch.load (also with weights_only=True) reads it.
 /// The value may hold dicts, lists, tuples, numbers, strings, None and tensors.
 std::vector<char> encode_torch_save(const c10::IValue& value);
+
+/// What keeps LibTorch's reader from being handed `bytes`: "no zip archive", or the
+/// problem dtrain's own check of a torch.save file found ("<what> at byte <offset>": the
+/// zip's directory, an entry's bounds or CRC-32, the pickle's opcodes, stack and memo, a
+/// tensor's storage); nullopt when the bytes may be read (Note [What the torch.save check
+/// covers], src/models/torch_save_check.cpp). For readers of torch.save files of their own
+/// form (checkpoints); decode_state_dict checks its input itself.
+std::optional<std::string> torch_save_problem(const std::vector<char>& bytes);
 
 /// The bytes of a state_dict file (a plain dict of name -> CPU tensor, in order).
 std::vector<char> encode_state_dict(const NamedTensors& state);

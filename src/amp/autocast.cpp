@@ -54,26 +54,24 @@ at::ScalarType amp_dtype_from_name(const std::string& name) {
 void check_autocast(c10::DeviceType device_type, at::ScalarType dtype) {
   if (device_type == c10::DeviceType::CPU) {
     if (dtype == at::kHalf) {
-      throw InvalidArgument("fp16 autocast needs a CUDA device; use --amp bf16 on CPU");
+      throw InvalidArgument("fp16 autocast needs a CUDA device; use bf16 on the CPU");
     }
     if (dtype != at::kBFloat16) {
-      throw InvalidArgument(
-          cat("CPU autocast supports bf16 only, not ", dtype, "; use --amp bf16"));
+      throw InvalidArgument(cat("CPU autocast supports bf16 only, not ", dtype));
     }
     return;
   }
   if (device_type == c10::DeviceType::CUDA) {
     if (dtype != at::kHalf && dtype != at::kBFloat16) {
-      throw InvalidArgument(
-          cat("CUDA autocast supports fp16 and bf16, not ", dtype, "; use --amp fp16 or bf16"));
+      throw InvalidArgument(cat("CUDA autocast supports fp16 and bf16, not ", dtype));
     }
     if (!at::hasCUDA()) {
-      throw InvalidArgument("CUDA autocast needs a GPU and none is available; use --device cpu");
+      throw InvalidArgument("CUDA autocast needs a GPU and none is available; autocast on the CPU");
     }
     return;
   }
   throw InvalidArgument(cat("autocast is supported on CPU and CUDA, not ",
-                            c10::DeviceTypeName(device_type), "; use --device cpu or cuda"));
+                            c10::DeviceTypeName(device_type), "; autocast on the CPU or CUDA"));
 }
 
 bool needs_grad_scaler(at::ScalarType dtype) { return dtype == at::kHalf; }

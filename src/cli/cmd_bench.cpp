@@ -36,7 +36,8 @@ int with_group(const char* name, const std::string& backend, const std::string& 
     body(pg);
     return 0;
   } catch (const InvalidArgument& e) {
-    return report_error(cat("dtrain bench ", name), e, 2);
+    return report_error(cat("dtrain bench ", name),
+                        InvalidArgument(name_flags(e.what(), bench_field_flags())), 2);
   } catch (const std::exception& e) {
     return report_error(cat("dtrain bench ", name), e);
   }
@@ -109,6 +110,12 @@ void add_ddp(CLI::App& bench, int* exit_code) {
         std::cout << to_json(r) << std::endl;
       } else {
         print_ddp(r);
+        // Which of allreduce, fp16/bf16, PowerSGD and the PS this link and
+        // model favour (Note [Choosing how gradients travel]).
+        if (r.world_size > 1 && r.allreduce_ms > 0) {
+          const CommChoiceFigures figures = comm_choice_figures(r);
+          std::fputs(format_comm_choices(figures, comm_choices(figures)).c_str(), stdout);
+        }
       }
     });
   });
@@ -212,7 +219,10 @@ void add_train(CLI::App& bench, int* exit_code) {
       *exit_code = report_error("dtrain bench train",
                                 InvalidArgument(name_flags(e.what(), train_field_flags())), 2);
     } catch (const std::exception& e) {
-      *exit_code = report_error("dtrain bench train", e);
+      // A runtime error naming a field (a checkpoint's model) names the flag too.
+      const std::string message = name_flags(e.what(), train_field_flags());
+      *exit_code = message == e.what() ? report_error("dtrain bench train", e)
+                                       : report_error("dtrain bench train", Error(message));
     }
   });
 }

@@ -17,6 +17,7 @@
 #include <CLI/CLI.hpp>
 
 #include "cli/commands.h"
+#include "cli/option_flags.h"
 #include "common/strings.h"
 #include "dtrain/comm.h"
 #include "dtrain/errors.h"
@@ -51,9 +52,12 @@ int serve(const std::string& role, const PsFlags& f) {
     serve_ps_role(role, o);
     return 0;
   } catch (const InvalidArgument& e) {
-    return report_error("dtrain ps " + role, e, 2);
+    return report_error("dtrain ps " + role,
+                        InvalidArgument(name_flags(e.what(), ps_field_flags())), 2);
   } catch (const std::exception& e) {
-    return report_error("dtrain ps " + role, e);
+    const std::string message = name_flags(e.what(), ps_field_flags());
+    return message == e.what() ? report_error("dtrain ps " + role, e)
+                               : report_error("dtrain ps " + role, Error(message));
   }
 }
 

@@ -150,7 +150,11 @@ int run_train(const TrainFlags& f) {
     return report_error("dtrain train", InvalidArgument(name_flags(e.what(), train_field_flags())),
                         2);
   } catch (const std::exception& e) {
-    return report_error("dtrain train", e);
+    // A runtime error naming a field (a checkpoint's model, the checkpoint
+    // directory) names the flag too; others pass unchanged.
+    const std::string message = name_flags(e.what(), train_field_flags());
+    return message == e.what() ? report_error("dtrain train", e)
+                               : report_error("dtrain train", Error(message));
   }
 }
 

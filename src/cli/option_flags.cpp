@@ -39,6 +39,18 @@ const FieldFlags& train_field_flags() {
       {"TrainOptions::checkpoint_every_epochs", "--checkpoint-every"},
       {"TrainOptions::keep_checkpoints", "--keep-checkpoints"},
       {"TrainOptions::checkpoint_dir", "--checkpoint-dir"},
+      {"TrainOptions::device", "--device"},
+      {"TrainOptions::amp", "--amp"},
+      {"TrainOptions::lr_schedule", "--lr-schedule"},
+      {"TrainOptions::kvstore", "--kvstore"},
+      {"TrainOptions::kvstore_optimizer", "--kvstore-optimizer"},
+      {"TrainOptions::ddp.comm_hook", "--comm-hook"},
+      {"PowerSGDOptions::matrix_approximation_rank", "--powersgd-rank"},
+      {"OptimizerOptions::name", "--optimizer"},
+      {"InitOptions::backend", "--backend"},
+      {"DatasetOptions::image_size", "--image-size"},
+      {"MetricsOptions::port", "--metrics-port"},
+      {"KVStoreOptions::staleness", "--staleness"},
       {"OptimizerOptions::lr", "--lr"},
       {"OptimizerOptions::momentum", "--momentum"},
       {"OptimizerOptions::nesterov", "--nesterov"},
@@ -73,6 +85,25 @@ const FieldFlags& eval_field_flags() {
       {"EvalOptions::batch_size", "--batch-size"},
       {"EvalOptions::threads", "--threads"},
       {"EvalOptions::logits_file", "--logits-file"},
+      {"EvalOptions::device", "--device"},
+      {"InitOptions::backend", "--backend"},
+      {"DatasetOptions::image_size", "--image-size"},
+  };
+  return flags;
+}
+
+const FieldFlags& bench_field_flags() {
+  static const FieldFlags flags = {
+      {"PowerSGDOptions::matrix_approximation_rank", "--powersgd-rank"},
+      {"InitOptions::backend", "--backend"},
+      {"DatasetOptions::image_size", "--image-size"},
+  };
+  return flags;
+}
+
+const FieldFlags& ps_field_flags() {
+  static const FieldFlags flags = {
+      {"KVStoreOptions::snapshot_dir", "--snapshot-dir"},
   };
   return flags;
 }

@@ -25,4 +25,12 @@ const FieldFlags& train_field_flags();
 /// The EvalOptions fields `dtrain eval` sets, with their flags.
 const FieldFlags& eval_field_flags();
 
+/// The fields named by the errors of `dtrain bench ddp`, `collective` and
+/// `scaling` (the comm hook's options), with their flags.
+const FieldFlags& bench_field_flags();
+
+/// The KVStoreOptions fields `dtrain ps scheduler|server` sets, with their
+/// flags.
+const FieldFlags& ps_field_flags();
+
 }  // namespace dtrain::cli

@@ -133,8 +133,8 @@ c10::intrusive_ptr<compat::CollectiveBackend> make_backend(const InitOptions& o,
 #if DTRAIN_HAVE_NCCL
     if (c10::cuda::device_count() == 0) {
       throw InvalidArgument(cat("rank ", o.rank,
-                                ": backend 'nccl' needs a GPU and none is "
-                                "visible; use --backend gloo"));
+                                ": InitOptions::backend nccl needs a GPU and none is "
+                                "visible; use InitOptions::backend gloo"));
     }
     // One GPU per local rank, as torchrun users expect.
     c10::cuda::set_device(static_cast<c10::DeviceIndex>(o.local_rank % c10::cuda::device_count()));
@@ -143,8 +143,8 @@ c10::intrusive_ptr<compat::CollectiveBackend> make_backend(const InitOptions& o,
     return c10::make_intrusive<c10d::ProcessGroupNCCL>(store, o.rank, o.world_size, no);
 #else
     throw InvalidArgument(
-        "backend 'nccl' needs a LibTorch built with CUDA; this build is CPU-only, "
-        "use --backend gloo");
+        "InitOptions::backend nccl needs a LibTorch built with CUDA; this build is CPU-only, "
+        "use InitOptions::backend gloo");
 #endif
   }
   throw InvalidArgument(cat("unknown backend '", o.backend, "'; use gloo or nccl"));
@@ -167,17 +167,17 @@ std::string resolve_backend(const std::string& requested, const c10::Device& dev
   if (requested == "nccl") {
     if (!DTRAIN_HAVE_NCCL) {
       throw InvalidArgument(
-          "--backend nccl needs a LibTorch built with CUDA and NCCL; this build is CPU-only, "
-          "use --backend gloo");
+          "InitOptions::backend nccl needs a LibTorch built with CUDA and NCCL; this build is "
+          "CPU-only, use InitOptions::backend gloo");
     }
     if (!device.is_cuda()) {
-      throw InvalidArgument(cat("--backend nccl needs CUDA tensors but the device is ",
-                                device.str(), "; use --backend gloo"));
+      throw InvalidArgument(cat("InitOptions::backend nccl needs CUDA tensors but the device is ",
+                                device.str(), "; use InitOptions::backend gloo"));
     }
     return requested;
   }
-  throw InvalidArgument(
-      cat("unknown --backend '", requested, "'; valid backends: ", join(backend_names(), ", ")));
+  throw InvalidArgument(cat("unknown InitOptions::backend '", requested,
+                            "'; valid backends: ", join(backend_names(), ", ")));
 }
 
 ProcessGroup::ProcessGroup() : state_(std::make_shared<State>()) {}

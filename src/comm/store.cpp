@@ -49,9 +49,10 @@ std::unique_ptr<TcpStoreServer> TcpStoreServer::start(const TcpStoreServerOption
   }
   // Checked first so the message names host:port and the fix.
   if (options.port != 0 && !port_is_free(options.port)) {
-    throw StoreError(cat("cannot host the store on ", options.host, ":", options.port,
-                         ": address already in use; choose another port (--master-port) or 0 "
-                         "for a free one"));
+    throw StoreError(cat(
+        "cannot host the store on ", options.host, ":", options.port,
+        ": address already in use; choose another TcpStoreServerOptions::port (MASTER_PORT) or 0 "
+        "for a free one"));
   }
   std::unique_ptr<store_server::StoreServer> server;
   try {

@@ -113,6 +113,15 @@ void orthogonalize(const at::Tensor& m, double epsilon) {
 // torch.bmm(a, b, out=out): `out` is a view into P, Q or the bucket.
 void bmm_into(at::Tensor out, const at::Tensor& a, const at::Tensor& b) { at::bmm_out(out, a, b); }
 
+// What one gradient of n x m elements sends, and whether it is compressed:
+// PyTorch's _should_compress, (n + m)·r·min_compression_rate < n·m.
+int64_t numel_sent(int64_t n, int64_t m, const PowerSGDOptions& o, bool* compressed) {
+  const int64_t r = std::min({n, m, o.matrix_approximation_rank});
+  const int64_t before = n * m, after = (n + m) * r;
+  *compressed = static_cast<double>(after) * o.min_compression_rate < static_cast<double>(before);
+  return *compressed ? after : before;
+}
+
 // A gradient as PyTorch views it: [first dimension, the rest].
 at::Tensor as_matrix(const at::Tensor& t) {
   if (t.dim() == 0) return t.view({1, 1});
@@ -195,15 +204,13 @@ class PowerSGDHookImpl : public PowerSGDHook {
     for (size_t i = 0; i < grads.size(); ++i) {
       at::Tensor matrix = as_matrix(grads[i]);
       const int64_t n = matrix.size(0), m = matrix.size(1);
-      const int64_t r = std::min({n, m, o_.matrix_approximation_rank});
-      const int64_t before = n * m, after = (n + m) * r;
-      stats_.numel_before_compression += before;
-      if (static_cast<double>(after) * o_.min_compression_rate < static_cast<double>(before)) {
+      bool compressed = false;
+      stats_.numel_before_compression += n * m;
+      stats_.numel_after_compression += numel_sent(n, m, o_, &compressed);
+      if (compressed) {
         compress.push_back({matrix, names[i]});
-        stats_.numel_after_compression += after;
       } else {
         uncompressed.push_back(grads[i]);
-        stats_.numel_after_compression += before;
       }
     }
     report_stats_locked(bucket);
@@ -519,7 +526,7 @@ std::shared_ptr<CommHook> comm_hook_by_name(const std::string& name,
 }
 
 void check_powersgd_rank(const CommHook* hook, const torch::nn::Module& module,
-                         const std::string& model, const std::string& flag) {
+                         const std::string& model, const std::string& option) {
   const auto* p = dynamic_cast<const PowerSGDHook*>(hook);
   if (!p) return;
   std::vector<std::vector<int64_t>> shapes;
@@ -527,10 +534,22 @@ void check_powersgd_rank(const CommHook* hook, const torch::nn::Module& module,
   const int64_t most = powersgd_max_rank(shapes);
   const int64_t rank = p->options().matrix_approximation_rank;
   if (rank > most) {
-    throw InvalidArgument(cat(flag, " ", rank, " is larger than any layer of model ", model,
+    throw InvalidArgument(cat(option, " ", rank, " is larger than any layer of model ", model,
                               " allows (its largest matrix allows rank ", most,
-                              ": min(rows, cols)); use ", flag, " ", most, " or less"));
+                              ": min(rows, cols)); use ", option, " ", most, " or less"));
   }
+}
+
+int64_t powersgd_numel_after_compression(const std::vector<std::vector<int64_t>>& shapes,
+                                         const PowerSGDOptions& options) {
+  int64_t sent = 0;
+  for (const auto& s : shapes) {
+    int64_t rest = 1;  // as_matrix: a scalar is 1 x 1, others shape[0] x the rest
+    for (size_t i = 1; i < s.size(); ++i) rest *= s[i];
+    bool compressed = false;
+    sent += numel_sent(s.empty() ? 1 : s[0], rest, options, &compressed);
+  }
+  return sent;
 }
 
 int64_t powersgd_max_rank(const std::vector<std::vector<int64_t>>& shapes) {

@@ -111,7 +111,8 @@ DdpBenchResult run_ddp_bench(const DdpBenchOptions& o, const ProcessGroup& pg) {
   dopt.bucket_observer = timeline_bucket_observer(tl.get());
   dopt.bucket_cap_mb = o.bucket_cap_mb;
   dopt.comm_hook = comm_hook_by_name(o.comm_hook, o.powersgd);
-  check_powersgd_rank(dopt.comm_hook.get(), *model, o.model, "--powersgd-rank");
+  check_powersgd_rank(dopt.comm_hook.get(), *model, o.model,
+                      "PowerSGDOptions::matrix_approximation_rank");
   dopt.find_unused_parameters = o.find_unused_parameters;
   DistributedDataParallel<ImageClassifier> ddp(model, pg, dopt);
   torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.01).momentum(0.9));
@@ -180,6 +181,9 @@ DdpBenchResult run_ddp_bench(const DdpBenchOptions& o, const ProcessGroup& pg) {
   DdpStats stats = ddp.stats();
   r.bucket_bytes = stats.bucket_bytes;
   for (int64_t b : r.bucket_bytes) r.grad_bytes += b;
+  for (const auto& p : model->parameters()) {
+    if (p.requires_grad()) r.grad_shapes.push_back(p.sizes().vec());
+  }
   const int reps = std::max(5, o.steps / 2);
   double allreduce = time_bucket_allreduce(pg, r.bucket_bytes, reps);
   double broadcast = time_buffer_broadcast(pg, *model, reps);

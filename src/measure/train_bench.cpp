@@ -18,7 +18,6 @@
 #include "dtrain/errors.h"
 #include "dtrain/models.h"
 #include "dtrain/train.h"
-#include "train/kv_sync.h"  // kvstore_update, for the header line
 #if DTRAIN_HAVE_CUDA
 #include <cuda_runtime_api.h>
 #endif
@@ -120,12 +119,10 @@ class StepClock {
     say(cat("Optimizer:   ", t.optimizer.name, " (momentum ", t.optimizer.momentum,
             "), synthetic data"));
     // As KvSync::describe() words it: each rank is a worker.
-    say(cat("Gradients:   ",
-            !t.kvstore
-                ? std::string("DDP allreduce")
-                : cat("kvstore ", kvstore_type_name(*t.kvstore), " (", pg_.size(),
-                      " worker(s)), optimizer on the ",
-                      detail::kvstore_update(t) == KVUpdate::kOnServers ? "servers" : "workers")));
+    say(cat("Gradients:   ", !t.kvstore ? std::string("DDP allreduce")
+                                        : cat("kvstore ", kvstore_type_name(*t.kvstore), " (",
+                                              pg_.size(), " worker(s)), optimizer on the ",
+                                              optimizer_on_servers(t) ? "servers" : "workers")));
     say(cat("Warm-up:     ", o_.warmup_steps, " steps, timed: ", o_.steps, " steps"));
   }
 

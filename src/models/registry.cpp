@@ -100,10 +100,10 @@ const Entry& checked(const std::string& name, const ModelOptions& o) {
   if (o.image_size < e.min_image_size) {
     throw InvalidArgument(cat("model '", name, "' needs images of at least ", e.min_image_size, "x",
                               e.min_image_size, ", got ", o.image_size, "x", o.image_size,
-                              "; resize them to at least that, e.g. with --image-size ",
+                              "; resize them to at least that, e.g. with "
+                              "DatasetOptions::image_size ",
                               e.min_image_size,
-                              " (dtrain train, eval and bench; every dataset "
-                              "honours it), or to the model's default ",
+                              " (every dataset honours it), or to the model's default ",
                               e.default_image_size));
   }
   return e;

@@ -211,6 +211,11 @@ std::vector<char> encode_state_dict(const NamedTensors& state) {
   return encode_torch_save(cpu_dict(state));
 }
 
+std::optional<std::string> torch_save_problem(const std::vector<char>& bytes) {
+  if (!detail::looks_like_zip(bytes.data(), bytes.size())) return "no zip archive";
+  return detail::torch_save_problem(bytes.data(), bytes.size());
+}
+
 NamedTensors decode_state_dict(const std::vector<char>& bytes, const std::string& origin) {
   // LibTorch's reader only sees files that pass dtrain's own check
   // (Note [What the torch.save check covers]).

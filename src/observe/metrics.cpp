@@ -89,10 +89,9 @@ MetricsExporter::MetricsExporter(MetricsOptions o) : impl_(std::make_unique<Impl
                           " bytes of static TLS; link the program with dtrain::dtrain's link "
                           "options, which export pthread_attr_setstacksize"));
     }
-    throw InvalidArgument(
-        cat("metrics endpoint ", address,
-            " cannot be served: the port is in use or cannot be bound (", first_line(e.what()),
-            "); pass another --metrics-port, or --metrics-port 0 to pick a free one"));
+    throw InvalidArgument(cat(
+        "metrics endpoint ", address, " cannot be served: the port is in use or cannot be bound (",
+        first_line(e.what()), "); pass another MetricsOptions::port, or 0 to pick a free one"));
   }
   const std::vector<int> ports = impl_->exposer->GetListeningPorts();
   impl_->port = ports.empty() ? o.port : ports.front();

@@ -41,7 +41,7 @@ nlohmann::json read_trace(const std::string& path) {
   if (trace.is_discarded() || !trace.is_array()) {
     throw InvalidArgument(cat("timeline '", path,
                               "' is not a Chrome trace (a JSON array of events); pass the files "
-                              "written by --timeline"));
+                              "a Timeline wrote (dtrain/timeline.h)"));
   }
   return trace;
 }

@@ -39,7 +39,6 @@
 #include "common/torch_compat.h"
 #include "dtrain/errors.h"
 #include "dtrain/weights.h"
-#include "models/torch_save_check.h"
 
 namespace dtrain {
 namespace {
@@ -219,7 +218,7 @@ void load_model_state(torch::nn::Module& module, const NamedTensors& state,
                       const std::string& origin) {
   // Checked before anything changes, so a mismatch leaves the module as it was.
   const std::string why = state_mismatch(module, state, "the checkpoint");
-  if (!why.empty()) throw DataError(cat(origin, ": ", why, " (a different --model?)"));
+  if (!why.empty()) throw DataError(cat(origin, ": ", why, " (a model of another architecture?)"));
   copy_state(module, state);
 }
 
@@ -276,12 +275,13 @@ void load_optimizer_state(torch::optim::Optimizer& optimizer, const OptimizerSta
   for (const auto& g : state.groups) have.push_back(g.size);
   if (live.type != state.type) {
     throw DataError(cat(origin, ": the checkpoint holds ", state.type,
-                        " state but this run uses --optimizer ", live.type));
+                        " state but this run's optimizer is ", live.type));
   }
   if (want != have || state.state.size() != live.state.size()) {
     throw DataError(cat(origin, ": the checkpoint's optimizer has parameter groups of sizes ",
                         c10::IntArrayRef(have), " but this run's has ", c10::IntArrayRef(want),
-                        " (a different --model, --norm-weight-decay or --bias-weight-decay?)"));
+                        " (another model, or another OptimizerOptions::norm_weight_decay or "
+                        "OptimizerOptions::bias_weight_decay?)"));
   }
   std::vector<at::Tensor> params;
   for (const auto& group : optimizer.param_groups()) {
@@ -415,10 +415,7 @@ std::vector<char> encode_checkpoint(const Checkpoint& c) {
 Checkpoint decode_checkpoint(const std::vector<char>& bytes, const std::string& origin) {
   // LibTorch's reader only sees files that pass dtrain's own check
   // (Note [What the torch.save check covers]).
-  if (!detail::looks_like_zip(bytes.data(), bytes.size())) {
-    throw DataError(cat(origin, ": not a checkpoint torch.load can read (no zip archive)"));
-  }
-  if (auto problem = detail::torch_save_problem(bytes.data(), bytes.size())) {
+  if (auto problem = torch_save_problem(bytes)) {
     throw DataError(cat(origin, ": not a checkpoint torch.load can read (", *problem, ")"));
   }
   IValue v;

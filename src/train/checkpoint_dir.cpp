@@ -269,7 +269,8 @@ std::string s3_save(const std::string& dir, const std::vector<char>& bytes, int6
     // retry met the stored object.
     if (there.etag != put_object_etag(data, d.client.options())) {
       throw Error(cat("checkpoint: ", url, " already exists and is never replaced (If-None-Match)",
-                      "; fix: remove it (aws s3 rm ", url, ") or use another --checkpoint-dir"));
+                      "; fix: remove it (aws s3 rm ", url,
+                      ") or use another checkpoint directory"));
     }
   }
   // Prune as on disk (prune() above): keep the newest keep_last at or below

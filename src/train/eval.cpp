@@ -91,7 +91,7 @@ void validate(const EvalOptions& o) {
   if (o.threads < 0) {
     throw InvalidArgument(cat("EvalOptions::threads must be >= 0, got ", o.threads));
   }
-  detail::check_device(o.device);
+  detail::check_device(o.device, "EvalOptions::device");
   bool known = false;
   for (const auto& n : model_names()) known = known || n == o.model;
   if (!known) {

@@ -213,7 +213,7 @@ void KVStoreCommHook::push_server_state(const ServerOptimizerState& state,
     auto it = momentum.find(name);
     if (it == momentum.end() || !state.updates.count(name)) {
       throw DataError(cat(origin, ": the servers' optimizer state has no entry for parameter '",
-                          name, "' (a different --model?)"));
+                          name, "' (a different TrainOptions::model?)"));
     }
     if (!it->second.defined() || it->second.sizes() != params_.at(name).sizes()) {
       throw DataError(cat(origin, ": the servers' momentum of '", name, "' is ",
@@ -225,7 +225,7 @@ void KVStoreCommHook::push_server_state(const ServerOptimizerState& state,
     for (const auto& [name, t] : momentum) {
       if (!param_keys_.count(name)) {
         throw DataError(cat(origin, ": the servers' optimizer state has parameter '", name,
-                            "', which this model lacks (a different --model?)"));
+                            "', which this model lacks (a different TrainOptions::model?)"));
       }
     }
   }
@@ -246,35 +246,41 @@ void validate_kvstore(const TrainOptions& o) {
   if (!o.kvstore) return;
   const char* t = kvstore_type_name(*o.kvstore);
   if (o.ddp.comm_hook && o.ddp.comm_hook->name() != allreduce_hook()->name()) {
-    throw InvalidArgument(cat("--comm-hook ", o.ddp.comm_hook->name(),
-                              " cannot be combined with --kvstore: the kvstore's push and pull "
-                              "are the comm hook; drop one of them"));
+    throw InvalidArgument(cat("TrainOptions::ddp.comm_hook ", o.ddp.comm_hook->name(),
+                              " cannot be combined with TrainOptions::kvstore: the kvstore's push "
+                              "and pull are the comm hook; drop one of them"));
   }
   if (*o.kvstore == KVStoreType::kDistAsync && o.kvstore_optimizer == KVStoreOptimizer::kWorker) {
     throw InvalidArgument(
-        "--kvstore dist_async applies each push on the servers: it needs "
-        "--kvstore-optimizer server (or auto)");
+        "TrainOptions::kvstore dist_async applies each push on the servers: it needs "
+        "TrainOptions::kvstore_optimizer server (or auto)");
   }
   if (kvstore_update(o) != KVUpdate::kOnServers) return;
-  const std::string why = cat(" (--kvstore ", t,
+  const std::string why = cat(" (TrainOptions::kvstore ", t,
                               " with the optimizer on the servers runs MXNet's SGD at a "
-                              "constant rate; use --kvstore-optimizer worker");
+                              "constant rate; use TrainOptions::kvstore_optimizer worker");
   const OptimizerOptions& opt = o.optimizer;
   if (opt.name != "sgd")
-    throw InvalidArgument(cat("--optimizer ", opt.name, " is not sgd", why, ")"));
-  if (opt.nesterov) throw InvalidArgument(cat("--nesterov is not supported", why, ")"));
+    throw InvalidArgument(cat("OptimizerOptions::name ", opt.name, " is not sgd", why, ")"));
+  if (opt.nesterov)
+    throw InvalidArgument(cat("OptimizerOptions::nesterov is not supported", why, ")"));
   if (opt.norm_weight_decay || opt.bias_weight_decay) {
     throw InvalidArgument(
-        cat("--norm-weight-decay/--bias-weight-decay are not supported", why, ")"));
+        cat("OptimizerOptions::norm_weight_decay and OptimizerOptions::bias_weight_decay are not "
+            "supported",
+            why, ")"));
   }
   if (o.lr_schedule != LrScheduleKind::kConstant || o.lr_warmup_epochs > 0 ||
       o.lr_warmup_steps > 0) {
-    throw InvalidArgument(cat("--lr-schedule ", to_string(o.lr_schedule),
-                              " / --lr-warmup are not supported", why, ")"));
+    throw InvalidArgument(cat("TrainOptions::lr_schedule ", to_string(o.lr_schedule),
+                              " and a warm-up (TrainOptions::lr_warmup_epochs or "
+                              "TrainOptions::lr_warmup_steps) are not supported",
+                              why, ")"));
   }
   if (o.clip_grad_norm > 0)
-    throw InvalidArgument(cat("--clip-grad-norm is not supported", why, ")"));
-  if (o.amp == AmpMode::kFp16) throw InvalidArgument(cat("--amp fp16 is not supported", why, ")"));
+    throw InvalidArgument(cat("TrainOptions::clip_grad_norm is not supported", why, ")"));
+  if (o.amp == AmpMode::kFp16)
+    throw InvalidArgument(cat("TrainOptions::amp fp16 is not supported", why, ")"));
 }
 
 KVUpdate kvstore_update(const TrainOptions& o) {
@@ -314,12 +320,12 @@ std::unique_ptr<KvSync> KvSync::open(const TrainOptions& o, std::shared_ptr<KVSt
   // dist_device_sync's workers are per node (docs/ps.md); the others are pg's ranks.
   if (*o.kvstore != KVStoreType::kDistDeviceSync &&
       (kv->num_workers() != pg.size() || kv->rank() != pg.rank())) {
-    throw InvalidArgument(
-        cat("rank ", pg.rank(), ": --kvstore ", type, " has worker ", kv->rank(), " of ",
-            kv->num_workers(), " (DMLC_WORKER_ID, DMLC_NUM_WORKER) but the process group rank ",
-            pg.rank(), " of ", pg.size(),
-            " (RANK, WORLD_SIZE); they must agree: start the job with `dtrain run --ps-servers S`, "
-            "which sets both, or with DMLC_* alone (an MXJob)"));
+    throw InvalidArgument(cat(
+        "rank ", pg.rank(), ": TrainOptions::kvstore ", type, " has worker ", kv->rank(), " of ",
+        kv->num_workers(), " (DMLC_WORKER_ID, DMLC_NUM_WORKER) but the process group rank ",
+        pg.rank(), " of ", pg.size(),
+        " (RANK, WORLD_SIZE); they must agree: start the job with `dtrain run --ps-servers S`, "
+        "which sets both, or with DMLC_* alone (an MXJob)"));
   }
   auto sync = std::unique_ptr<KvSync>(new KvSync());
   const KVUpdate update = kvstore_update(o);
@@ -365,4 +371,8 @@ std::string KvSync::describe() const {
 }
 
 }  // namespace detail
+
+bool optimizer_on_servers(const TrainOptions& options) {
+  return options.kvstore && detail::kvstore_update(options) == KVUpdate::kOnServers;
+}
 }  // namespace dtrain

@@ -67,20 +67,19 @@ void to_channels_last(torch::nn::Module& module) {
 
 namespace detail {
 
-void check_device(const std::string& name) {
+void check_device(const std::string& name, const std::string& option) {
   if (name == "auto" || name == "cpu") return;
   if (name.rfind("cuda", 0) == 0) {
     if (!torch::cuda::is_available()) {
-      throw InvalidArgument(cat("--device ", name,
-                                ": no GPU is visible to this LibTorch; use "
-                                "--device cpu"));
+      throw InvalidArgument(
+          cat(option, " ", name, ": no GPU is visible to this LibTorch; use ", option, " cpu"));
     }
     try {
       if (name == "cuda" || at::Device(name).is_cuda()) return;
     } catch (const c10::Error&) {
     }
   }
-  throw InvalidArgument(cat("--device '", name, "' is not one of auto, cpu, cuda, cuda:N"));
+  throw InvalidArgument(cat(option, " '", name, "' is not one of auto, cpu, cuda, cuda:N"));
 }
 
 std::shared_ptr<ImageClassifier> build_model(const std::string& name, const DatasetSplits& splits,
@@ -124,7 +123,7 @@ ClassificationCounts evaluate_split(ImageClassifier& model, Loader& loader, at::
 }  // namespace detail
 
 at::Device pick_device(const std::string& name, int local_rank) {
-  detail::check_device(name);
+  detail::check_device(name, "device");
   if (name == "cpu" || (name == "auto" && !torch::cuda::is_available())) {
     return at::Device(at::kCPU);
   }

@@ -17,9 +17,10 @@
 
 namespace dtrain::detail {
 
-/// Throws InvalidArgument when `name` is not auto, cpu, cuda or cuda:N, or
-/// names CUDA while no GPU is visible (the message says to use --device cpu).
-void check_device(const std::string& name);
+/// Throws InvalidArgument naming `option` (the field that holds `name`, e.g.
+/// "TrainOptions::device") when `name` is not auto, cpu, cuda or cuda:N, or
+/// names CUDA while no GPU is visible (the message says to use cpu).
+void check_device(const std::string& name, const std::string& option);
 
 /// make_model(name) sized for `splits` (channels, image size, classes),
 /// initialised from the current CPU generator, then from `init_weights` when

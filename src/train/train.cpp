@@ -96,9 +96,13 @@ void validate(const TrainOptions& o) {
   }
   if (o.threads < 0)
     throw InvalidArgument(cat("TrainOptions::threads must be >= 0, got ", o.threads));
-  detail::check_device(o.device);
+  detail::check_device(o.device, "TrainOptions::device");
   if (o.amp != AmpMode::kNone) {
     const bool cuda = o.device != "cpu" && (o.device != "auto" || torch::cuda::is_available());
+    if (o.amp == AmpMode::kFp16 && !cuda) {
+      throw InvalidArgument(
+          "TrainOptions::amp fp16 needs a CUDA device; use TrainOptions::amp bf16 on the CPU");
+    }
     check_autocast(cuda ? c10::DeviceType::CUDA : c10::DeviceType::CPU, amp_dtype(o.amp));
   }
   if (o.checkpoint_every_steps < 0 || o.checkpoint_every_epochs < 0) {

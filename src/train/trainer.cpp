@@ -200,7 +200,8 @@ void Trainer::wrap() {
   kv_ = KvSync::open(o_, std::move(kvstore_), pg_, *model_, schedule_.base_lr);
   if (kv_ && resume_) kv_->restore_state(resume_->server_optimizer, origin_, leader_, log_);
   if (kv_) d.comm_hook = kv_->hook();
-  check_powersgd_rank(d.comm_hook.get(), *model_, o_.model, "--powersgd-rank");
+  check_powersgd_rank(d.comm_hook.get(), *model_, o_.model,
+                      "PowerSGDOptions::matrix_approximation_rank");
   if (resume_ && d.comm_hook) restore_hook_state(*d.comm_hook);
   ddp_ = std::make_unique<DistributedDataParallel<ImageClassifier>>(model_, pg_, d);
   obs_->attach(*ddp_, *scaler_, *model_,

@@ -95,7 +95,7 @@ TEST(Autocast, TheGuardAffectsOnlyTheCallingThread) {
 
 TEST(Autocast, Fp16OnCpuIsRefusedNamingBf16AndChangesNothing) {
   EXPECT_EQ(testing::error_of([] { AutocastGuard guard(kCpu, at::kHalf); }),
-            "fp16 autocast needs a CUDA device; use --amp bf16 on CPU");
+            "fp16 autocast needs a CUDA device; use bf16 on the CPU");
   EXPECT_THROW(check_autocast(kCpu, at::kHalf), InvalidArgument);
   EXPECT_FALSE(autocast_enabled(kCpu));
 }
@@ -116,10 +116,10 @@ TEST(Autocast, AmpFlagNamesMapToDtypes) {
   EXPECT_FALSE(needs_grad_scaler(at::kBFloat16));
 }
 
-TEST(Autocast, CudaAutocastWithoutAGpuIsRefusedNamingDeviceCpu) {
+TEST(Autocast, CudaAutocastWithoutAGpuIsRefusedNamingTheCpu) {
   if (torch::cuda::is_available()) GTEST_SKIP() << "a GPU is available";
   EXPECT_EQ(testing::error_of([] { AutocastGuard guard(kCuda, at::kHalf); }),
-            "CUDA autocast needs a GPU and none is available; use --device cpu");
+            "CUDA autocast needs a GPU and none is available; autocast on the CPU");
   EXPECT_FALSE(autocast_enabled(kCuda));
 }
 

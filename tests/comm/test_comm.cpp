@@ -83,7 +83,7 @@ TEST(InitProcessGroup, NcclWithoutAGpuIsAnErrorNamingGloo) {
   o.backend = "nccl";
   o.init_method = "memory://";
   std::string e = error_of([&] { init_process_group(make_memory_store(), o); });
-  EXPECT_NE(e.find("use --backend gloo"), std::string::npos) << e;
+  EXPECT_NE(e.find("use InitOptions::backend gloo"), std::string::npos) << e;
 }
 
 TEST(ResolveInitOptions, PartialEnvironmentNamesTheMissingVariables) {

@@ -304,15 +304,15 @@ TEST(ResolveBackend, GlooIsKeptOnEveryDevice) {
 
 TEST(ResolveBackend, NcclWithoutNcclOrWithoutACudaDeviceIsAnErrorNamingBackendGloo) {
   const std::string on_cpu = error_of([] { resolve_backend("nccl", kCpu); });
-  EXPECT_NE(on_cpu.find("use --backend gloo"), std::string::npos) << on_cpu;
+  EXPECT_NE(on_cpu.find("use InitOptions::backend gloo"), std::string::npos) << on_cpu;
   EXPECT_EQ(on_cpu.find('\n'), std::string::npos) << on_cpu;
   if (DTRAIN_HAVE_NCCL) {
     EXPECT_EQ(resolve_backend("nccl", kCuda1), "nccl");
     EXPECT_NE(on_cpu.find("the device is cpu"), std::string::npos) << on_cpu;
   } else {
     EXPECT_EQ(error_of([] { resolve_backend("nccl", kCuda1); }),
-              "--backend nccl needs a LibTorch built with CUDA and NCCL; this build is "
-              "CPU-only, use --backend gloo");
+              "InitOptions::backend nccl needs a LibTorch built with CUDA and NCCL; this build "
+              "is CPU-only, use InitOptions::backend gloo");
   }
   EXPECT_THROW(resolve_backend("nccl", kCpu), InvalidArgument);
 }
@@ -320,7 +320,7 @@ TEST(ResolveBackend, NcclWithoutNcclOrWithoutACudaDeviceIsAnErrorNamingBackendGl
 TEST(ResolveBackend, AnUnknownNameIsAnErrorListingTheBackends) {
   EXPECT_THROW(resolve_backend("mpi", kCpu), InvalidArgument);
   EXPECT_EQ(error_of([] { resolve_backend("mpi", kCpu); }),
-            "unknown --backend 'mpi'; valid backends: auto, gloo, nccl");
+            "unknown InitOptions::backend 'mpi'; valid backends: auto, gloo, nccl");
 }
 
 }  // namespace

@@ -65,7 +65,7 @@ TEST(ModelRegistry, ImageBelowTheMinimumIsRefusedNamingTheMinimum) {
   EXPECT_THROW(make_model("vgg16", o), InvalidArgument);
   const std::string err = testing::error_of([&] { make_model("vgg16", o); });
   EXPECT_NE(err.find("model 'vgg16' needs images of at least 32x32, got 28x28; resize them to "
-                     "at least that, e.g. with --image-size 32 "),
+                     "at least that, e.g. with DatasetOptions::image_size 32 "),
             std::string::npos)
       << err;
   EXPECT_NE(err.find("or to the model's default 224"), std::string::npos) << err;

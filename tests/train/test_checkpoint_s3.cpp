@@ -110,7 +110,7 @@ TEST_F(S3Checkpoints, AnObjectAlreadyAtTheKeyIsNeverReplaced) {
     EXPECT_EQ(std::string(e.what()),
               "checkpoint: s3://ckpt/run-c/checkpoint-00000007.pt already exists and is never "
               "replaced (If-None-Match); fix: remove it (aws s3 rm "
-              "s3://ckpt/run-c/checkpoint-00000007.pt) or use another --checkpoint-dir");
+              "s3://ckpt/run-c/checkpoint-00000007.pt) or use another checkpoint directory");
   }
   EXPECT_EQ(moto_->peer("get", "ckpt", {"run-c/checkpoint-00000007.pt"})["size"], 5);
   // Writing the same bytes again (a retried save) is not a conflict.

@@ -330,11 +330,12 @@ TEST_F(KVStoreTraining, AnUnknownKvstoreIsAnInvalidArgumentListingTheTypes) {
             "dist_device_sync");
   o.kvstore = KVStoreType::kDistAsync;
   o.kvstore_optimizer = KVStoreOptimizer::kWorker;
-  EXPECT_NE(testing::error_of([&] { validate(o); }).find("needs --kvstore-optimizer server"),
-            std::string::npos);
+  EXPECT_NE(
+      testing::error_of([&] { validate(o); }).find("needs TrainOptions::kvstore_optimizer server"),
+      std::string::npos);
   o.kvstore_optimizer = KVStoreOptimizer::kServer;
   o.optimizer.name = "adamw";
-  EXPECT_NE(testing::error_of([&] { validate(o); }).find("--optimizer adamw is not sgd"),
+  EXPECT_NE(testing::error_of([&] { validate(o); }).find("OptimizerOptions::name adamw is not sgd"),
             std::string::npos);
 }
 
@@ -371,8 +372,8 @@ TEST_F(KVStoreTraining, ACompressingCommHookWithAKvstoreIsAnInvalidArgumentNotIg
   o.kvstore = KVStoreType::kDistSync;
   o.ddp.comm_hook = comm_hook_by_name("fp16");
   EXPECT_EQ(testing::error_of([&] { validate(o); }),
-            "--comm-hook fp16 cannot be combined with --kvstore: the kvstore's push and pull are "
-            "the comm hook; drop one of them");
+            "TrainOptions::ddp.comm_hook fp16 cannot be combined with TrainOptions::kvstore: the "
+            "kvstore's push and pull are the comm hook; drop one of them");
   o.ddp.comm_hook = comm_hook_by_name("none");  // allreduce: what the CLI passes by default
   EXPECT_EQ(testing::error_of([&] { validate(o); }), "");
 }

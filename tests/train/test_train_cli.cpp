@@ -59,7 +59,7 @@ TEST_F(TrainCli, UnknownOptimizerOrScheduleOrFp16OnCpuIsAOneLineUsageError) {
   r = dtrain_cli("train " + data_ + " --amp fp16");
   EXPECT_EQ(r.code, 2);
   EXPECT_EQ(r.output,
-            "dtrain train: error: fp16 autocast needs a CUDA device; use --amp bf16 on CPU\n");
+            "dtrain train: error: --amp fp16 needs a CUDA device; use --amp bf16 on the CPU\n");
   r = dtrain_cli("train " + data_ + " --lr-schedule multistep --lr-milestones 3,x");
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.output.find("--lr-milestones '3,x' is not a list of epochs"), std::string::npos)
@@ -99,6 +99,27 @@ TEST_F(TrainCli, ABadOptionNamesTheFieldInTheLibraryAndTheFlagOnTheCommandLine) 
   EXPECT_EQ(r.output,
             "dtrain bench train: error: --metrics-port must be -1 (off), 0 (a free port) or up "
             "to 65535, got 70000\n");
+
+  o = TrainOptions();
+  o.kvstore = KVStoreType::kDistAsync;
+  o.kvstore_optimizer = KVStoreOptimizer::kWorker;
+  EXPECT_EQ(testing::error_of([&] { validate(o); }),
+            "TrainOptions::kvstore dist_async applies each push on the servers: it needs "
+            "TrainOptions::kvstore_optimizer server (or auto)");
+  r = dtrain_cli("train " + data_ + " --kvstore dist_async --kvstore-optimizer worker");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.output,
+            "dtrain train: error: --kvstore dist_async applies each push on the servers: it "
+            "needs --kvstore-optimizer server (or auto)\n");
+
+  o = TrainOptions();
+  o.device = "tpu";
+  EXPECT_EQ(testing::error_of([&] { validate(o); }),
+            "TrainOptions::device 'tpu' is not one of auto, cpu, cuda, cuda:N");
+  r = dtrain_cli("train --dataset mnist --data-dir " + (dir_ / "data").string() + " --device tpu");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.output,
+            "dtrain train: error: --device 'tpu' is not one of auto, cpu, cuda, cuda:N\n");
 }
 
 TEST(TypedOptions, EveryNameParsesToTheValueThatSpellsIt) {

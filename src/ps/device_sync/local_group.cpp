@@ -17,6 +17,7 @@
 
 #include "common/strings.h"
 #include "dtrain/comm.h"
+#include "dtrain/elastic.h"
 #include "dtrain/errors.h"
 #include "dtrain/kvstore_torch.h"
 #include "dtrain/store.h"
@@ -114,6 +115,15 @@ KVStoreOpen create_kvstore(KVStoreType type, KVStoreOptions options, const EnvLo
 
 KVStoreOpen create_kvstore(const std::string& type, KVStoreOptions options, const EnvLookup& env) {
   return create_kvstore(parse_kvstore_type(type), std::move(options), env);
+}
+
+int run_with_error_file(const std::function<KVStoreOpen()>& open,
+                        const std::function<int(std::unique_ptr<KVStore>)>& worker_main) {
+  return run_with_error_file([&] {
+    KVStoreOpen kv = open();
+    if (kv.served()) return 0;  // Note [Serving from create]: the job has ended
+    return worker_main(kv.take());
+  });
 }
 
 }  // namespace dtrain

@@ -192,6 +192,10 @@ class Node {
   /// Stops heartbeats and monitoring (after the final barrier). Idempotent.
   void finish();
 
+  /// Writes "[dtrain ps <describe()>] <line>" to the options' log, or to
+  /// stderr without one.
+  void log(const std::string& line) const;
+
   /// The failure text ("" while healthy), and a wait for one.
   std::string failure() const;
   /// Throws the failure, if any: PeerLostError with its text, or
@@ -234,7 +238,6 @@ class Node {
   void periodic(std::chrono::steady_clock::time_point now);
   bool final_barrier_expired(std::chrono::steady_clock::time_point now);  // scheduler
   void fail(const std::string& why, bool timed_out = false);
-  void log(const std::string& line) const;
   int group_size(int group) const;
   bool known(int id) const;                                  // in the node table
   void try_release(int group, int app_id, int customer_id);  // scheduler

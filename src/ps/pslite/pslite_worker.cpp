@@ -12,9 +12,6 @@
 // under the handle's lock, unless the caller has given up waiting. A
 // request no server needs (no keys) completes at once, as ps-lite runs its
 // callback at once. A dead node fails every pending call (PeerLostError).
-#include <cstring>
-#include <exception>
-#include <iostream>
 #include <map>
 
 #include "common/strings.h"
@@ -22,7 +19,7 @@
 #include "dtrain/kvstore_pslite.h"
 #include "ps/job/dmlc_env.h"
 #include "ps/pslite/pslite_client.h"
-#include "ps/server/server.h"  // kErrorPrefix
+#include "ps/server/server.h"  // server_refusal
 #include "ps/worker/handle_state.h"
 
 namespace dtrain::ps {
@@ -39,15 +36,8 @@ class PsLiteWorkerImpl : public PsLiteWorker {
   }
 
   ~PsLiteWorkerImpl() override {
-    if (std::uncaught_exceptions() > 0 && !closed_) {
-      log("leaving the job without close(): an exception is unwinding");
-      return;
-    }
-    try {
-      close();
-    } catch (const std::exception& e) {
-      log(cat("ps-lite worker close failed: ", e.what()));
-    }
+    close_in_destructor(
+        closed_, [this] { close(); }, node_, "ps-lite worker");
   }
 
   int rank() const override { return node_.rank(); }
@@ -104,15 +94,6 @@ class PsLiteWorkerImpl : public PsLiteWorker {
     std::vector<int>* lens = nullptr;
   };
 
-  void log(const std::string& line) const {
-    const std::string text = cat("[dtrain ps ", node_.describe(), "] ", line);
-    if (config_.node.log) {
-      config_.node.log(text);
-    } else {
-      std::cerr << text << std::endl;
-    }
-  }
-
   void check_open() const {
     if (closed_) throw InvalidArgument("the ps-lite worker is closed");
     node_.check_failure();
@@ -143,12 +124,7 @@ class PsLiteWorkerImpl : public PsLiteWorker {
       finish(req);
       return KVHandle(state);
     }
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      const std::string lost = node_.failure();
-      if (!lost.empty()) throw PeerLostError(lost);
-      pending_[call.timestamp] = std::move(req);
-    }
+    add_pending(mu_, pending_, call.timestamp, std::move(req), node_);
     for (size_t i = 0; i < slices.size(); ++i) {
       if (!node_.send(server_rank_to_id(slices[i].server_rank), messages[i])) {
         state->fail(cat(state->what, ": no connection to server ", slices[i].server_rank), false);
@@ -176,11 +152,11 @@ class PsLiteWorkerImpl : public PsLiteWorker {
     size_t i = 0;
     while (i < req.slices.size() && req.slices[i].server_rank != rank) ++i;
     if (i == req.slices.size() || req.answered[i]) return;
-    if (m.body.rfind(kErrorPrefix, 0) == 0) {
+    if (auto refusal = server_refusal(m.body)) {
       auto state = req.state;
       pending_.erase(it);
       lock.unlock();
-      state->fail(cat(state->what, ": ", m.body.substr(std::strlen(kErrorPrefix))), false);
+      state->fail(cat(state->what, ": ", *refusal), false);
       return;
     }
     req.answered[i] = true;

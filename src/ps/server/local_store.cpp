@@ -122,8 +122,8 @@ class LocalKVStore : public KVStore {
     m.meta.customer_id = 0;
     reply_ = Message();
     server_.handle(m);
-    if (reply_.meta.body.rfind(kErrorPrefix, 0) == 0) {
-      throw InvalidArgument(cat(what, ": ", reply_.meta.body.substr(std::strlen(kErrorPrefix))));
+    if (auto refusal = server_refusal(reply_.meta.body)) {
+      throw InvalidArgument(cat(what, ": ", *refusal));
     }
   }
 

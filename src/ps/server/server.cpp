@@ -15,6 +15,11 @@ namespace dtrain::ps {
 
 const char* const kErrorPrefix = "dtrain-error: ";
 
+std::optional<std::string> server_refusal(const std::string& body) {
+  if (body.rfind(kErrorPrefix, 0) != 0) return std::nullopt;
+  return body.substr(std::strlen(kErrorPrefix));
+}
+
 namespace {
 
 size_t dtype_size(int dtype) { return dtype == kMshadowFloat16 ? 2 : 4; }

@@ -56,6 +56,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <unordered_map>
@@ -98,6 +99,9 @@ inline int data_command(int request_type, int dtype) {
 bool depair_command(int cmd, int* request_type, int* dtype);
 /// "dtrain-error: " — the body prefix of a refusal.
 extern const char* const kErrorPrefix;
+/// A server's refusal in a response's `body`: the text after kErrorPrefix;
+/// nullopt when the body is not a refusal.
+std::optional<std::string> server_refusal(const std::string& body);
 
 class SnapshotDir;  // snapshot.h
 

@@ -227,7 +227,7 @@ SnapshotDir::SnapshotDir(const std::string& root, int rank)
   fs::create_directories(path_, ec);
   if (ec) {
     throw StoreError(cat("cannot create the snapshot directory ", path_, ": ", ec.message(),
-                         "; check --snapshot-dir / DMLC_PS_SNAPSHOT_DIR"));
+                         "; check KVStoreOptions::snapshot_dir / DMLC_PS_SNAPSHOT_DIR"));
   }
 }
 
@@ -261,10 +261,10 @@ LoadedSnapshot SnapshotDir::load() const {
   LoadedSnapshot out;
   const std::string settings = settings_path();
   if (!fs::exists(settings)) {
-    throw StoreError(
-        cat("snapshot file ", settings,
-            " does not exist: no snapshot of this server rank was written; is "
-            "--snapshot-dir / DMLC_PS_SNAPSHOT_DIR the directory the dead server used?"));
+    throw StoreError(cat(
+        "snapshot file ", settings,
+        " does not exist: no snapshot of this server rank was written; is "
+        "KVStoreOptions::snapshot_dir / DMLC_PS_SNAPSHOT_DIR the directory the dead server used?"));
   }
   try {
     out.settings = decode_settings(read_whole(settings));
@@ -313,7 +313,7 @@ void KVServer::enable_snapshots(const std::string& dir, bool reload) {
                          " of ", s.num_servers, " with ", s.num_workers,
                          " workers, not of this job's server ", options_.rank, " of ",
                          options_.num_servers, " with ", options_.num_workers,
-                         " workers; point --snapshot-dir at this job's directory"));
+                         " workers; point KVStoreOptions::snapshot_dir at this job's directory"));
   }
   sync_ = s.sync;
   has_optimizer_ = s.has_optimizer;

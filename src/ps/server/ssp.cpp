@@ -74,7 +74,8 @@ std::vector<std::pair<HeldPull, std::string>> StalenessGate::expire(SteadyTime n
         " s by staleness ", staleness_, ": worker ", it->worker, " has pushed the key ", it->clock,
         " time(s) and needs every worker at ", it->clock - staleness_, ", but the slowest, worker ",
         who, ", has pushed it ", clock(it->key, who), " time(s); find why worker ", who,
-        " is stuck or slow, or raise the staleness (--staleness, DTRAIN_PS_STALENESS)");
+        " is stuck or slow, or raise the staleness (KVStoreOptions::staleness, "
+        "DTRAIN_PS_STALENESS)");
     out.emplace_back(std::move(*it), std::move(why));
   }
   held_.erase(keep, held_.end());

@@ -72,24 +72,8 @@ class DistKVStore : public KVStore {
   // sees its heartbeats end and fails the job within the heartbeat timeout,
   // naming this worker, instead of every worker waiting out its timeout.
   ~DistKVStore() override {
-    if (std::uncaught_exceptions() > 0 && !closed_) {
-      log("leaving the job without close(): an exception is unwinding");
-      return;
-    }
-    try {
-      close();
-    } catch (const std::exception& e) {
-      log(cat("kvstore close failed: ", e.what()));
-    }
-  }
-
-  void log(const std::string& line) const {
-    const std::string text = cat("[dtrain ps ", node_.describe(), "] ", line);
-    if (config_.node.log) {
-      config_.node.log(text);
-    } else {
-      std::cerr << text << std::endl;
-    }
+    close_in_destructor(
+        closed_, [this] { close(); }, node_, "kvstore");
   }
 
   std::string type() const override {
@@ -199,7 +183,7 @@ class DistKVStore : public KVStore {
     } catch (const PeerLostError&) {
       throw;
     } catch (const DistError& e) {  // a server without the extension: leave as before
-      log(cat("a server refused the early-leave notice (", e.what(), ")"));
+      node_.log(cat("a server refused the early-leave notice (", e.what(), ")"));
     }
     node_.leave_worker_group();
     if (rank() == 0) command(ServerCommand::kStopServer, "");  // MXNet's servers need it
@@ -379,13 +363,10 @@ class DistKVStore : public KVStore {
   // recovery) can miss it; with recovery on, keeps a copy of each message.
   void track(int ts, Request req, const std::vector<Message>& messages,
              const std::vector<Part>& to) {
-    std::lock_guard<std::mutex> lock(mu_);
-    const std::string lost = node_.failure();
-    if (!lost.empty()) throw PeerLostError(lost);
     if (config_.node.recovery()) {
       for (size_t i = 0; i < to.size(); ++i) req.unanswered[to[i].server_id] = messages[i];
     }
-    pending_[ts] = std::move(req);
+    add_pending(mu_, pending_, ts, std::move(req), node_);
   }
 
   // Note [Node recovery]: a replacement of server `id` has joined; re-send
@@ -400,7 +381,7 @@ class DistKVStore : public KVStore {
       }
     }
     for (const Message& m : again) node_.send(id, m);
-    log(cat("re-sent ", again.size(), " unanswered requests to ", node_.describe(id)));
+    node_.log(cat("re-sent ", again.size(), " unanswered requests to ", node_.describe(id)));
   }
 
   // The handler thread: match a response to its request by timestamp.
@@ -416,8 +397,8 @@ class DistKVStore : public KVStore {
     if (config_.node.recovery() && req.unanswered.erase(m.sender) == 0) return;
     auto state = req.state;
     std::string error;
-    if (m.body.rfind(kErrorPrefix, 0) == 0) {
-      error = m.body.substr(std::strlen(kErrorPrefix));
+    if (auto refusal = server_refusal(m.body)) {
+      error = *refusal;
     } else if (m.pull && !m.simple_app) {
       error = copy_part(msg, req);
     }

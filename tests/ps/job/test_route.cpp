@@ -13,26 +13,13 @@
 
 #include "dtrain/errors.h"
 #include "dtrain/kvstore.h"
+#include "ps/job_env.h"
 #include "support/http.h"  // free_port
 
 namespace dtrain {
 namespace {
 
-EnvLookup job_env(const std::string& role, int port) {
-  const std::map<std::string, std::string> vars = {
-      {"DMLC_ROLE", role},
-      {"DMLC_PS_ROOT_URI", "127.0.0.1"},
-      {"DMLC_PS_ROOT_PORT", std::to_string(port)},
-      {"DMLC_NUM_SERVER", "1"},
-      {"DMLC_NUM_WORKER", "1"},
-      {"DMLC_NODE_HOST", "127.0.0.1"},
-  };
-  return [vars](const std::string& name) -> std::optional<std::string> {
-    auto it = vars.find(name);
-    if (it == vars.end()) return std::nullopt;
-    return it->second;
-  };
-}
+using testing::job_env;
 
 KVStoreOptions quiet() {
   KVStoreOptions o;

@@ -141,7 +141,7 @@ TEST(PsSsp, AHeldPullIsRefusedBeforeTheTimeoutNamingTheKeyAndTheSlowestWorker) {
           EXPECT_NE(what.find("pull of key 4 by worker 0"), std::string::npos) << what;
           EXPECT_NE(what.find("the slowest, worker 1, has pushed it 0 time(s)"), std::string::npos)
               << what;
-          EXPECT_NE(what.find("--staleness"), std::string::npos) << what;
+          EXPECT_NE(what.find("KVStoreOptions::staleness"), std::string::npos) << what;
         }
         kv.barrier();
       },
