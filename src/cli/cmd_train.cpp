@@ -220,6 +220,9 @@ void add_train_command(CLI::App& root, int* exit_code) {
   cmd->add_option("--eval-batch-size", o.eval_batch_size, "Samples per evaluation batch")
       ->capture_default_str()
       ->check(positive());
+  cmd->add_flag("--exactly-once", o.dataset.train.exact,
+                "Every training sample once per epoch, also when resumed at another world size: "
+                "no padding, the last step's batches are short");
   // Optimizer.
   cmd->add_option("--optimizer", o.optimizer.name, "Optimizer: " + join(optimizer_names(), ", "))
       ->capture_default_str();
