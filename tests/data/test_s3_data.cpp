@@ -113,7 +113,8 @@ TEST_F(S3Data, DtrainPacksIntoS3AndThePackGivesTheLocalPacksBatches) {
   small.shard_size_bytes = 8 << 10;  // several shards
   for (const char* split : {"train", "val"}) {
     pack_image_folder(*dir_ / "folder/" + split, *dir_ / "packed/" + split, small);
-    pack_image_folder("s3://data/folder/" + std::string(split), "s3://data/packed/" + split, small);
+    pack_image_folder(std::string("s3://data/folder/") + split,
+                      std::string("s3://data/packed/") + split, small);
   }
   // boto3 reads back the same bytes dtrain wrote locally.
   const json keys = moto_->peer("list", "data", {"packed/train/"});
@@ -137,9 +138,10 @@ TEST_F(S3Data, WebDatasetShardsInS3GiveTheBatchesOfTheLocalShards) {
     ASSERT_EQ(run.code, 0) << run.output;
   }
   upload(*moto_, "data", *dir_ / "wds", "wds");
-  for (const std::string& spec : {std::string("s3://data/wds"),
-                                  "s3://data/wds/train/shards-{000000..000004}.tar::s3://data/wds/"
-                                  "val/shards-{000000,000001}.tar"}) {
+  for (const std::string& spec :
+       {std::string("s3://data/wds"),
+        std::string("s3://data/wds/train/shards-{000000..000004}.tar::s3://data/wds/"
+                    "val/shards-{000000,000001}.tar")}) {
     SCOPED_TRACE(spec);
     expect_equal(batches("webdataset", spec), batches("webdataset", *dir_ / "wds"));
   }
