@@ -302,7 +302,15 @@ void Trainer::resume_epoch(Loader& loader) const {
   if (resume_sample_ % per_step == 0 || resume_sample_ / per_step >= loader.batches_per_epoch()) {
     loader.skip_to(std::min(resume_sample_ / per_step, loader.batches_per_epoch()));
   } else {
-    loader.resume_at(resume_sample_);
+    try {
+      loader.resume_at(resume_sample_);
+    } catch (const InvalidArgument& e) {
+      // A loader that positions by batch only (synthetic data): the last whole
+      // batch of this run, at most one global batch re-read, as before the cursor.
+      const int64_t b = std::min(resume_sample_ / per_step, loader.batches_per_epoch());
+      if (log_) *log_ << "  " << e.what() << "; continuing at batch " << b << std::endl;
+      loader.skip_to(b);
+    }
   }
 }
 

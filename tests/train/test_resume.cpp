@@ -6,6 +6,7 @@
 #include <ATen/Context.h>
 #include <torch/cuda.h>
 
+#include <cmath>
 #include <cstdio>
 #include <functional>
 #include <map>
