@@ -178,7 +178,9 @@ void add_common_flags(CLI::App* cmd, std::string& model, DatasetOptions& data, s
   cmd->add_option("--model", model, "Model: " + join(model_names(), ", "))->capture_default_str();
   cmd->add_option("--dataset", data.name, "Dataset: " + join(dataset_names(), ", "))
       ->capture_default_str();
-  cmd->add_option("--data-dir", data.data_dir, "Dataset directory (default per dataset)");
+  cmd->add_option("--data-dir", data.data_dir,
+                  "Dataset directory, or s3://bucket/prefix for imagefolder, packed and "
+                  "webdataset (default per dataset)");
   cmd->add_option("--image-size", data.image_size,
                   "Input size: imagefolder/packed crop (0: 224), synthetic size (0: 224), "
                   "other datasets resized to it like torchvision's Resize (0: as stored)")
