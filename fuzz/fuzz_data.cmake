@@ -13,11 +13,16 @@ add_library(fuzz_data_parsers STATIC
   ${DTRAIN_ROOT}/src/data/image/transform.cpp
   ${DTRAIN_ROOT}/src/data/image/folder.cpp
   ${DTRAIN_ROOT}/src/data/image/packed.cpp
+  ${DTRAIN_ROOT}/src/data/image/location.cpp
+  ${DTRAIN_ROOT}/src/data/image/tar.cpp
+  ${DTRAIN_ROOT}/src/data/image/webdataset.cpp
   ${DTRAIN_ROOT}/src/data/image/binary_sets.cpp)
 target_include_directories(fuzz_data_parsers PUBLIC ${DTRAIN_ROOT}/include ${CMAKE_BINARY_DIR}/generated
                                              PRIVATE ${DTRAIN_ROOT}/src)
 target_compile_options(fuzz_data_parsers PRIVATE ${DTRAIN_WARNINGS})
-target_link_libraries(fuzz_data_parsers PUBLIC dtrain_common torch ZLIB::ZLIB ${DTRAIN_IMAGE_LIBS})
+# dtrain_objstore: the sources read s3:// locations too (Note [Data locations]).
+target_link_libraries(fuzz_data_parsers PUBLIC dtrain_objstore dtrain_common torch ZLIB::ZLIB
+                                               ${DTRAIN_IMAGE_LIBS})
 if(DTRAIN_USE_PCH)
   target_precompile_headers(fuzz_data_parsers PRIVATE <ATen/ATen.h>)
 endif()
@@ -27,3 +32,5 @@ dtrain_fuzzer(data_records SOURCES data_records.cpp DEPS fuzz_data_parsers ZLIB:
 dtrain_fuzzer(image_decode SOURCES image_decode.cpp DEPS fuzz_data_parsers)
 # The packed dataset's index.bin (`dtrain data pack`).
 dtrain_fuzzer(packed_index SOURCES packed_index.cpp DEPS fuzz_data_parsers)
+# WebDataset tar shards: the tar reader and the grouping of members into samples.
+dtrain_fuzzer(webdataset_tar SOURCES webdataset_tar.cpp DEPS fuzz_data_parsers)

@@ -69,10 +69,24 @@ class Loader {
   /// returns the batch an uninterrupted epoch would have returned there.
   /// Throws InvalidArgument outside that range.
   virtual void skip_to(int64_t batch_index) = 0;
-  /// Batches handed out (or skipped) so far in the current epoch.
+  /// Batches handed out (or skipped) so far in the current epoch (since
+  /// resume_at(), when the epoch was resumed so).
   virtual int64_t position() const = 0;
-  /// Batches this rank gets per epoch (the same on every rank).
+  /// Batches this rank gets per epoch (the same on every rank); after
+  /// resume_at(), the batches from the resume point to the epoch's end.
   virtual int64_t batches_per_epoch() const = 0;
+  /// Resumes the current epoch after `consumed` samples of its global order
+  /// (all ranks together; Note [Sample cursor] in dtrain/sampler.h): rank r
+  /// of W continues at positions consumed + r + j W, batched from there, so
+  /// a checkpoint's cursor is honoured exactly at any world size and batch
+  /// size. position() and batches_per_epoch() then count from this point.
+  /// Throws InvalidArgument outside [0, dataset size], or when the loader
+  /// cannot (the default: loaders of other than the built-in datasets).
+  virtual void resume_at(int64_t consumed);
+  /// Where the current pass over the epoch started in its global order (0,
+  /// or resume_at()'s argument): after k full batches on W ranks of batch B,
+  /// start_sample() + k B W samples of the epoch are consumed.
+  virtual int64_t start_sample() const { return 0; }
   /// Samples this rank gets per epoch (sampler share, before batching).
   virtual int64_t samples_per_epoch() const = 0;
 
@@ -135,6 +149,13 @@ struct LoaderOptions {
   int world_size = -1;
   /// Worker threads decoding and augmenting (0: on the calling thread).
   int threads = 0;
+  /// Training that sees every sample of an epoch exactly once, also across a
+  /// resume at another world size (Note [Sample cursor]): no padding (pad
+  /// and drop_last are ignored), every rank iterates ceil(remaining / (B W))
+  /// batches, and the last global step's batches are short -- on some ranks
+  /// empty (0 rows) when fewer than W samples are left. false: PyTorch's
+  /// padded DistributedSampler.
+  bool exact = false;
 
   /// An evaluation split's defaults: dataset order, no padding (each sample
   /// exactly once), otherwise as LoaderOptions().
@@ -148,6 +169,7 @@ struct LoaderOptions {
   DTRAIN_SETTER(LoaderOptions, rank)
   DTRAIN_SETTER(LoaderOptions, world_size)
   DTRAIN_SETTER(LoaderOptions, threads)
+  DTRAIN_SETTER(LoaderOptions, exact)
 };
 
 /// The DistributedSampler settings a loader with these options uses. The
@@ -157,6 +179,15 @@ struct LoaderOptions {
 /// message names the fix: open_dataset(options, pg), or set rank and
 /// world_size).
 SamplerOptions sampler_options(const LoaderOptions& options);
+
+/// The batches a loader with these options hands out from the sampler's
+/// current start (the same count on every rank): ceil(num_samples / B), or
+/// floor with drop_last; exact: ceil(remaining / (B W)).
+int64_t loader_batches(const DistributedSampler& sampler, const LoaderOptions& options);
+/// Rows of batch `b` on this rank (0 <= b < loader_batches): B, less for the
+/// last one; 0 for an exact loader's rank with no sample left at its last step.
+int64_t loader_batch_rows(const DistributedSampler& sampler, const LoaderOptions& options,
+                          int64_t b);
 
 /// Turns a loader's inputs into the model's inputs on whatever device they
 /// are on (see DatasetOptions::uint8_inputs).
@@ -192,6 +223,9 @@ struct DatasetOptions {
   /// Registry name: "fashion-mnist", "mnist", ... (see dataset_names()).
   std::string name = "fashion-mnist";
   /// Directory with the dataset's files; empty: the dataset's default.
+  /// imagefolder, packed and webdataset also take `s3://bucket/prefix`
+  /// (read with ranged GETs, credentials from the environment as AWS's
+  /// SDKs resolve them; docs/object_store.md).
   std::string data_dir;
   LoaderOptions train;
   LoaderOptions test = LoaderOptions::evaluation();

@@ -240,11 +240,34 @@ class ImageSource {
 /// .jpg/.jpeg/.png (any case) kept. `class_names` (optional) fixes the label
 /// mapping, e.g. the training split's for the validation split; a class folder
 /// not in it is an error. Throws DataError naming the path for a missing or
-/// empty directory or a class folder without images.
+/// empty directory or a class folder without images. `root` may be an
+/// `s3://bucket/prefix`: class folders are key prefixes, listed once, and
+/// each image is read with one GET carrying the listing's ETag.
 std::shared_ptr<ImageSource> open_image_folder(const std::string& root,
                                                const std::vector<std::string>& class_names = {});
 
-/// A packed dataset written by pack_image_folder (format in image/packed.h).
+/// WebDataset tar shards (as the webdataset library writes them with Python's
+/// tarfile): each sample's .jpg/.jpeg/.png member is the image and its .cls
+/// member the label. Samples are numbered in the order of `shards`, then of
+/// the members within a shard (the sampler permutes them; so an epoch
+/// resumes exactly from a checkpoint's sample cursor). Opening reads every
+/// shard's tar headers and cls members, not the images (an `s3://` shard:
+/// with 8 MiB GETs front to back). Classes are named
+/// "0" .. "K-1" for the largest label K-1 unless `class_names` (the training
+/// split's) fixes them. Throws DataError naming the shard and the offset for
+/// a corrupt tar, a sample without image or cls, or a label out of range.
+std::shared_ptr<ImageSource> open_webdataset(const std::vector<std::string>& shards,
+                                             const std::vector<std::string>& class_names = {});
+
+/// Expands a shard list as WebDataset's braceexpand does:
+/// "shards-{000000..000002}.tar" gives three names (zero-padded as the
+/// bounds are), "{a,b}" two, several groups every combination in order.
+/// Throws InvalidArgument for an unbalanced or nested brace or a range of
+/// more than 1,000,000 numbers.
+std::vector<std::string> expand_braces(const std::string& pattern);
+
+/// A packed dataset written by pack_image_folder (format in image/packed.h),
+/// in a directory or under an `s3://bucket/prefix` (ranged GETs).
 std::shared_ptr<ImageSource> open_packed(const std::string& dir,
                                          const std::vector<std::string>& class_names = {});
 
@@ -308,6 +331,9 @@ class ImageLoader : public Loader {
   /// Resumes the current epoch at `batch_index` (a checkpoint's position):
   /// the next next() returns that batch, identical to an uninterrupted run.
   void skip_to(int64_t batch_index) override;
+  /// Restarts the workers after `consumed` samples of the epoch's global order.
+  void resume_at(int64_t consumed) override;
+  int64_t start_sample() const override;
   /// Batches handed out so far in this epoch (the position to checkpoint).
   int64_t position() const override;
   /// Bad samples replaced since construction.
@@ -356,7 +382,9 @@ struct PackOptions {
 };
 
 /// Packs an ImageFolder (same order and labels as open_image_folder) into
-/// out_dir/shard-NNNNN.bin files plus out_dir/index.bin.
+/// out_dir/shard-NNNNN.bin files plus out_dir/index.bin. Either may be an
+/// `s3://bucket/prefix`; a shard for S3 is uploaded as one object when it is
+/// complete (held in memory up to shard_size_bytes), index.bin last.
 PrepareStats pack_image_folder(const std::string& folder, const std::string& out_dir,
                                const PackOptions& options = {});
 

@@ -2,10 +2,25 @@
 // DistributedSampler with PyTorch's semantics (torch.utils.data.DistributedSampler).
 //
 // Every rank builds the same permutation of [0, dataset_size) from
-// (seed, epoch); rank r takes positions r, r + W, r + 2W, ... of it. Unless
+// (seed, epoch) -- the epoch's global order -- and rank r takes positions
+// s + r, s + r + W, s + r + 2W, ... of it, from the start position s
+// (0 unless set_start() resumes the epoch after s samples). Unless
 // drop_last, the permutation is padded by wrapping around to a multiple of W
-// so that every rank gets the same number of samples (ceil(N / W)); with
-// drop_last the tail is dropped instead (floor(N / W) each).
+// so that every rank gets the same number of samples (ceil((N - s) / W)); with
+// drop_last the tail is dropped instead (floor((N - s) / W) each).
+//
+// Note [Sample cursor]
+// Because the global order depends only on (seed, epoch) and rank r of W
+// takes every W-th position, "how far the epoch is" is one number that does
+// not depend on the world size or the batch size: the count of positions
+// of the global order consumed so far. A step of batch B per rank on W ranks
+// consumes the next B x W positions, rank r taking positions
+// consumed + r + j W (j < B). SampleCursor is that number with what it
+// counts in; a checkpoint stores it (Checkpoint::samples_in_epoch), and a
+// run resumed with any world size and batch size continues at it
+// (DistributedSampler::set_start, Loader::resume_at) -- no sample twice and
+// none skipped when the epoch is not padded (SamplerOptions::pad false,
+// LoaderOptions::exact).
 //
 /// Example:
 /// ```
@@ -22,6 +37,8 @@
 /// ```
 
 #include <cstdint>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "dtrain/options.h"
@@ -60,14 +77,31 @@ class DistributedSampler {
   /// Throws InvalidArgument for a rank outside [0, world_size) or world_size < 1.
   DistributedSampler(int64_t dataset_size, SamplerOptions options);
 
-  /// Selects the permutation for `epoch`; call before each epoch.
-  void set_epoch(int64_t epoch) { epoch_ = epoch; }
+  /// Selects the permutation for `epoch` and starts it at position 0; call
+  /// before each epoch.
+  void set_epoch(int64_t epoch) {
+    epoch_ = epoch;
+    set_start(0);
+  }
   int64_t epoch() const { return epoch_; }
+
+  /// Resumes the current epoch after `consumed` positions of its global
+  /// order (Note [Sample cursor]): indices() then holds this rank's share of
+  /// positions [consumed, end) -- positions consumed + rank + j x world_size.
+  /// The end is dataset_size unpadded; padded, the share is padded from
+  /// there to equal lengths (drop_last: cut). Throws InvalidArgument outside
+  /// [0, dataset_size].
+  void set_start(int64_t consumed);
+  int64_t start() const { return start_; }
+  /// Positions of the global order left from start() to the end of the
+  /// epoch, all ranks together (padding included).
+  int64_t remaining() const { return total_size() - start_; }
 
   /// Number of samples this rank gets per epoch (identical on every rank
   /// unless pad is false).
   int64_t num_samples() const { return num_samples_; }
-  /// Samples across all ranks per epoch.
+  /// The epoch's end position in the global order (start() + every rank's
+  /// share; dataset_size unless padded or dropped).
   int64_t total_size() const;
 
   /// This rank's dataset indices for the current epoch, in order.
@@ -79,13 +113,55 @@ class DistributedSampler {
  private:
   int64_t dataset_size_;
   SamplerOptions options_;
-  int64_t num_samples_;
+  int64_t num_samples_ = 0;
   int64_t epoch_ = 0;
+  int64_t start_ = 0;
 };
 
 /// The permutation of [0, n) every rank derives from (seed, epoch): a
 /// Fisher-Yates shuffle driven by a 64-bit SplitMix/PCG stream, identical on
 /// every platform and library version.
 std::vector<int64_t> seeded_permutation(int64_t n, uint64_t seed, int64_t epoch);
+
+/// Where an epoch stands, independent of world size and batch size (Note
+/// [Sample cursor]): the global order is seeded_permutation(dataset_size,
+/// seed, epoch) (the identity without shuffle) and its positions
+/// [0, consumed) are done. A small value meant to be saved with a
+/// checkpoint (to_state/from_state) and shared by the loaders and live
+/// recovery: logical rank r of W takes the positions step_indices() names.
+struct SampleCursor {
+  uint64_t seed = 0;
+  int64_t epoch = 0;
+  int64_t dataset_size = 0;
+  /// Positions of the epoch's global order consumed, in [0, dataset_size].
+  int64_t consumed = 0;
+  bool shuffle = true;
+
+  /// The epoch's global order (dataset indices by position).
+  std::vector<int64_t> order() const;
+  /// Steps of `batch_size` per rank on `world_size` ranks until the epoch
+  /// ends without padding: ceil((dataset_size - consumed) / (batch_size x
+  /// world_size)). Throws InvalidArgument for world_size or batch_size < 1.
+  int64_t steps_left(int world_size, int64_t batch_size) const;
+  /// The cursor after `steps` such steps (consumed moves by batch_size x
+  /// world_size per step, at most to the epoch's end).
+  SampleCursor advanced(int64_t steps, int world_size, int64_t batch_size) const;
+  /// Checkpoint state: {"seed", "epoch", "dataset_size", "consumed",
+  /// "shuffle"} as integers, in this order (format version 1).
+  std::vector<std::pair<std::string, int64_t>> to_state() const;
+  /// Inverse of to_state(); throws InvalidArgument naming the missing or
+  /// out-of-range field.
+  static SampleCursor from_state(const std::vector<std::pair<std::string, int64_t>>& state);
+};
+
+/// The dataset indices that logical rank `rank` of `world_size` takes at
+/// step `step` counted from `cursor` with `batch_size` per rank: positions
+/// consumed + step x batch_size x world_size + rank + j x world_size for
+/// j < batch_size, those below dataset_size (the last step's batches may be
+/// short or empty; nothing is padded). `order` is cursor.order() (passed in
+/// so a caller computes it once per epoch). Equal to DistributedSampler's
+/// unpadded share from set_start(consumed), batched by batch_size.
+std::vector<int64_t> step_indices(const SampleCursor& cursor, const std::vector<int64_t>& order,
+                                  int rank, int world_size, int64_t batch_size, int64_t step);
 
 }  // namespace dtrain

@@ -343,12 +343,16 @@ std::string to_json(const EpochMetrics& m);
 /// its bytes, so the other ranks need no access to the directory. Every rank
 /// restores the model, the optimizer's state (SGD momentum buffers or AdamW
 /// moments and step counts), the fp16 loss scaler, the CPU generator and the
-/// step counter (from which the learning-rate schedule continues), and continues epoch E at batch
-///   floor(samples_in_epoch / (batch_size x world_size))
-/// of the current run: DistributedSampler's permutation does not depend on
+/// step counter (from which the learning-rate schedule continues), and continues epoch E
+/// at position samples_in_epoch of its permutation (Note [Sample cursor] in
+/// dtrain/sampler.h): DistributedSampler's permutation does not depend on
 /// the world size and rank r takes every W-th position, so the saved run
-/// consumed exactly positions [0, samples_in_epoch); a different world size
-/// or batch size re-reads at most one global batch and skips nothing.
+/// consumed exactly positions [0, samples_in_epoch), and rank r of the
+/// resumed run takes samples_in_epoch + r, + r + W, ... (Loader::resume_at;
+/// skip_to when that is a whole batch of this run). A different world size
+/// or batch size neither re-reads nor skips a sample; with
+/// dataset.train.exact (--exactly-once) the epoch's tail is not padded
+/// either, so every sample is trained exactly once per epoch.
 /// Epoch E's metrics cover the batches trained after the restart.
 std::vector<EpochMetrics> train(const TrainOptions& options, const ProcessGroup& pg,
                                 std::ostream* log);
@@ -360,9 +364,10 @@ std::vector<EpochMetrics> train(const TrainOptions& options, const ProcessGroup&
 std::vector<EpochMetrics> train(const TrainOptions& options, const ProcessGroup& pg,
                                 std::shared_ptr<KVStore> kvstore, std::ostream* log);
 
-/// The batch a resumed epoch continues at when `samples_in_epoch` samples of
-/// it were consumed by the saving run: floor(samples / (batch_size x
-/// world_size)), at most `batches_per_epoch` (see train()).
+/// The last whole batch of this run at or before `samples_in_epoch` samples
+/// of the epoch: floor(samples / (batch_size x world_size)), at most
+/// `batches_per_epoch`. train() resumes at the exact sample instead (see
+/// train()); this stays for callers that position a loader by batch.
 int64_t resume_batch(int64_t samples_in_epoch, int64_t batch_size, int world_size,
                      int64_t batches_per_epoch);
 

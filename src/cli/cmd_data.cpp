@@ -78,10 +78,13 @@ void add_data_command(CLI::App& root, int* exit_code) {
 
   CLI::App* pack = data->add_subcommand(
       "pack", "Pack an ImageFolder into a few large shards plus an index ('--dataset packed')");
-  pack->add_option("IMAGEFOLDER", f->folder, "One split: IMAGEFOLDER/<class>/<image>")
-      ->required()
-      ->check(CLI::ExistingDirectory);
-  pack->add_option("OUT_DIR", f->out_dir, "Where shard-NNNNN.bin and index.bin go")->required();
+  // Either may be an s3://bucket/prefix (a missing folder is named by pack_image_folder).
+  pack->add_option("IMAGEFOLDER", f->folder,
+                   "One split: IMAGEFOLDER/<class>/<image> (a directory or s3://bucket/prefix)")
+      ->required();
+  pack->add_option("OUT_DIR", f->out_dir,
+                   "Where shard-NNNNN.bin and index.bin go (a directory or s3://bucket/prefix)")
+      ->required();
   pack->add_option("--shard-size-mb", f->shard_size_mb, "Shard size in MiB")
       ->capture_default_str()
       ->check(positive());

@@ -182,7 +182,9 @@ void add_common_flags(CLI::App* cmd, std::string& model, DatasetOptions& data, s
   cmd->add_option("--model", model, "Model: " + join(model_names(), ", "))->capture_default_str();
   cmd->add_option("--dataset", data.name, "Dataset: " + join(dataset_names(), ", "))
       ->capture_default_str();
-  cmd->add_option("--data-dir", data.data_dir, "Dataset directory (default per dataset)");
+  cmd->add_option("--data-dir", data.data_dir,
+                  "Dataset directory, or s3://bucket/prefix for imagefolder, packed and "
+                  "webdataset (default per dataset)");
   cmd->add_option("--image-size", data.image_size,
                   "Input size: imagefolder/packed crop (0: 224), synthetic size (0: 224), "
                   "other datasets resized to it like torchvision's Resize (0: as stored)")
@@ -224,6 +226,9 @@ void add_train_command(CLI::App& root, int* exit_code) {
   cmd->add_option("--eval-batch-size", o.eval_batch_size, "Samples per evaluation batch")
       ->capture_default_str()
       ->check(positive());
+  cmd->add_flag("--exactly-once", o.dataset.train.exact,
+                "Every training sample once per epoch, also when resumed at another world size: "
+                "no padding, the last step's batches are short");
   // Optimizer.
   cmd->add_option("--optimizer", o.optimizer.name, "Optimizer: " + join(optimizer_names(), ", "))
       ->capture_default_str();

@@ -1,5 +1,7 @@
 #include "dtrain/sampler.h"
 
+#include <algorithm>
+
 #include "dtrain/data.h"
 
 #include "common/random.h"
@@ -21,40 +23,125 @@ DistributedSampler::DistributedSampler(int64_t dataset_size, SamplerOptions opti
   if (dataset_size_ < 0) {
     throw InvalidArgument(cat("DistributedSampler: dataset size ", dataset_size_, " is negative"));
   }
-  const int64_t w = options_.world_size;
-  // PyTorch: with drop_last, floor(N / W); otherwise ceil(N / W), padded.
+  set_start(0);
+}
+
+void DistributedSampler::set_start(int64_t consumed) {
+  if (consumed < 0 || consumed > dataset_size_) {
+    throw InvalidArgument(cat("DistributedSampler: start position ", consumed,
+                              " is outside [0, dataset size ", dataset_size_, "]"));
+  }
+  start_ = consumed;
+  const int64_t w = options_.world_size, m = dataset_size_ - start_;
+  // PyTorch (start 0): with drop_last, floor(N / W); otherwise ceil(N / W), padded.
   if (!options_.pad && !options_.drop_last) {
-    num_samples_ = dataset_size_ / w + (options_.rank < dataset_size_ % w ? 1 : 0);
+    num_samples_ = m / w + (options_.rank < m % w ? 1 : 0);
   } else {
-    num_samples_ = options_.drop_last ? dataset_size_ / w : (dataset_size_ + w - 1) / w;
+    num_samples_ = options_.drop_last ? m / w : (m + w - 1) / w;
   }
 }
 
 int64_t DistributedSampler::total_size() const {
   if (!options_.pad && !options_.drop_last) return dataset_size_;
-  return num_samples_ * options_.world_size;
+  return start_ + num_samples_ * options_.world_size;
 }
 
 std::vector<int64_t> DistributedSampler::indices() const {
-  std::vector<int64_t> order;
-  if (options_.shuffle) {
-    order = seeded_permutation(dataset_size_, options_.seed, epoch_);
-  } else {
-    order.resize(dataset_size_);
-    for (int64_t i = 0; i < dataset_size_; ++i) order[i] = i;
-  }
-  const int64_t total = total_size();
-  if (static_cast<int64_t>(order.size()) < total && !order.empty() && options_.pad) {
-    // Pad by wrapping around (repeatedly if the dataset is smaller than W).
-    const int64_t n = static_cast<int64_t>(order.size());
-    order.reserve(total);
-    for (int64_t i = n; i < total; ++i) order.push_back(order[i % n]);
-  }
-  order.resize(total);  // drop_last: cut the tail
+  const SampleCursor c{options_.seed, epoch_, dataset_size_, start_, options_.shuffle};
+  const std::vector<int64_t> order = c.order();
+  const int64_t n = dataset_size_, total = total_size();
   std::vector<int64_t> mine;
   mine.reserve(num_samples_);
-  for (int64_t i = options_.rank; i < total; i += options_.world_size) mine.push_back(order[i]);
+  for (int64_t i = start_ + options_.rank; i < total; i += options_.world_size) {
+    // Padding wraps around (repeatedly if the dataset is smaller than W).
+    mine.push_back(order[i < n ? i : i % n]);
+  }
   return mine;
+}
+
+std::vector<int64_t> SampleCursor::order() const {
+  if (shuffle) return seeded_permutation(dataset_size, seed, epoch);
+  std::vector<int64_t> p(dataset_size);
+  for (int64_t i = 0; i < dataset_size; ++i) p[i] = i;
+  return p;
+}
+
+namespace {
+
+void check_step_shape(int world_size, int64_t batch_size) {
+  if (world_size < 1 || batch_size < 1) {
+    throw InvalidArgument(cat("SampleCursor: world size ", world_size, " and batch size ",
+                              batch_size, " must be >= 1"));
+  }
+}
+
+}  // namespace
+
+int64_t SampleCursor::steps_left(int world_size, int64_t batch_size) const {
+  check_step_shape(world_size, batch_size);
+  const int64_t per_step = batch_size * world_size;
+  return (std::max<int64_t>(0, dataset_size - consumed) + per_step - 1) / per_step;
+}
+
+SampleCursor SampleCursor::advanced(int64_t steps, int world_size, int64_t batch_size) const {
+  check_step_shape(world_size, batch_size);
+  SampleCursor c = *this;
+  const int64_t left = std::max<int64_t>(0, dataset_size - consumed);
+  c.consumed += steps >= (left + batch_size * world_size - 1) / (batch_size * world_size)
+                    ? left
+                    : steps * batch_size * world_size;
+  return c;
+}
+
+std::vector<std::pair<std::string, int64_t>> SampleCursor::to_state() const {
+  return {{"seed", static_cast<int64_t>(seed)},
+          {"epoch", epoch},
+          {"dataset_size", dataset_size},
+          {"consumed", consumed},
+          {"shuffle", shuffle ? 1 : 0}};
+}
+
+SampleCursor SampleCursor::from_state(const std::vector<std::pair<std::string, int64_t>>& state) {
+  auto field = [&](const char* name) {
+    for (const auto& [k, v] : state) {
+      if (k == name) return v;
+    }
+    throw InvalidArgument(cat("sample cursor state has no '", name,
+                              "' field; it was not written by SampleCursor::to_state()"));
+  };
+  SampleCursor c;
+  c.seed = static_cast<uint64_t>(field("seed"));
+  c.epoch = field("epoch");
+  c.dataset_size = field("dataset_size");
+  c.consumed = field("consumed");
+  c.shuffle = field("shuffle") != 0;
+  if (c.epoch < 0 || c.dataset_size < 0 || c.consumed < 0 || c.consumed > c.dataset_size) {
+    throw InvalidArgument(cat("sample cursor state is out of range: epoch ", c.epoch, ", consumed ",
+                              c.consumed, " of dataset size ", c.dataset_size));
+  }
+  return c;
+}
+
+std::vector<int64_t> step_indices(const SampleCursor& cursor, const std::vector<int64_t>& order,
+                                  int rank, int world_size, int64_t batch_size, int64_t step) {
+  check_step_shape(world_size, batch_size);
+  if (rank < 0 || rank >= world_size) {
+    throw InvalidArgument(
+        cat("step_indices: rank ", rank, " is outside [0, world_size=", world_size, ")"));
+  }
+  if (static_cast<int64_t>(order.size()) != cursor.dataset_size) {
+    throw InvalidArgument(cat("step_indices: the order has ", order.size(),
+                              " positions but the cursor's dataset has ", cursor.dataset_size,
+                              "; pass cursor.order()"));
+  }
+  std::vector<int64_t> out;
+  const int64_t first = cursor.consumed + step * batch_size * world_size + rank;
+  for (int64_t j = 0; j < batch_size; ++j) {
+    const int64_t p = first + j * world_size;
+    if (p >= cursor.dataset_size) break;
+    out.push_back(order[p]);
+  }
+  return out;
 }
 
 SamplerOptions sampler_options(const LoaderOptions& o) {
@@ -71,8 +158,27 @@ SamplerOptions sampler_options(const LoaderOptions& o) {
   s.shuffle = o.shuffle;
   s.seed = o.seed;
   s.drop_last = false;
-  s.pad = o.pad;
+  s.pad = o.pad && !o.exact;
   return s;
+}
+
+int64_t loader_batches(const DistributedSampler& sampler, const LoaderOptions& o) {
+  const int64_t b = o.batch_size;
+  if (o.exact) {
+    const int64_t per_step = b * sampler.options().world_size;
+    return (sampler.remaining() + per_step - 1) / per_step;
+  }
+  const int64_t n = sampler.num_samples();
+  return o.drop_last ? n / b : (n + b - 1) / b;
+}
+
+int64_t loader_batch_rows(const DistributedSampler& sampler, const LoaderOptions& o, int64_t b) {
+  return std::clamp<int64_t>(sampler.num_samples() - b * o.batch_size, 0, o.batch_size);
+}
+
+void Loader::resume_at(int64_t consumed) {
+  throw InvalidArgument(cat("this loader cannot resume an epoch after sample ", consumed,
+                            "; it implements only skip_to(batch)"));
 }
 
 std::vector<int64_t> seeded_permutation(int64_t n, uint64_t seed, int64_t epoch) {

@@ -20,6 +20,11 @@ TensorLoader::TensorLoader(at::Tensor inputs, at::Tensor targets, const LoaderOp
 
 void TensorLoader::start_epoch(int64_t epoch) {
   sampler_.set_epoch(epoch);
+  resume_at(0);
+}
+
+void TensorLoader::resume_at(int64_t consumed) {
+  sampler_.set_start(consumed);
   std::vector<int64_t> idx = sampler_.indices();
   order_ = at::tensor(idx, at::kLong);
   cursor_ = 0;
@@ -37,16 +42,12 @@ void TensorLoader::skip_to(int64_t batch_index) {
   next_batch_ = batch_index;
 }
 
-int64_t TensorLoader::batches_per_epoch() const {
-  const int64_t n = sampler_.num_samples();
-  return options_.drop_last ? n / options_.batch_size
-                            : (n + options_.batch_size - 1) / options_.batch_size;
-}
+int64_t TensorLoader::batches_per_epoch() const { return loader_batches(sampler_, options_); }
 
 bool TensorLoader::next(Batch& batch) {
-  const int64_t n = order_.numel();
-  int64_t take = std::min<int64_t>(options_.batch_size, n - cursor_);
-  if (take <= 0 || (options_.drop_last && take < options_.batch_size)) return false;
+  if (next_batch_ >= batches_per_epoch()) return false;
+  // Exact loaders' last batches may be short or empty (LoaderOptions::exact).
+  const int64_t take = loader_batch_rows(sampler_, options_, next_batch_);
   at::Tensor idx = order_.narrow(0, cursor_, take);
   cursor_ += take;
   ++next_batch_;

@@ -14,6 +14,8 @@ class TensorLoader : public Loader {
   void start_epoch(int64_t epoch) override;
   bool next(Batch& batch) override;
   void skip_to(int64_t batch_index) override;
+  void resume_at(int64_t consumed) override;
+  int64_t start_sample() const override { return sampler_.start(); }
   int64_t position() const override { return next_batch_; }
   int64_t batches_per_epoch() const override;
   int64_t samples_per_epoch() const override { return sampler_.num_samples(); }

@@ -32,7 +32,8 @@ LoaderOptions loader_options(const TrainOptions& o, bool train) {
   LoaderOptions l;
   l.batch_size = train ? o.batch_size : o.eval_batch_size;
   l.shuffle = train;
-  l.pad = train;  // evaluation sees every test sample exactly once
+  l.pad = train;                             // evaluation sees every test sample exactly once
+  l.exact = train && o.dataset.train.exact;  // --exactly-once
   l.seed = o.seed;
   l.threads = o.loader_threads;
   return l;
@@ -191,8 +192,7 @@ void Trainer::resume() {
   }
   first_epoch_ = resume_->epoch;
   global_step_ = resume_->step;
-  skip_batches_ = resume_batch(resume_->samples_in_epoch, o_.batch_size, pg_.size(),
-                               splits_.train->batches_per_epoch());
+  resume_sample_ = resume_->samples_in_epoch;
 }
 
 void Trainer::wrap() {
@@ -225,11 +225,17 @@ void Trainer::log_start() const {
   if (!resume_) return;
   *log_ << "resumed from " << origin_ << " (epoch " << first_epoch_ + 1 << ", step " << global_step_
         << ")" << std::endl;
-  if (skip_batches_ > 0) {
-    *log_ << "  epoch " << first_epoch_ + 1 << " continues at batch " << skip_batches_ << " of "
-          << splits_.train->batches_per_epoch() << " (saved by " << resume_->world_size
-          << " rank(s) x batch " << resume_->batch_size << " after " << resume_->samples_in_epoch
-          << " samples)" << std::endl;
+  if (resume_sample_ > 0) {
+    *log_ << "  epoch " << first_epoch_ + 1 << " continues ";
+    const int64_t per_step = o_.batch_size * pg_.size(), b = resume_sample_ / per_step;
+    const int64_t batches = splits_.train->batches_per_epoch();
+    if (resume_sample_ % per_step == 0 || b >= batches) {
+      *log_ << "at batch " << std::min(b, batches) << " of " << batches;
+    } else {
+      *log_ << "after sample " << resume_sample_ << " of its global order";
+    }
+    *log_ << " (saved by " << resume_->world_size << " rank(s) x batch " << resume_->batch_size
+          << " after " << resume_->samples_in_epoch << " samples)" << std::endl;
   }
   if (resume_->seed != o_.seed) {
     *log_ << "  warning: the checkpoint was written with seed " << resume_->seed
@@ -255,8 +261,12 @@ at::Tensor Trainer::forward_backward(const Batch& batch, bool sync_step) {
     if (amp_dtype_) autocast.emplace(device_.type(), *amp_dtype_);
     at::Tensor logits =
         ddp_->forward(device_inputs(batch.inputs, device_, o_.channels_last, splits_.normalize));
-    loss = classification_loss(logits, batch.targets.to(device_, /*non_blocking=*/true),
-                               o_.label_smoothing);
+    // An exact loader's rank may get no sample at an epoch's last step; it
+    // still takes part in the step (DDP's collectives) with a zero loss.
+    loss = batch.targets.size(0) == 0
+               ? logits.sum() * 0
+               : classification_loss(logits, batch.targets.to(device_, /*non_blocking=*/true),
+                                     o_.label_smoothing);
   }
   TimelineSpan span(obs_->timeline(), "backward");
   scaler_->scale(o_.accumulation_steps > 1 ? loss / o_.accumulation_steps : loss).backward();
@@ -283,10 +293,34 @@ void Trainer::optimizer_step() {  // Note [Mixed precision step]
   ++global_step_;
 }
 
+// Note [Resuming mid-epoch]
+// The checkpoint's samples_in_epoch is a SampleCursor's count (Note [Sample
+// cursor]): positions of the epoch's global order consumed by every rank
+// together. On a whole global batch of this run, skip_to() gets there (any
+// loader); elsewhere -- another world size or batch size -- resume_at()
+// continues at exactly that position, so nothing is re-read or skipped
+// (with LoaderOptions::exact, also none of the padding).
+void Trainer::resume_epoch(Loader& loader) const {
+  const int64_t per_step = o_.batch_size * pg_.size();
+  if (resume_sample_ % per_step == 0 || resume_sample_ / per_step >= loader.batches_per_epoch()) {
+    loader.skip_to(std::min(resume_sample_ / per_step, loader.batches_per_epoch()));
+  } else {
+    try {
+      loader.resume_at(resume_sample_);
+    } catch (const InvalidArgument& e) {
+      // A loader that positions by batch only (synthetic data): the last whole
+      // batch of this run, at most one global batch re-read, as before the cursor.
+      const int64_t b = std::min(resume_sample_ / per_step, loader.batches_per_epoch());
+      if (log_) *log_ << "  " << e.what() << "; continuing at batch " << b << std::endl;
+      loader.skip_to(b);
+    }
+  }
+}
+
 Trainer::EpochTotals Trainer::run_epoch(int64_t epoch) {
   const auto start = Clock::now();
   splits_.train->start_epoch(epoch);
-  if (epoch == first_epoch_ && skip_batches_ > 0) splits_.train->skip_to(skip_batches_);
+  if (epoch == first_epoch_ && resume_sample_ > 0) resume_epoch(*splits_.train);
   const int64_t batches = splits_.train->batches_per_epoch();
   progress_.start(epoch + 1, o_.epochs, batches, splits_.train->position());
   EpochTotals t;
@@ -311,7 +345,8 @@ Trainer::EpochTotals Trainer::run_epoch(int64_t epoch) {
         if (last) {
           save_after_epoch = true;
         } else {
-          checkpoint(epoch, splits_.train->position() * o_.batch_size * pg_.size());
+          checkpoint(epoch, splits_.train->start_sample() +
+                                splits_.train->position() * o_.batch_size * pg_.size());
         }
       }
     }

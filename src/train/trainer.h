@@ -54,6 +54,7 @@ class Trainer {
   void resume();
   void wrap();
   EpochTotals run_epoch(int64_t epoch);
+  void resume_epoch(Loader& loader) const;  // Note [Resuming mid-epoch]
   at::Tensor forward_backward(const Batch& batch, bool sync_step);
   void optimizer_step();
   EpochMetrics evaluate(int64_t epoch, const EpochTotals& totals);
@@ -90,8 +91,9 @@ class Trainer {
   ProgressLine progress_;
   std::unique_ptr<TrainObservers> obs_;  // from setup()
   // Position.
-  int64_t first_epoch_ = 0, global_step_ = 0, skip_batches_ = 0;
-  double lr_ = 0;  // of the last step taken
+  int64_t first_epoch_ = 0, global_step_ = 0;
+  int64_t resume_sample_ = 0;  // the checkpoint's cursor into first_epoch_ (Note [Sample cursor])
+  double lr_ = 0;              // of the last step taken
 };
 
 }  // namespace dtrain::detail

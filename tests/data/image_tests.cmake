@@ -7,7 +7,8 @@ dtrain_test(test_image
     ${CMAKE_CURRENT_LIST_DIR}/test_image_dataset.cpp
     ${CMAKE_CURRENT_LIST_DIR}/test_image_loader.cpp
     ${CMAKE_CURRENT_LIST_DIR}/test_image_prepare.cpp
+    ${CMAKE_CURRENT_LIST_DIR}/test_webdataset.cpp
   DEPS dtrain_data
   LABELS "unit;data")
 target_link_libraries(test_image PRIVATE ${DTRAIN_LIBJPEG})
-target_include_directories(test_image PRIVATE ${CMAKE_CURRENT_LIST_DIR})
+target_include_directories(test_image PRIVATE ${CMAKE_CURRENT_LIST_DIR} ${DTRAIN_ROOT}/tests)

@@ -125,6 +125,32 @@ TEST(ImageLoader, EverySampleIsSeenOncePerEpochAcrossTheRankPartition) {
   }
 }
 
+TEST(ImageLoader, AnExactLoaderResumedAtAnotherWorldSizeSeesEverySampleOnce) {
+  auto source = std::make_shared<CountingSource>(61);
+  std::multiset<int64_t> seen;
+  auto take = [&](ImageLoader& loader, int64_t batches) {
+    for (Batch b; batches-- > 0 && loader.next(b);) {
+      for (int64_t r = 0; r < b.inputs.size(0); ++r) seen.insert(index_of_row(b.inputs, r));
+    }
+  };
+  for (int rank = 0; rank < 2; ++rank) {  // 2 ranks x batch 8, 2 steps: 32 samples
+    ImageLoader loader(source, loader_options(2, rank, 2).set_exact(true), raw_transform(), {});
+    loader.start_epoch(5);
+    take(loader, 2);
+  }
+  std::vector<int64_t> batches;
+  for (int rank = 0; rank < 3; ++rank) {  // 29 left: 2 steps of 3 x 8, the last short
+    ImageLoader loader(source, loader_options(2, rank, 3).set_exact(true), raw_transform(), {});
+    loader.start_epoch(5);
+    loader.resume_at(32);
+    batches.push_back(loader.batches_per_epoch());
+    take(loader, 100);
+  }
+  EXPECT_EQ(batches, (std::vector<int64_t>{2, 2, 2}));
+  EXPECT_EQ(seen.size(), 61u);
+  for (int64_t i = 0; i < 61; ++i) EXPECT_EQ(seen.count(i), 1u) << "sample " << i;
+}
+
 TEST(ImageLoader, CorruptSamplesAreReplacedCountedAndNamed) {
   auto source = std::make_shared<CountingSource>(20, std::set<int64_t>{3, 11});
   LoaderOptions o = loader_options(2);

@@ -174,6 +174,76 @@ TEST_F(IndexedDataset, EvaluationSplitByDefaultHandsEachRankItsStridedSamplesInD
   EXPECT_EQ(shares[2], (std::vector<int64_t>{2, 5, 8}));
 }
 
+// Note [Sample cursor]: a run of 2 ranks x batch 4 stopped after 3 steps
+// (24 of 50 samples) and resumed with 3 ranks x batch 5, or 1 rank x batch 7,
+// logs every sample of the epoch exactly once; every rank iterates the same
+// number of batches, the last short or empty.
+TEST_F(IndexedDataset, AnExactLoaderResumedAtAnotherWorldSizeSeesEverySampleOnce) {
+  for (auto [world, batch] : {std::pair<int, int64_t>{3, 5}, {1, 7}, {4, 4}, {3, 1}}) {
+    std::multiset<int64_t> log;
+    int64_t consumed = 0;
+    for (int r = 0; r < 2; ++r) {
+      DatasetOptions o = options(4);
+      o.train.set_rank(r).set_world_size(2).set_exact(true);
+      o.test.set_rank(r).set_world_size(2);
+      DatasetSplits s = open_dataset(o);
+      s.train->set_epoch(1);
+      for (int step = 0; step < 3; ++step) {
+        Batch b;
+        ASSERT_TRUE(s.train->next(b));
+        for (int64_t i : indices_of(b)) log.insert(i);
+      }
+      consumed = s.train->start_sample() + s.train->position() * 4 * 2;
+    }
+    ASSERT_EQ(consumed, 24);
+    std::vector<int64_t> batches;
+    for (int r = 0; r < world; ++r) {
+      DatasetOptions o = options(batch);
+      o.train.set_rank(r).set_world_size(world).set_exact(true);
+      o.test.set_rank(r).set_world_size(world);
+      DatasetSplits s = open_dataset(o);
+      s.train->set_epoch(1);
+      s.train->resume_at(consumed);
+      EXPECT_EQ(s.train->start_sample(), 24);
+      int64_t n = 0;
+      for (Batch& b : *s.train) {
+        for (int64_t i : indices_of(b)) log.insert(i);
+        ++n;
+      }
+      batches.push_back(n);
+      EXPECT_EQ(n, s.train->batches_per_epoch());
+    }
+    EXPECT_EQ(std::set<int64_t>(batches.begin(), batches.end()).size(), 1u)
+        << "every rank takes the same number of steps";
+    EXPECT_EQ(log.size(), static_cast<size_t>(kTrain)) << world << " ranks";
+    for (int64_t i = 0; i < kTrain; ++i) EXPECT_EQ(log.count(i), 1u) << "sample " << i;
+  }
+}
+
+TEST_F(IndexedDataset, APaddedLoaderResumedAtAnotherWorldSizeSkipsNothing) {
+  // 2 x 4 x 3 = 24 consumed; 3 ranks continue at sample 24, not at a batch boundary.
+  std::multiset<int64_t> log;
+  DatasetOptions two = options(4);
+  two.train.set_rank(0).set_world_size(1);
+  two.test.set_rank(0).set_world_size(1);
+  DatasetSplits whole = open_dataset(two);
+  whole.train->set_epoch(0);
+  const std::vector<int64_t> order = epoch_indices(*whole.train);
+  for (int r = 0; r < 3; ++r) {
+    DatasetOptions o = options(5);
+    o.train.set_rank(r).set_world_size(3);
+    o.test.set_rank(r).set_world_size(3);
+    DatasetSplits s = open_dataset(o);
+    s.train->set_epoch(0);
+    s.train->resume_at(24);
+    for (int64_t i : epoch_indices(*s.train)) log.insert(i);
+  }
+  // 26 left, padded to 27 by the first sample of the order.
+  EXPECT_EQ(log.size(), 27u);
+  for (size_t p = 24; p < order.size(); ++p) EXPECT_EQ(log.count(order[p]), 1u) << p;
+  EXPECT_EQ(log.count(order[0]), 1u);
+}
+
 TEST_F(IndexedDataset, RangeForYieldsTheSameBatchesAsNext) {
   DatasetSplits a = open_dataset(options(), ProcessGroup());
   DatasetSplits b = open_dataset(options(), ProcessGroup());

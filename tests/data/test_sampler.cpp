@@ -121,6 +121,104 @@ TEST(SamplerOptions, LoadersPadForTrainingAndCoverExactlyOnceForEvaluation) {
   EXPECT_FALSE(sampler_options(eval).pad);
 }
 
+// ---- The sample cursor (Note [Sample cursor]) ----------------------------------------
+
+TEST(SampleCursor, StepIndicesAreTheUnpaddedSamplersShareFromTheCursorBatched) {
+  for (int64_t consumed : {0, 7, 24, 49, 50}) {
+    const SampleCursor c{5, 2, 50, consumed, true};
+    const std::vector<int64_t> order = c.order();
+    for (int world : {1, 2, 3}) {
+      for (int rank = 0; rank < world; ++rank) {
+        DistributedSampler s(
+            50, SamplerOptions().set_rank(rank).set_world_size(world).set_seed(5).set_pad(false));
+        s.set_epoch(2);
+        s.set_start(consumed);
+        std::vector<int64_t> batched;
+        for (int64_t step = 0; step < c.steps_left(world, 4); ++step) {
+          const auto part = step_indices(c, order, rank, world, 4, step);
+          EXPECT_LE(part.size(), 4u);
+          batched.insert(batched.end(), part.begin(), part.end());
+        }
+        EXPECT_EQ(batched, s.indices())
+            << "consumed " << consumed << ", rank " << rank << " of " << world;
+        EXPECT_TRUE(step_indices(c, order, rank, world, 4, c.steps_left(world, 4)).empty());
+      }
+    }
+  }
+}
+
+TEST(SampleCursor, ResumingAtAnotherWorldSizeSeesEverySampleOfTheEpochExactlyOnce) {
+  // Two ranks of batch 4 take 3 steps, then three ranks of batch 5 (or one
+  // of batch 7) finish the epoch from the cursor.
+  const SampleCursor start{17, 1, 53, 0, true};
+  const std::vector<int64_t> order = start.order();
+  for (auto [world, batch] : {std::pair<int, int64_t>{3, 5}, {1, 7}, {4, 1}}) {
+    std::multiset<int64_t> seen;
+    SampleCursor c = start;
+    for (int64_t step = 0; step < 3; ++step) {
+      for (int r = 0; r < 2; ++r) {
+        for (int64_t i : step_indices(c, order, r, 2, 4, step)) seen.insert(i);
+      }
+    }
+    c = SampleCursor::from_state(c.advanced(3, 2, 4).to_state());  // through a checkpoint
+    EXPECT_EQ(c.consumed, 24);
+    for (int64_t step = 0; step < c.steps_left(world, batch); ++step) {
+      for (int r = 0; r < world; ++r) {
+        for (int64_t i : step_indices(c, order, r, world, batch, step)) seen.insert(i);
+      }
+    }
+    EXPECT_EQ(seen.size(), 53u) << world;
+    for (int64_t i = 0; i < 53; ++i) EXPECT_EQ(seen.count(i), 1u) << "sample " << i;
+    EXPECT_EQ(c.advanced(c.steps_left(world, batch), world, batch).consumed, 53);
+  }
+}
+
+TEST(SampleCursor, StateRoundTripsAndABadStateNamesTheField) {
+  const SampleCursor c{uint64_t{1} << 63, 4, 1000, 640, false};
+  const SampleCursor back = SampleCursor::from_state(c.to_state());
+  EXPECT_EQ(back.seed, c.seed);
+  EXPECT_EQ(back.epoch, 4);
+  EXPECT_EQ(back.dataset_size, 1000);
+  EXPECT_EQ(back.consumed, 640);
+  EXPECT_FALSE(back.shuffle);
+  auto state = c.to_state();
+  state.erase(state.begin() + 3);
+  EXPECT_THROW(
+      {
+        try {
+          SampleCursor::from_state(state);
+        } catch (const InvalidArgument& e) {
+          EXPECT_STREQ(e.what(),
+                       "sample cursor state has no 'consumed' field; it was not written by "
+                       "SampleCursor::to_state()");
+          throw;
+        }
+      },
+      InvalidArgument);
+  state = c.to_state();
+  state[3].second = 1001;
+  EXPECT_THROW(SampleCursor::from_state(state), InvalidArgument);
+}
+
+TEST(DistributedSampler, APaddedShareFromAStartPositionIsPaddedFromThere) {
+  // 10 samples, 7 consumed: 3 left for 2 ranks, padded to 4 by wrap-around.
+  const auto order = seeded_permutation(10, 0, 0);
+  std::vector<int64_t> all;
+  for (int r = 0; r < 2; ++r) {
+    DistributedSampler s(10, SamplerOptions().set_rank(r).set_world_size(2));
+    s.set_start(7);
+    EXPECT_EQ(s.num_samples(), 2);
+    EXPECT_EQ(s.remaining(), 4);
+    const auto mine = s.indices();
+    all.insert(all.end(), mine.begin(), mine.end());
+    s.set_epoch(0);
+    EXPECT_EQ(s.start(), 0) << "set_epoch starts the epoch from the beginning";
+  }
+  EXPECT_EQ(all, (std::vector<int64_t>{order[7], order[9], order[8], order[0]}));
+  DistributedSampler s(10, SamplerOptions());
+  EXPECT_THROW(s.set_start(11), InvalidArgument);
+}
+
 TEST(SeededPermutation, IsAPermutation) {
   auto p = seeded_permutation(1000, 42, 0);
   std::sort(p.begin(), p.end());

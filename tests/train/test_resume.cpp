@@ -6,6 +6,7 @@
 #include <ATen/Context.h>
 #include <torch/cuda.h>
 
+#include <cmath>
 #include <cstdio>
 #include <functional>
 #include <map>
@@ -345,16 +346,16 @@ TEST_F(Resume, ADifferentWorldSizeContinuesFromTheSamplerPosition) {
   crash_after("run", 4);  // epoch 1, 4 x 8 x 2 = 64 of 96 samples consumed
   fs::copy(dir_ / "run", dir_ / "shrink");
 
-  // Three ranks take 24 samples a step: batch floor(64 / 24) = 2 of 4, then
-  // 4 more steps in epoch 2.
+  // Three ranks take 24 samples a step: they continue at sample 64 (Note
+  // [Sample cursor]), 32 left padded to 33, 2 steps, then 4 in epoch 2.
   std::vector<EpochMetrics> history;
   std::string log = run(o, 3, &history);
   EXPECT_NE(log.find("resumed from " + (dir_ / "run" / "checkpoint-00000004.pt").string() +
                      " (epoch 1, step 4)"),
             std::string::npos)
       << log;
-  EXPECT_NE(log.find("epoch 1 continues at batch 2 of 4 (saved by 2 rank(s) x batch 8 after 64 "
-                     "samples)"),
+  EXPECT_NE(log.find("epoch 1 continues after sample 64 of its global order (saved by 2 "
+                     "rank(s) x batch 8 after 64 samples)"),
             std::string::npos)
       << log;
   ASSERT_EQ(history.size(), 2u);
@@ -369,6 +370,26 @@ TEST_F(Resume, ADifferentWorldSizeContinuesFromTheSamplerPosition) {
   log = run(one, 1);
   EXPECT_NE(log.find("epoch 1 continues at batch 8 of 12"), std::string::npos) << log;
   EXPECT_EQ(latest("shrink").step, 4 + 4 + 12);
+}
+
+TEST_F(Resume, ExactlyOnceResumesAtFiveRanksWhereSomeRanksLastBatchIsEmpty) {
+  TrainOptions o = options("run", 2);
+  o.dataset.train.exact = true;
+  o.checkpoint_every_steps = 4;
+  o.keep_checkpoints = 10;
+  run(o, 2);
+  crash_after("run", 4);  // 64 of 96 samples consumed
+  // Five ranks of batch 6 take 30 a step: 2 steps for the 32 left, the second
+  // with one sample on ranks 0 and 1 and none on ranks 2-4; epoch 2 takes 4.
+  TrainOptions five = o;
+  five.batch_size = 6;
+  std::vector<EpochMetrics> history;
+  const std::string log = run(five, 5, &history);
+  EXPECT_NE(log.find("epoch 1 continues after sample 64 of its global order"), std::string::npos)
+      << log;
+  ASSERT_EQ(history.size(), 2u);
+  for (const EpochMetrics& m : history) EXPECT_TRUE(std::isfinite(m.train_loss)) << m.epoch;
+  EXPECT_EQ(latest("run").step, 4 + 2 + 4);
 }
 
 TEST_F(Resume, ACorruptNewestCheckpointIsSkippedWithALogLineAndMetricsAreAppended) {

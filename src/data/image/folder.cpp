@@ -5,10 +5,12 @@
 #include <algorithm>
 #include <cctype>
 #include <filesystem>
+#include <tuple>
 #include <utility>
 
 #include "common/strings.h"
 #include "data/image/io.h"
+#include "data/image/location.h"
 #include "dtrain/errors.h"
 #include "dtrain/image.h"
 
@@ -49,6 +51,36 @@ std::vector<std::string> sorted_images(const std::string& root, const std::strin
   return files;
 }
 
+// The same order from an S3 listing: class = the first component of the key
+// below root, files sorted by (directory, name) as os.walk gives them.
+void scan_s3_folder(Storage& storage, const std::string& root, std::vector<std::string>* classes,
+                    std::vector<std::vector<std::pair<std::string, Listed>>>* by_class) {
+  std::vector<std::tuple<std::string, std::string, Listed>> found;  // (dir, name, object)
+  for (Listed& o : storage.list(root)) {
+    const size_t slash = o.name.find('/'), last = o.name.rfind('/');
+    if (slash == std::string::npos) continue;  // a file directly under root
+    const std::string cls = o.name.substr(0, slash);
+    if (classes->empty() || classes->back() != cls) {
+      if (std::find(classes->begin(), classes->end(), cls) == classes->end()) {
+        classes->push_back(cls);
+      }
+    }
+    if (has_image_extension(o.name)) {
+      found.emplace_back(o.name.substr(0, last), o.name.substr(last + 1), std::move(o));
+    }
+  }
+  std::sort(classes->begin(), classes->end());
+  std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) {
+    return std::tie(std::get<0>(a), std::get<1>(a)) < std::tie(std::get<0>(b), std::get<1>(b));
+  });
+  by_class->assign(classes->size(), {});
+  for (auto& [dir, name, o] : found) {
+    const std::string cls = dir.substr(0, dir.find('/'));
+    const auto at = std::lower_bound(classes->begin(), classes->end(), cls) - classes->begin();
+    (*by_class)[at].emplace_back(dir + "/" + name, std::move(o));
+  }
+}
+
 }  // namespace
 
 bool has_image_extension(const std::string& name) {
@@ -64,26 +96,46 @@ int32_t class_index(const std::vector<std::string>& classes, const std::string& 
   return it == classes.end() ? -1 : static_cast<int32_t>(it - classes.begin());
 }
 
-FolderIndex scan_image_folder(const std::string& root,
+FolderIndex scan_image_folder(Storage& storage, const std::string& root,
                               const std::vector<std::string>& class_names) {
-  if (!is_directory(root)) {
-    throw DataError(cat("image folder '", root, "' does not exist or is not a directory"));
+  const bool s3 = Storage::is_s3(root);
+  std::vector<std::string> found;
+  std::vector<std::vector<std::pair<std::string, Listed>>> s3_files;
+  if (s3) {
+    scan_s3_folder(storage, root, &found, &s3_files);
+    if (found.empty()) {
+      throw DataError(cat("image folder '", root,
+                          "' has no objects under it; expected ROOT/<class>/<image>.jpg keys"));
+    }
+  } else {
+    if (!is_directory(root)) {
+      throw DataError(cat("image folder '", root, "' does not exist or is not a directory"));
+    }
+    found = sorted_subdirectories(root);
   }
   FolderIndex index;
   index.root = root;
-  const std::vector<std::string> found = sorted_subdirectories(root);
   if (found.empty()) {
     throw DataError(cat("image folder '", root,
                         "' has no class subdirectories; expected ROOT/<class>/<image>.jpg"));
   }
   index.classes = class_names.empty() ? found : class_names;
-  for (const std::string& cls : found) {
+  for (size_t c = 0; c < found.size(); ++c) {
+    const std::string& cls = found[c];
     const int32_t label = class_index(index.classes, cls);
     if (label < 0) {
       throw DataError(cat("class folder '", root, "/", cls, "' is not one of the training split's ",
                           index.classes.size(), " classes"));
     }
-    std::vector<std::string> files = sorted_images(root, cls);
+    std::vector<std::string> files;
+    if (s3) {
+      for (auto& [name, o] : s3_files[c]) {
+        files.push_back(name);
+        index.etags.push_back(o.etag);
+      }
+    } else {
+      files = sorted_images(root, cls);
+    }
     if (files.empty()) {
       throw DataError(cat("class folder '", root, "/", cls,
                           "' has no images (.jpg, .jpeg or .png); remove it or add images"));
@@ -100,17 +152,19 @@ namespace {
 
 class FolderSource : public ImageSource {
  public:
-  explicit FolderSource(FolderIndex index) : index_(std::move(index)) {}
+  FolderSource(std::shared_ptr<Storage> storage, FolderIndex index)
+      : storage_(std::move(storage)), index_(std::move(index)) {}
   int64_t size() const override { return static_cast<int64_t>(index_.files.size()); }
   int64_t label(int64_t i) const override { return index_.labels[i]; }
   std::string name(int64_t i) const override { return index_.root + "/" + index_.files[i]; }
   void read(int64_t i, SampleData& out) const override {
     out.encoded = true;
-    read_file(name(i), out.bytes);
+    storage_->read_all(name(i), out.bytes, index_.etags.empty() ? "" : index_.etags[i]);
   }
   const std::vector<std::string>& classes() const override { return index_.classes; }
 
  private:
+  std::shared_ptr<Storage> storage_;
   FolderIndex index_;
 };
 
@@ -119,7 +173,9 @@ class FolderSource : public ImageSource {
 
 std::shared_ptr<ImageSource> open_image_folder(const std::string& root,
                                                const std::vector<std::string>& class_names) {
-  return std::make_shared<image::FolderSource>(image::scan_image_folder(root, class_names));
+  auto storage = std::make_shared<image::Storage>();
+  image::FolderIndex index = image::scan_image_folder(*storage, root, class_names);
+  return std::make_shared<image::FolderSource>(std::move(storage), std::move(index));
 }
 
 }  // namespace dtrain

@@ -15,6 +15,8 @@ struct FolderIndex {
   /// Paths relative to root, e.g. "n01440764/n01440764_10026.JPEG".
   std::vector<std::string> files;
   std::vector<int32_t> labels;
+  /// S3: each file's ETag from the listing (reads send If-Match); empty locally.
+  std::vector<std::string> etags;
 };
 
 /// True for .jpg, .jpeg and .png in any case.
@@ -23,7 +25,11 @@ bool has_image_extension(const std::string& name);
 /// Label of `name` in `classes`, or -1.
 int32_t class_index(const std::vector<std::string>& classes, const std::string& name);
 
-/// Scans `root` (see open_image_folder in dtrain/image.h for the rules).
-FolderIndex scan_image_folder(const std::string& root, const std::vector<std::string>& class_names);
+class Storage;  // data/image/location.h
+
+/// Scans `root`, a local directory or an s3:// prefix (see open_image_folder
+/// in dtrain/image.h for the rules).
+FolderIndex scan_image_folder(Storage& storage, const std::string& root,
+                              const std::vector<std::string>& class_names);
 
 }  // namespace dtrain::image

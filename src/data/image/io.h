@@ -8,28 +8,43 @@
 
 namespace dtrain::image {
 
+/// Bytes readable at any offset -- a local file (File) or an object in an
+/// object store -- so readers of containers (tar) work over either.
+/// pread_exact() is safe to call from many threads at once.
+class ByteSource {
+ public:
+  virtual ~ByteSource() = default;
+  /// Size in bytes.
+  virtual int64_t size() const = 0;
+  /// Reads exactly `length` bytes at `offset`; throws DataError naming
+  /// path() on a short read.
+  virtual void pread_exact(void* dst, size_t length, int64_t offset) const = 0;
+  /// Where the bytes come from, for messages.
+  virtual const std::string& path() const = 0;
+};
+
 /// An open file descriptor, closed on destruction. pread() is safe to call
 /// from many threads at once.
-class File {
+class File : public ByteSource {
  public:
   File() = default;
   /// Opens `path` read-only; throws DataError naming it on failure.
   static File open_read(const std::string& path);
   /// Creates or truncates `path` for writing; throws DataError naming it.
   static File create(const std::string& path);
-  ~File();
+  ~File() override;
   File(File&& other) noexcept;
   File& operator=(File&& other) noexcept;
   File(const File&) = delete;
   File& operator=(const File&) = delete;
 
   /// Size in bytes (fstat).
-  int64_t size() const;
+  int64_t size() const override;
   /// Reads exactly `length` bytes at `offset`; throws DataError on a short read.
-  void pread_exact(void* dst, size_t length, int64_t offset) const;
+  void pread_exact(void* dst, size_t length, int64_t offset) const override;
   /// Appends all of `length` bytes; throws DataError on failure.
   void write_all(const void* src, size_t length);
-  const std::string& path() const { return path_; }
+  const std::string& path() const override { return path_; }
 
  private:
   File(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}

@@ -70,22 +70,27 @@ class ImageLoader::Impl {
     }
     slots_.resize(std::max(1, options_.prefetch_batches));
     pin_ = options_.pin_memory && at::globalContext().hasCUDA();
-    seek(0, 0);
+    seek(0, 0, 0);
   }
 
   ~Impl() { stop_workers(); }
 
-  int64_t batches_per_epoch() const {
-    const int64_t n = sampler_.num_samples(), b = loader_.batch_size;
-    return loader_.drop_last ? n / b : (n + b - 1) / b;
-  }
+  int64_t batches_per_epoch() const { return loader_batches(sampler_, loader_); }
+  int64_t start_sample() const { return sampler_.start(); }
   int64_t samples_per_epoch() const { return sampler_.num_samples(); }
   int64_t position() const { return next_batch_; }
   int64_t skipped() const { return skipped_; }
   int64_t epoch() const { return epoch_; }
 
-  // Stops the workers, positions the epoch at `batch` and restarts them.
-  void seek(int64_t epoch, int64_t batch) {
+  // Stops the workers, positions the epoch at `batch` counted from global
+  // position `start` (Loader::resume_at) and restarts them.
+  void seek(int64_t epoch, int64_t batch, int64_t start) {
+    if (start != sampler_.start() || epoch != sampler_.epoch()) {
+      stop_workers();
+      sampler_.set_epoch(epoch);
+      sampler_.set_start(start);  // throws outside [0, N]
+      started_ = false;
+    }
     if (batch < 0 || batch > batches_per_epoch()) {
       throw InvalidArgument(
           cat("ImageLoader: batch ", batch, " is outside [0, ", batches_per_epoch(), "]"));
@@ -99,7 +104,6 @@ class ImageLoader::Impl {
     stop_workers();
     started_ = true;
     epoch_ = epoch;
-    sampler_.set_epoch(epoch);
     order_ = sampler_.indices();
     end_pos_ = std::min<int64_t>(static_cast<int64_t>(order_.size()),
                                  batches_per_epoch() * loader_.batch_size);
@@ -121,6 +125,13 @@ class ImageLoader::Impl {
       handed_ = -1;
       work_cv_.notify_all();
       if (b >= batches_per_epoch()) return false;
+      if (batch_rows(b) == 0) {  // an exact loader's rank with nothing left this step
+        ++next_batch_;
+        const auto dtype = transform_.uint8_output ? at::kByte : at::kFloat;
+        out.inputs = at::empty({0, 3, transform_.size, transform_.size}, at::dtype(dtype));
+        out.targets = at::empty({0}, at::kLong);
+        return true;
+      }
       if (loader_.threads == 0) {
         lock.unlock();
         fill_inline(b);
@@ -157,7 +168,7 @@ class ImageLoader::Impl {
 
  private:
   int64_t batch_rows(int64_t b) const {
-    return std::min(loader_.batch_size, end_pos_ - b * loader_.batch_size);
+    return std::clamp<int64_t>(end_pos_ - b * loader_.batch_size, 0, loader_.batch_size);
   }
 
   // Under mu_: the slot batch b goes to, claimed (buffers ready) if free; null
@@ -311,11 +322,15 @@ ImageLoader::ImageLoader(std::shared_ptr<const ImageSource> source, LoaderOption
                          TransformOptions transform, ImageLoaderOptions options)
     : impl_(std::make_unique<Impl>(std::move(source), loader, transform, options)) {}
 ImageLoader::~ImageLoader() = default;
-void ImageLoader::start_epoch(int64_t epoch) { impl_->seek(epoch, 0); }
+void ImageLoader::start_epoch(int64_t epoch) { impl_->seek(epoch, 0, 0); }
+void ImageLoader::resume_at(int64_t consumed) { impl_->seek(impl_->epoch(), 0, consumed); }
+int64_t ImageLoader::start_sample() const { return impl_->start_sample(); }
 bool ImageLoader::next(Batch& batch) { return impl_->next(batch); }
 int64_t ImageLoader::batches_per_epoch() const { return impl_->batches_per_epoch(); }
 int64_t ImageLoader::samples_per_epoch() const { return impl_->samples_per_epoch(); }
-void ImageLoader::skip_to(int64_t batch_index) { impl_->seek(impl_->epoch(), batch_index); }
+void ImageLoader::skip_to(int64_t batch_index) {
+  impl_->seek(impl_->epoch(), batch_index, impl_->start_sample());
+}
 int64_t ImageLoader::position() const { return impl_->position(); }
 int64_t ImageLoader::skipped_samples() const { return impl_->skipped(); }
 

@@ -10,6 +10,7 @@
 #include "common/strings.h"
 #include "data/image/folder.h"
 #include "data/image/io.h"
+#include "data/image/location.h"
 #include "dtrain/errors.h"
 #include "dtrain/image.h"
 
@@ -79,14 +80,14 @@ class PackedSource : public ImageSource {
  public:
   PackedSource(const std::string& dir, const std::vector<std::string>& class_names) : dir_(dir) {
     const std::string index_path = dir + "/index.bin";
-    if (!is_directory(dir)) {
+    if (!storage_.is_directory(dir)) {
       throw DataError(cat("packed dataset '", dir,
                           "' does not exist; create it with "
                           "'dtrain data pack IMAGEFOLDER ",
                           dir, "'"));
     }
     std::vector<uint8_t> bytes;
-    read_file(index_path, bytes);
+    storage_.read_all(index_path, bytes);
     parse(Reader(bytes, index_path), index_path, class_names);
   }
 
@@ -100,7 +101,7 @@ class PackedSource : public ImageSource {
     const Entry& e = entries_[i];
     out.encoded = true;
     out.bytes.resize(e.size);
-    shards_[e.shard].pread_exact(out.bytes.data(), e.size, static_cast<int64_t>(e.offset));
+    shards_[e.shard]->pread_exact(out.bytes.data(), e.size, static_cast<int64_t>(e.offset));
   }
   const std::vector<std::string>& classes() const override { return classes_; }
 
@@ -130,8 +131,8 @@ class PackedSource : public ImageSource {
     classes_ = class_names.empty() ? own_classes : class_names;
     std::vector<int64_t> shard_sizes;
     for (uint32_t s = 0; s < num_shards; ++s) {
-      shards_.push_back(File::open_read(shard_path(dir_, s)));
-      shard_sizes.push_back(shards_.back().size());
+      shards_.push_back(storage_.open(shard_path(dir_, s)));
+      shard_sizes.push_back(shards_.back()->size());
     }
     entries_.reserve(num_samples);
     name_offsets_.reserve(num_samples + 1);
@@ -162,9 +163,10 @@ class PackedSource : public ImageSource {
     if (entries_.empty()) throw DataError(cat("packed dataset '", dir_, "' has no samples"));
   }
 
+  Storage storage_;
   std::string dir_;
   std::vector<std::string> classes_;
-  std::vector<File> shards_;
+  std::vector<std::unique_ptr<ByteSource>> shards_;
   std::vector<Entry> entries_;
   std::string names_;  // relative paths back to back
   std::vector<size_t> name_offsets_;
@@ -191,24 +193,42 @@ PrepareStats pack_image_folder(const std::string& folder, const std::string& out
   if (options.shard_size_bytes < 1) {
     throw InvalidArgument(cat("shard size must be positive, got ", options.shard_size_bytes));
   }
-  const FolderIndex index = scan_image_folder(folder, {});
-  make_dirs(out_dir);
+  // Note [Data locations]: the folder and out_dir may be s3:// prefixes. A
+  // shard goes to S3 as one object (multipart when large) once complete, so
+  // it is held in memory up to the shard size; locally it is written as it
+  // grows. index.bin comes last, whole, so a reader never sees part of a pack.
+  Storage storage;
+  const FolderIndex index = scan_image_folder(storage, folder, {});
+  const bool remote = Storage::is_s3(out_dir);
+  storage.make_dirs(out_dir);
   Writer w;
   w.put_raw(kPackMagic, 8);
   w.put(kPackVersion);
   Writer entries;
   uint32_t shard = 0;
   int64_t shard_bytes = 0;
-  File out = File::create(shard_path(out_dir, shard));
+  File out = remote ? File() : File::create(shard_path(out_dir, shard));
+  std::vector<uint8_t> pending;  // the shard being filled, for S3
+  auto close_shard = [&] {
+    if (remote) storage.write_all(shard_path(out_dir, shard), pending.data(), pending.size());
+    pending.clear();
+  };
   std::vector<uint8_t> bytes;
   PrepareStats stats;
   for (size_t i = 0; i < index.files.size(); ++i) {
     if (shard_bytes >= options.shard_size_bytes) {
-      out = File::create(shard_path(out_dir, ++shard));
+      close_shard();
+      ++shard;
+      if (!remote) out = File::create(shard_path(out_dir, shard));
       shard_bytes = 0;
     }
-    read_file(index.root + "/" + index.files[i], bytes);
-    out.write_all(bytes.data(), bytes.size());
+    storage.read_all(index.root + "/" + index.files[i], bytes,
+                     index.etags.empty() ? "" : index.etags[i]);
+    if (remote) {
+      pending.insert(pending.end(), bytes.begin(), bytes.end());
+    } else {
+      out.write_all(bytes.data(), bytes.size());
+    }
     entries.put(shard);
     entries.put(static_cast<uint64_t>(shard_bytes));
     entries.put(static_cast<uint32_t>(bytes.size()));
@@ -217,20 +237,15 @@ PrepareStats pack_image_folder(const std::string& folder, const std::string& out
     shard_bytes += static_cast<int64_t>(bytes.size());
     stats.bytes += static_cast<int64_t>(bytes.size());
   }
+  close_shard();
   w.put(shard + 1);
   w.put(static_cast<uint32_t>(index.classes.size()));
   w.put(static_cast<uint64_t>(index.files.size()));
   for (const auto& c : index.classes) w.put_string(c);
-  const std::string tmp = out_dir + "/index.bin.tmp";
-  {
-    File f = File::create(tmp);
-    f.write_all(w.bytes().data(), w.bytes().size());
-    f.write_all(entries.bytes().data(), entries.bytes().size());
-    f.write_all(kPackEnd, 8);
-  }
-  if (std::rename(tmp.c_str(), (out_dir + "/index.bin").c_str()) != 0) {
-    throw DataError(cat("cannot rename '", tmp, "' to index.bin in '", out_dir, "'"));
-  }
+  std::vector<uint8_t> whole = w.bytes();
+  whole.insert(whole.end(), entries.bytes().begin(), entries.bytes().end());
+  whole.insert(whole.end(), kPackEnd, kPackEnd + 8);
+  storage.write_all(out_dir + "/index.bin", whole.data(), whole.size());
   stats.classes = static_cast<int64_t>(index.classes.size());
   stats.images = static_cast<int64_t>(index.files.size());
   return stats;

@@ -1,9 +1,11 @@
 // The image datasets' rows in the dataset registry (data/registry.h).
 
+#include <algorithm>
 #include <utility>
 
 #include "common/strings.h"
 #include "data/image/io.h"
+#include "data/image/location.h"
 #include "data/registry.h"
 #include "dtrain/errors.h"
 #include "dtrain/image.h"
@@ -13,11 +15,17 @@ namespace {
 
 constexpr int kImageNetSize = 224;
 
+// Local directories and s3:// prefixes alike (Note [Data locations]).
+bool is_folder(const std::string& location) {
+  image::Storage storage;
+  return storage.is_directory(location);
+}
+
 std::string require_dir(const DatasetOptions& o, const char* what) {
   if (o.data_dir.empty()) {
     throw InvalidArgument(cat("dataset '", o.name, "' needs --data-dir: ", what));
   }
-  if (!image::is_directory(o.data_dir)) {
+  if (!is_folder(o.data_dir)) {
     throw DataError(cat("dataset '", o.name, "': directory '", o.data_dir, "' does not exist"));
   }
   return o.data_dir;
@@ -27,11 +35,11 @@ std::string require_dir(const DatasetOptions& o, const char* what) {
 std::pair<std::string, std::string> split_dirs(const DatasetOptions& o, const char* layout) {
   const std::string root = require_dir(o, layout);
   const std::string train = root + "/train";
-  if (!image::is_directory(train)) {
+  if (!is_folder(train)) {
     throw DataError(cat("dataset '", o.name, "': '", train, "' does not exist; expected ", layout));
   }
   for (const char* name : {"/val", "/test"}) {
-    if (image::is_directory(root + name)) return {train, root + name};
+    if (is_folder(root + name)) return {train, root + name};
   }
   throw DataError(cat("dataset '", o.name, "': neither '", root, "/val' nor '", root,
                       "/test' exists; expected ", layout));
@@ -86,6 +94,45 @@ DatasetSplits open_folder(const DatasetOptions& o) {
 
 DatasetSplits open_packed_dataset(const DatasetOptions& o) {
   return open_imagenet_like(o, kPackedLayout, &open_packed);
+}
+
+constexpr const char* kWebDatasetLayout =
+    "DATA_DIR/{train,val}/*.tar, or 'TRAIN_SHARDS::EVAL_SHARDS' brace lists such as "
+    "'/data/train-{000000..000146}.tar::/data/val-{000000..000006}.tar'";
+
+// A split's shards: the *.tar files of a directory in name order, or a brace list.
+std::vector<std::string> webdataset_shards(const DatasetOptions& o, const std::string& spec) {
+  if (spec.find('{') != std::string::npos || !is_folder(spec)) return expand_braces(spec);
+  std::vector<std::string> shards;
+  image::Storage storage;
+  for (const image::Listed& f : storage.list(spec)) {
+    const bool tar = f.name.size() > 4 && f.name.compare(f.name.size() - 4, 4, ".tar") == 0;
+    if (tar && f.name.find('/') == std::string::npos) shards.push_back(spec + "/" + f.name);
+  }
+  if (shards.empty()) {
+    throw DataError(cat("dataset '", o.name, "': no .tar shards in '", spec, "'; expected ",
+                        kWebDatasetLayout));
+  }
+  return shards;
+}
+
+DatasetSplits open_webdataset_splits(const DatasetOptions& o) {
+  if (o.data_dir.empty()) {
+    throw InvalidArgument(cat("dataset '", o.name, "' needs --data-dir: ", kWebDatasetLayout));
+  }
+  std::string train_spec, test_spec;
+  const size_t sep = o.data_dir.find("::");
+  if (sep != std::string::npos) {
+    train_spec = o.data_dir.substr(0, sep);
+    test_spec = o.data_dir.substr(sep + 2);
+  } else {
+    std::tie(train_spec, test_spec) = split_dirs(o, kWebDatasetLayout);
+  }
+  auto train = open_webdataset(webdataset_shards(o, train_spec));
+  auto test = open_webdataset(webdataset_shards(o, test_spec), train->classes());
+  return make_splits(std::move(train), std::move(test), o,
+                     TransformOptions::imagenet_train(crop_size(o)),
+                     TransformOptions::imagenet_eval(crop_size(o)));
 }
 
 // Fixed-size sets: random flip for training, pixels as they are otherwise.
@@ -151,6 +198,10 @@ std::vector<DatasetEntry> image_dataset_entries() {
       {"imagefolder", "JPEG/PNG class folders: DATA_DIR/{train,val}/<class>/<image>", &open_folder},
       {"packed", "an ImageFolder packed by 'dtrain data pack': DATA_DIR/{train,val}",
        &open_packed_dataset},
+      {"webdataset",
+       "WebDataset tar shards (.jpg/.png + .cls): DATA_DIR/{train,val}/*.tar or "
+       "'TRAIN_SHARDS::EVAL_SHARDS' brace lists",
+       &open_webdataset_splits},
       {"stl10", "STL-10 binary files (stl10_binary/) in DATA_DIR", &open_stl},
       {"cifar10", "CIFAR-10 binary batches (cifar-10-batches-bin/) in DATA_DIR", &open_cifar},
       {"synthetic",

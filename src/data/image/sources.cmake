@@ -34,6 +34,8 @@ list(APPEND DTRAIN_IMAGE_SOURCES
   image/loader.cpp
   image/synthetic.cpp
   image/tar.cpp
+  image/webdataset.cpp
+  image/location.cpp
   image/prepare.cpp
   image/registry_image.cpp)
 list(APPEND DTRAIN_IMAGE_LIBS ${_dtrain_turbojpeg} ${_dtrain_jpeg} ${_dtrain_png})

@@ -11,6 +11,7 @@ namespace dtrain::image {
 namespace {
 
 constexpr int64_t kBlock = 512;
+constexpr int64_t kMaxNameRecord = int64_t{1} << 20;
 
 int64_t padded(int64_t size) { return (size + kBlock - 1) / kBlock * kBlock; }
 
@@ -20,7 +21,10 @@ std::string field(const char* p, size_t n) { return std::string(p, strnlen(p, n)
 bool parse_number(const unsigned char* p, size_t n, int64_t* out) {
   int64_t v = 0;
   if (p[0] & 0x80) {
-    for (size_t i = 1; i < n; ++i) v = (v << 8) | p[i];
+    for (size_t i = 1; i < n; ++i) {
+      if (v > (int64_t{1} << 47)) return false;  // over 2^55 bytes: not a real size
+      v = (v << 8) | p[i];
+    }
     *out = v;
     return true;
   }
@@ -77,6 +81,10 @@ bool TarReader::next(TarEntry& entry) {
     }
     at_ = data + padded(size);
     if (type == 'L' || type == 'x') {  // the next member's name
+      if (size > kMaxNameRecord) {
+        throw DataError(cat("'", file_.path(), "': tar name record at offset ", data - kBlock,
+                            " is ", size, " bytes (over ", kMaxNameRecord, "); corrupt archive?"));
+      }
       std::string text(static_cast<size_t>(size), '\0');
       file_.pread_exact(text.data(), text.size(), data);
       long_name = type == 'L' ? field(text.data(), text.size()) : pax_path(text);

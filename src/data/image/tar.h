@@ -1,6 +1,9 @@
 #pragma once
 // A reader of tar archives (POSIX ustar, GNU long names, pax path records)
-// over a byte range of a file, so tars nested in tars are read in place.
+// over a byte range of a file or object, so tars nested in tars are read in
+// place. Sizes are bounded: a member past the archive's end, a header with a
+// bad checksum, or a name record over 1 MiB is a DataError naming the file
+// and the header's offset.
 
 #include <cstdint>
 #include <string>
@@ -21,14 +24,14 @@ struct TarEntry {
 /// own the file, which must outlive it. Not thread-safe.
 class TarReader {
  public:
-  TarReader(const File& file, int64_t base, int64_t length)
+  TarReader(const ByteSource& file, int64_t base, int64_t length)
       : file_(file), at_(base), end_(base + length) {}
   /// The next member (metadata records consumed); false at the end. Throws
   /// DataError naming the file and offset for a corrupt header.
   bool next(TarEntry& entry);
 
  private:
-  const File& file_;
+  const ByteSource& file_;
   int64_t at_;
   int64_t end_;
 };

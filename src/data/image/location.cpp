@@ -1,0 +1,183 @@
+// Local paths and s3:// locations for the image sources.
+//
+// Note [Data locations]
+// Every dataset format reads through Storage, so a folder given as
+// `s3://bucket/prefix` works wherever a local one does: ImageFolder (class
+// folders become key prefixes, files ordered as os.walk orders them), packed
+// shards (index.bin read whole, shards by ranged GETs of one image each),
+// and WebDataset tar shards (indexed with a few large GETs per shard, then
+// one ranged GET per image). Nothing is copied to disk: the loader's worker
+// threads issue the GETs in the sampler's order, batches ahead of the step,
+// so what is in memory is bounded by the loader's prefetch slots
+// (ImageLoaderOptions::prefetch_batches) times the batch size. Each rank
+// reads only its own samples. Every GET of a listed object carries its
+// ETag (If-Match): an object replaced during an epoch fails that read, which
+// the loader handles as any unreadable image (named in a warning and
+// replaced by another image of the batch; --strict: fatal).
+
+#include "data/image/location.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+
+#include "common/strings.h"
+#include "dtrain/errors.h"
+#include "dtrain/object_store.h"
+
+namespace dtrain::image {
+namespace {
+
+namespace fs = std::filesystem;
+
+class S3Object : public ByteSource {
+ public:
+  S3Object(std::shared_ptr<S3Client> s3, S3Uri uri, int64_t size, std::string etag)
+      : s3_(std::move(s3)),
+        uri_(std::move(uri)),
+        path_(uri_.str()),
+        size_(size),
+        etag_(std::move(etag)) {}
+  int64_t size() const override { return size_; }
+  void pread_exact(void* dst, size_t length, int64_t offset) const override {
+    if (length == 0) return;
+    if (offset < 0 || offset + static_cast<int64_t>(length) > size_) {
+      throw DataError(cat("'", path_, "' ends early: ", length, " bytes wanted at offset ", offset,
+                          " of ", size_, " (truncated object?)"));
+    }
+    GetOptions g;
+    g.offset = static_cast<uint64_t>(offset);
+    g.length = length;
+    g.if_match = etag_;
+    const GetResult r = s3_->get_object(uri_.bucket, uri_.key, g);
+    if (r.data.size() != length) {
+      throw DataError(cat("'", path_, "': a ranged GET at offset ", offset, " returned ",
+                          r.data.size(), " of ", length, " bytes (truncated object?)"));
+    }
+    std::memcpy(dst, r.data.data(), length);
+  }
+  const std::string& path() const override { return path_; }
+
+ private:
+  std::shared_ptr<S3Client> s3_;
+  S3Uri uri_;
+  std::string path_;
+  int64_t size_;
+  std::string etag_;
+};
+
+std::string with_slash(std::string prefix) {
+  if (!prefix.empty() && prefix.back() != '/') prefix += '/';
+  return prefix;
+}
+
+}  // namespace
+
+Storage::Storage() = default;
+Storage::~Storage() = default;
+
+bool Storage::is_s3(const std::string& location) { return S3Uri::is_s3_location(location); }
+
+S3Client& Storage::s3() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!s3_) s3_ = std::make_shared<S3Client>(s3_options_from_env());
+  return *s3_;
+}
+
+bool Storage::is_directory(const std::string& location) {
+  if (!is_s3(location)) return image::is_directory(location);
+  const S3Uri uri = S3Uri::parse(location);
+  return !s3().list_objects_page(uri.bucket, with_slash(uri.key), "", 1).objects.empty();
+}
+
+std::unique_ptr<ByteSource> Storage::open(const std::string& location) {
+  if (!is_s3(location)) return std::make_unique<File>(File::open_read(location));
+  const S3Uri uri = S3Uri::parse(location);
+  const ObjectInfo info = s3().head_object(uri.bucket, uri.key);
+  return open(location, {uri.key, static_cast<int64_t>(info.size), info.etag});
+}
+
+std::unique_ptr<ByteSource> Storage::open(const std::string& location, const Listed& known) {
+  if (!is_s3(location)) return std::make_unique<File>(File::open_read(location));
+  s3();  // made before it is shared
+  return std::make_unique<S3Object>(s3_, S3Uri::parse(location), known.size, known.etag);
+}
+
+void Storage::read_all(const std::string& location, std::vector<uint8_t>& out,
+                       const std::string& etag) {
+  if (!is_s3(location)) return read_file(location, out);
+  const S3Uri uri = S3Uri::parse(location);
+  GetOptions g;
+  g.if_match = etag;
+  const GetResult r = s3().get_object(uri.bucket, uri.key, g);
+  out.assign(r.data.begin(), r.data.end());
+}
+
+std::vector<Listed> Storage::list(const std::string& folder) {
+  std::vector<Listed> out;
+  if (is_s3(folder)) {
+    const S3Uri uri = S3Uri::parse(folder);
+    const std::string prefix = with_slash(uri.key);
+    for (ObjectInfo& o : s3().list_objects(uri.bucket, prefix)) {
+      if (o.key.size() > prefix.size() && o.key.back() != '/') {
+        out.push_back({o.key.substr(prefix.size()), static_cast<int64_t>(o.size), o.etag});
+      }
+    }
+  } else {
+    std::error_code ec;
+    fs::recursive_directory_iterator it(folder, fs::directory_options::follow_directory_symlink,
+                                        ec);
+    for (fs::recursive_directory_iterator end; !ec && it != end; it.increment(ec)) {
+      if (it->is_directory(ec)) continue;
+      out.push_back({it->path().lexically_relative(folder).string(),
+                     static_cast<int64_t>(it->file_size(ec)), ""});
+    }
+    if (ec) throw DataError(cat("cannot list '", folder, "': ", ec.message()));
+  }
+  std::sort(out.begin(), out.end(),
+            [](const Listed& a, const Listed& b) { return a.name < b.name; });
+  return out;
+}
+
+void Storage::write_all(const std::string& location, const void* data, size_t size) {
+  if (is_s3(location)) {
+    const S3Uri uri = S3Uri::parse(location);
+    s3().put_object(uri.bucket, uri.key, std::string_view(static_cast<const char*>(data), size));
+    return;
+  }
+  const std::string tmp = location + ".tmp";
+  {
+    File f = File::create(tmp);
+    f.write_all(data, size);
+  }
+  if (std::rename(tmp.c_str(), location.c_str()) != 0) {
+    throw DataError(cat("cannot rename '", tmp, "' to '", location, "'"));
+  }
+}
+
+void Storage::make_dirs(const std::string& location) {
+  if (!is_s3(location)) image::make_dirs(location);
+}
+
+void ReadAhead::pread_exact(void* dst, size_t length, int64_t offset) const {
+  auto* p = static_cast<uint8_t*>(dst);
+  while (length > 0) {
+    if (at_ < 0 || offset < at_ || offset >= at_ + static_cast<int64_t>(buffer_.size())) {
+      at_ = offset / block_ * block_;
+      const int64_t n = std::min(block_, inner_.size() - at_);
+      if (n <= 0) {
+        throw DataError(cat("'", inner_.path(), "' ends early: ", length,
+                            " bytes missing at offset ", offset, " (truncated?)"));
+      }
+      buffer_.resize(static_cast<size_t>(n));
+      inner_.pread_exact(buffer_.data(), buffer_.size(), at_);
+    }
+    const size_t from = static_cast<size_t>(offset - at_);
+    const size_t take = std::min(length, buffer_.size() - from);
+    std::memcpy(p, buffer_.data() + from, take);
+    p += take, length -= take, offset += static_cast<int64_t>(take);
+  }
+}
+
+}  // namespace dtrain::image

@@ -1,0 +1,83 @@
+#pragma once
+// Where datasets live: local paths or s3://bucket/prefix, behind one small
+// interface so every image source reads both (Note [Data locations]).
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "data/image/io.h"
+
+namespace dtrain {
+class S3Client;  // dtrain/object_store.h
+}
+
+namespace dtrain::image {
+
+/// One file or object of a listing, named relative to the listed folder.
+struct Listed {
+  std::string name;  // "n01440764/n01440764_10026.JPEG"
+  int64_t size = 0;
+  std::string etag;  // S3's, quoted; empty for local files
+};
+
+/// Opens, reads, lists and writes local paths and `s3://bucket/key`
+/// locations alike. Makes one S3Client (credentials, region and endpoint as
+/// AWS's SDKs resolve them, s3_options_from_env) on the first s3:// use and
+/// shares it with every ByteSource it opens. Thread-safe.
+class Storage {
+ public:
+  Storage();
+  ~Storage();
+  /// True for "s3://..."; false for a local path; InvalidArgument for any
+  /// other "scheme://" (S3Uri::is_s3_location).
+  static bool is_s3(const std::string& location);
+  /// A local directory, or an S3 prefix with at least one object under
+  /// "location/".
+  bool is_directory(const std::string& location);
+  /// Opens a file or object for ranged reads (S3: a HEAD for size and ETag;
+  /// every read then sends If-Match, so an object replaced while it is read
+  /// fails instead of mixing two versions).
+  std::unique_ptr<ByteSource> open(const std::string& location);
+  /// As open(), with the size and ETag a listing already gave.
+  std::unique_ptr<ByteSource> open(const std::string& location, const Listed& known);
+  /// The whole file or object; throws DataError naming it. A non-empty
+  /// `etag` (from a listing) is sent as If-Match.
+  void read_all(const std::string& location, std::vector<uint8_t>& out,
+                const std::string& etag = "");
+  /// Everything under the folder or prefix, recursively, sorted by name.
+  /// Throws DataError naming it when it cannot be listed.
+  std::vector<Listed> list(const std::string& folder);
+  /// Writes a whole file (temporary name, then rename) or object (one PUT,
+  /// multipart when large; a reader never sees part of it).
+  void write_all(const std::string& location, const void* data, size_t size);
+  /// Creates a local directory and its parents; nothing for S3 (no folders).
+  void make_dirs(const std::string& location);
+
+ private:
+  S3Client& s3();
+  std::mutex mu_;
+  std::shared_ptr<S3Client> s3_;
+};
+
+/// A ByteSource read front to back in large blocks (for indexing a remote
+/// shard's tar headers with a few big GETs instead of one per header). Not
+/// thread-safe; reads outside the current block fetch the block holding them.
+class ReadAhead : public ByteSource {
+ public:
+  ReadAhead(const ByteSource& inner, int64_t block_bytes = int64_t{8} << 20)
+      : inner_(inner), block_(block_bytes) {}
+  int64_t size() const override { return inner_.size(); }
+  void pread_exact(void* dst, size_t length, int64_t offset) const override;
+  const std::string& path() const override { return inner_.path(); }
+
+ private:
+  const ByteSource& inner_;
+  int64_t block_;
+  mutable int64_t at_ = -1;
+  mutable std::vector<uint8_t> buffer_;
+};
+
+}  // namespace dtrain::image

@@ -1,0 +1,173 @@
+// Datasets in S3 (Note [Data locations]): moto's server on loopback holds
+// them, boto3 uploads them and reads back what dtrain writes, and the
+// training and evaluation batches from s3:// -- decoded, augmented, in the
+// sampler's order -- must equal those from local disk bit for bit (so a
+// training run's losses are the same).
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include <ATen/ATen.h>
+
+#include "dtrain/comm.h"
+#include "dtrain/data.h"
+#include "dtrain/errors.h"
+#include "dtrain/image.h"
+#include "image_fixtures.h"
+#include "objstore/peer.h"
+
+namespace dtrain {
+namespace {
+
+using nlohmann::json;
+using testing::TempDir;
+
+// Uploads every file under `local` to s3://bucket/<prefix>/<relative path>.
+void upload(const testing::MotoServer& moto, const std::string& bucket, const std::string& local,
+            const std::string& prefix) {
+  json files = json::object();
+  for (const auto& e : std::filesystem::recursive_directory_iterator(local)) {
+    if (!e.is_regular_file()) continue;
+    const std::vector<uint8_t> bytes = testing::read_bytes(e.path().string());
+    static const char* digits = "0123456789abcdef";
+    std::string hex;
+    for (uint8_t b : bytes) hex += {digits[b >> 4], digits[b & 15]};
+    files[prefix + "/" + e.path().lexically_relative(local).string()] = hex;
+  }
+  moto.peer("put", bucket, {}, files);
+}
+
+class S3Data : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    const std::string venv = testing::s3_test_venv();
+    if (venv.empty()) return;
+    moto_ = std::make_unique<testing::MotoServer>(venv);
+    if (!moto_->failure.empty()) return;
+    // Storage reads AWS's variables, as the SDKs do.
+    ::setenv("AWS_ENDPOINT_URL", moto_->endpoint.c_str(), 1);
+    ::setenv("AWS_ACCESS_KEY_ID", moto_->key.c_str(), 1);
+    ::setenv("AWS_SECRET_ACCESS_KEY", moto_->secret.c_str(), 1);
+    ::setenv("AWS_REGION", "us-east-1", 1);
+    ::setenv("AWS_EC2_METADATA_DISABLED", "true", 1);
+    dir_ = std::make_unique<TempDir>();
+    testing::make_image_folder(*dir_ / "folder/train", {"ant", "bee", "cat"}, 6);
+    testing::make_image_folder(*dir_ / "folder/val", {"ant", "bee", "cat"}, 2);
+    upload(*moto_, "data", *dir_ / "folder", "folder");
+  }
+  static void TearDownTestSuite() {
+    moto_.reset();
+    dir_.reset();
+  }
+  void SetUp() override {
+    if (!moto_) GTEST_SKIP() << testing::kNoVenv;
+    ASSERT_TRUE(moto_->failure.empty()) << moto_->failure;
+  }
+
+  // Every batch of two epochs of both splits, 2 ranks of batch 4, 2 loader threads.
+  static std::vector<at::Tensor> batches(const std::string& dataset, const std::string& data_dir) {
+    std::vector<at::Tensor> out;
+    for (int rank = 0; rank < 2; ++rank) {
+      DatasetOptions o;
+      o.name = dataset;
+      o.data_dir = data_dir;
+      o.image_size = 28;
+      o.train = LoaderOptions().set_batch_size(4).set_seed(5).set_threads(2);
+      o.train.set_rank(rank).set_world_size(2);
+      o.test = LoaderOptions::evaluation().set_batch_size(4).set_rank(rank).set_world_size(2);
+      DatasetSplits s = open_dataset(o);
+      for (int64_t epoch : {0, 1}) {
+        for (Loader* l : {s.train.get(), s.test.get()}) {
+          l->set_epoch(epoch);
+          for (Batch& b : *l) {
+            out.push_back(b.inputs.clone());
+            out.push_back(b.targets.clone());
+          }
+        }
+      }
+    }
+    return out;
+  }
+
+  static void expect_equal(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(at::equal(a[i], b[i])) << "tensor " << i;
+  }
+
+  static inline std::unique_ptr<testing::MotoServer> moto_;
+  static inline std::unique_ptr<TempDir> dir_;
+};
+
+TEST_F(S3Data, AnImageFolderUploadedByBoto3GivesTheBatchesOfTheLocalCopy) {
+  const std::vector<at::Tensor> local = batches("imagefolder", *dir_ / "folder");
+  // 18 training images on 2 ranks of batch 4: 3 batches; 6 test images: 1 each.
+  ASSERT_EQ(local.size(), 2u * 2 * 2 * (3 + 1));
+  expect_equal(batches("imagefolder", "s3://data/folder"), local);
+}
+
+TEST_F(S3Data, DtrainPacksIntoS3AndThePackGivesTheLocalPacksBatches) {
+  PackOptions small;
+  small.shard_size_bytes = 8 << 10;  // several shards
+  for (const char* split : {"train", "val"}) {
+    pack_image_folder(*dir_ / "folder/" + split, *dir_ / "packed/" + split, small);
+    pack_image_folder(std::string("s3://data/folder/") + split,
+                      std::string("s3://data/packed/") + split, small);
+  }
+  // boto3 reads back the same bytes dtrain wrote locally.
+  const json keys = moto_->peer("list", "data", {"packed/train/"});
+  EXPECT_GT(keys.size(), 2u) << keys.dump();
+  for (const auto& key : keys) {
+    const std::string k = key;
+    const json got = moto_->peer("get", "data", {k});
+    const std::vector<uint8_t> mine =
+        testing::read_bytes(*dir_ / "packed/train/" + k.substr(k.rfind('/') + 1));
+    EXPECT_EQ(got["size"].get<size_t>(), mine.size()) << k;
+  }
+  expect_equal(batches("packed", "s3://data/packed"), batches("packed", *dir_ / "packed"));
+}
+
+TEST_F(S3Data, WebDatasetShardsInS3GiveTheBatchesOfTheLocalShards) {
+  const std::string script = DTRAIN_SOURCE_DIR "/tests/data/scripts/make_webdataset.py";
+  for (const char* split : {"train", "val"}) {
+    const testing::ShellRun run =
+        testing::run_shell("/usr/bin/python3 " + script + " " + *dir_ / "folder/" + split + " " +
+                           *dir_ / "wds/" + split + " 4 2>&1");
+    ASSERT_EQ(run.code, 0) << run.output;
+  }
+  upload(*moto_, "data", *dir_ / "wds", "wds");
+  for (const std::string& spec :
+       {std::string("s3://data/wds"),
+        std::string("s3://data/wds/train/shards-{000000..000004}.tar::s3://data/wds/"
+                    "val/shards-{000000,000001}.tar")}) {
+    SCOPED_TRACE(spec);
+    expect_equal(batches("webdataset", spec), batches("webdataset", *dir_ / "wds"));
+  }
+}
+
+TEST_F(S3Data, BadLocationsAreOneLineErrorsNamingTheCause) {
+  auto error = [](const std::string& dataset, const std::string& dir) -> std::string {
+    try {
+      open_dataset(DatasetOptions().set_name(dataset).set_data_dir(dir), ProcessGroup());
+    } catch (const std::exception& e) {
+      return e.what();
+    }
+    return "no error";
+  };
+  const std::string no_bucket = error("imagefolder", "s3://");
+  EXPECT_NE(no_bucket.find("s3://"), std::string::npos) << no_bucket;
+  const std::string scheme = error("packed", "gs://bucket/x");
+  EXPECT_NE(scheme.find("gs://"), std::string::npos) << scheme;
+  const std::string empty = error("imagefolder", "s3://data/nothing-here");
+  EXPECT_NE(empty.find("s3://data/nothing-here"), std::string::npos) << empty;
+  const std::string bucket = error("imagefolder", "s3://no-such-bucket/x");
+  EXPECT_NE(bucket.find("no-such-bucket"), std::string::npos) << bucket;
+  for (const std::string& m : {no_bucket, scheme, empty, bucket}) {
+    EXPECT_EQ(m.find('\n'), std::string::npos) << m;
+  }
+}
+
+}  // namespace
+}  // namespace dtrain
