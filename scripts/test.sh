@@ -272,8 +272,8 @@ main() {
     fi
   fi
 
-  # Hardening (docs/testing.md): each bounded by `timeout` at twice its
-  # budget, so a hang fails the stage instead of CI.
+  # Hardening (docs/testing.md has the budgets): each bounded by `timeout`
+  # (30 and 20 minutes), so a hang fails the stage instead of CI.
   if [[ " $TEST_STAGES " == *" sanitize "* ]]; then
     run_stage "sanitize (ASan+UBSan, torch-free unit)" "$LOG_DIR/sanitize.log" \
       timeout --kill-after=30 1800 bash scripts/sanitize.sh --ci
