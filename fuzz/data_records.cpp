@@ -70,14 +70,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         // The header's dimensions, as the file states them.
         const int dims = static_cast<uint8_t>(body[3]);
         if (t.dim() != dims) fail("read_idx returned another number of dimensions");
-        int64_t numel = 1;
+        // 128 bits: four sides of up to 2^32 overflow int64_t (a 0 side makes
+        // such a shape valid and empty).
+        unsigned __int128 numel = 1;
         for (int d = 0; d < dims; ++d) {
           const auto* p = reinterpret_cast<const uint8_t*>(body.data()) + 4 + 4 * d;
           const int64_t n = (int64_t{p[0]} << 24) | (p[1] << 16) | (p[2] << 8) | p[3];
           if (t.size(d) != n) fail("read_idx returned another shape than the header's");
           numel *= n;
         }
-        if (static_cast<int64_t>(body.size()) != 4 + 4 * dims + numel) {
+        if (body.size() != 4 + 4 * static_cast<unsigned __int128>(dims) + numel) {
           fail("read_idx accepted a payload of the wrong size");
         }
       }

@@ -10,7 +10,7 @@
 #include <string_view>
 
 #include "fuzz/fuzz_util.h"
-#include "ps/protocol.h"
+#include "ps/wire/protocol.h"
 
 using namespace dtrain::ps;
 

@@ -6,7 +6,13 @@
 #      CUDA toolkit is, so every CUDA and NCCL path compiles and links, else
 #      the wheel's CPU library -- and EVERY test on it (ctest);
 #   2. the 1.13 build, Debian's LibTorch (DTRAIN_TORCH=system, in
-#      build-1.13/), only the unit tests and what they run, and `ctest -L unit`.
+#      build-1.13/), only the unit tests and what they run, and `ctest -L unit`;
+# then the hardening stages (docs/testing.md has each stage's time budget):
+#   3. sanitize: the torch-free unit tests of the parsers and the core library
+#      under ASan+UBSan (scripts/sanitize.sh --ci, build-asan/);
+#   4. fuzz: a bounded run of the torch-free libFuzzer targets
+#      (scripts/fuzz.sh, clang-14, build-fuzz/); a crash, leak or sanitizer
+#      report fails it.
 # Every stage runs even when an earlier test stage failed, so one run reports
 # everything; the exit status is non-zero when any stage failed, and the last
 # lines are a summary with ctest's result lines. Without the CUDA toolkit the
@@ -19,7 +25,8 @@
 #   DTRAIN_JOBS           ctest/build parallelism (default 2 for ctest, nproc to build)
 #   DTRAIN_BUILD_DIR      the 2.11 build (default <repo>/build)
 #   DTRAIN_SYSTEM_BUILD_DIR  the 1.13 build (default <repo>/build-1.13)
-#   DTRAIN_TEST_STAGES    which builds, of "wheel system" (default both)
+#   DTRAIN_TEST_STAGES    which stages, of "wheel system sanitize fuzz" (default all)
+#   DTRAIN_FUZZ_SECONDS   mutation time per fuzz target in the fuzz stage (default 20)
 #   CI=true               the 2.11 build must be the CUDA build (no fallback)
 #   DTRAIN_TORCH_*, DTRAIN_CUDA_HOME  passed on to scripts/torch-wheel.sh
 #   DTRAIN_SKIP_PEER_TORCH=1  do not make the PyTorch 2.x Python peer (its tests skip)
@@ -33,7 +40,11 @@ readonly TEST_TIMEOUT="${DTRAIN_TEST_TIMEOUT:-300}"
 readonly CTEST_JOBS="${DTRAIN_JOBS:-2}"
 readonly BUILD_DIR="${DTRAIN_BUILD_DIR:-${REPO_ROOT}/build}"
 readonly SYSTEM_BUILD_DIR="${DTRAIN_SYSTEM_BUILD_DIR:-${REPO_ROOT}/build-1.13}"
-readonly TEST_STAGES="${DTRAIN_TEST_STAGES:-wheel system}"
+readonly TEST_STAGES="${DTRAIN_TEST_STAGES:-wheel system sanitize fuzz}"
+readonly FUZZ_SECONDS="${DTRAIN_FUZZ_SECONDS:-20}"
+# The fuzz stage's targets: the torch-free ones (the image, record and
+# LibTorch-reader targets need the ATen build; scripts/fuzz.sh runs them).
+readonly CI_FUZZ_TARGETS="ps_meta etcd_http etcd_json rdzv_state error_file torch_save s3_xml"
 readonly CUDA_HOME="${DTRAIN_CUDA_HOME:-/usr/local/cuda}"
 
 LOG_DIR=""
@@ -259,6 +270,18 @@ main() {
     else
       skip_stage "ctest -L unit (LibTorch 1.13)" "build failed"
     fi
+  fi
+
+  # Hardening (docs/testing.md has the budgets): each bounded by `timeout`
+  # (30 and 20 minutes), so a hang fails the stage instead of CI.
+  if [[ " $TEST_STAGES " == *" sanitize "* ]]; then
+    run_stage "sanitize (ASan+UBSan, torch-free unit)" "$LOG_DIR/sanitize.log" \
+      timeout --kill-after=30 1800 bash scripts/sanitize.sh --ci
+  fi
+  if [[ " $TEST_STAGES " == *" fuzz "* ]]; then
+    # shellcheck disable=SC2086 # the list is words
+    run_stage "fuzz (${FUZZ_SECONDS} s per target)" "$LOG_DIR/fuzz.log" \
+      timeout --kill-after=30 1200 bash scripts/fuzz.sh -t "$FUZZ_SECONDS" $CI_FUZZ_TARGETS
   fi
   print_summary
   return "$FAILED"

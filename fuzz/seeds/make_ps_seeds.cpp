@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "ps/protocol.h"
-#include "ps/server.h"
+#include "ps/server/server.h"
+#include "ps/wire/protocol.h"
 
 using namespace dtrain::ps;
 

@@ -5,8 +5,10 @@
 
 #include <cerrno>
 #include <cmath>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <string_view>
 #include <type_traits>
 
@@ -40,7 +42,22 @@ T field_or(const json& object, const char* key, T fallback) {
   if constexpr (std::is_same_v<T, std::string>) {
     return it->is_string() ? it->template get<std::string>() : fallback;
   } else {
-    return it->is_number() ? it->template get<T>() : fallback;
+    // Only a whole number T can hold: nlohmann's get<int>() of 1e78 is a
+    // float-to-int conversion out of range (undefined behaviour; found by
+    // fuzz/error_file.cpp), and of 2^40 a silent truncation.
+    static_assert(std::is_integral_v<T>);
+    if (it->is_number_unsigned()) {
+      const auto v = it->template get<uint64_t>();
+      return v <= static_cast<uint64_t>(std::numeric_limits<T>::max()) ? static_cast<T>(v)
+                                                                       : fallback;
+    }
+    if (it->is_number_integer()) {
+      const auto v = it->template get<int64_t>();
+      return v >= std::numeric_limits<T>::min() && v <= std::numeric_limits<T>::max()
+                 ? static_cast<T>(v)
+                 : fallback;
+    }
+    return fallback;
   }
 }
 
@@ -57,17 +74,22 @@ ErrorRecord from_dtrain(const json& d, const ErrorRecord& torch_view) {
   return r;
 }
 
+// torchelastic's string of whole seconds; "0" for a time no long long holds
+// (NaN, infinities, beyond year 292 billion: the cast would be undefined).
+std::string whole_seconds(double t) {
+  const double floor_t = std::floor(t);
+  if (!(floor_t >= -9.2e18 && floor_t <= 9.2e18)) return "0";
+  return std::to_string(static_cast<long long>(floor_t));
+}
+
 }  // namespace
 
 std::string to_json(const ErrorRecord& r) {
   const std::string torch_message =
       r.error_type.empty() ? r.message : cat(r.error_type, ": ", r.message);
   json j;
-  j["message"] = {
-      {"message", torch_message},
-      {"extraInfo",
-       {{"py_callstack", ""},
-        {"timestamp", std::to_string(static_cast<long long>(std::floor(r.timestamp)))}}}};
+  j["message"] = {{"message", torch_message},
+                  {"extraInfo", {{"py_callstack", ""}, {"timestamp", whole_seconds(r.timestamp)}}}};
   j["dtrain"] = {{"rank", r.rank},
                  {"local_rank", r.local_rank},
                  {"host", r.host},

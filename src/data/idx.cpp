@@ -87,17 +87,21 @@ at::Tensor read_idx(const std::string& path) {
   }
   std::vector<int64_t> shape(ndim);
   size_t count = 1;
+  bool overflow = false;  // four sides of 2^32 wrap a size_t: never "equal" by accident
   for (size_t d = 0; d < ndim; ++d) {
     shape[d] = big_endian_u32(&data[4 + 4 * d]);
-    count *= static_cast<size_t>(shape[d]);
+    overflow |= __builtin_mul_overflow(count, static_cast<size_t>(shape[d]), &count);
   }
-  if (data.size() - header != count) {
+  if (overflow || data.size() - header != count) {
     throw DataError(cat("'", path, "' holds ", data.size() - header,
-                        " bytes of data but its header announces ", count,
+                        " bytes of data but its header announces ",
+                        overflow ? std::string("over 2^64") : std::to_string(count),
                         " (truncated or corrupt file)"));
   }
   at::Tensor out = at::empty(shape, at::kByte);
-  std::memcpy(out.data_ptr<uint8_t>(), data.data() + header, count);
+  // An empty tensor's data_ptr() is null, and memcpy(nullptr, _, 0) is
+  // undefined (UBSan; found by the long fuzz run of fuzz/data_records.cpp).
+  if (count > 0) std::memcpy(out.data_ptr<uint8_t>(), data.data() + header, count);
   return out;
 }
 

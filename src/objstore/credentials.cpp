@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "common/fd.h"
+#include "common/printable.h"
 #include "common/strings.h"
 #include "objstore/xml.h"
 
@@ -185,7 +186,10 @@ HttpResponse checked(HttpTransport& http, const HttpRequest& request, const std:
     std::string message;
     if (auto xml = parse_xml(response.body)) {
       const XmlElement* error = xml->name == "Error" ? &*xml : xml->child("Error");
-      if (error) message = cat(" ", error->child_text("Code"), ": ", error->child_text("Message"));
+      if (error) {
+        message = cat(" ", printable(error->child_text("Code")), ": ",
+                      printable(error->child_text("Message"), 200));
+      }
     }
     throw ObjectStoreError(cat(what, ": HTTP ", response.status, " from ", request.url, message,
                                "; fix: check the role, token and endpoint"),

@@ -1,3 +1,4 @@
+#include "common/printable.h"
 #include "common/strings.h"
 #include "objstore/s3_request.h"
 #include "objstore/xml.h"
@@ -80,8 +81,9 @@ PutResult multipart_upload(S3Client::Impl& client, const std::string& bucket,
     auto xml = parse_xml(response.body);
     if (xml && xml->name == "Error") {
       throw ObjectStoreError(
-          cat("S3 CompleteMultipartUpload s3://", bucket, "/", key, ": ", xml->child_text("Code"),
-              ": ", xml->child_text("Message"), "; fix: retry the upload"),
+          cat("S3 CompleteMultipartUpload s3://", bucket, "/", key, ": ",
+              printable(xml->child_text("Code")), ": ", printable(xml->child_text("Message"), 200),
+              "; fix: retry the upload"),
           response.status, xml->child_text("Code"), bucket, key);
     }
     std::string etag = xml ? xml->child_text("ETag") : "";

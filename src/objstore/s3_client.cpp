@@ -1,5 +1,6 @@
 #include <algorithm>
 
+#include "common/printable.h"
 #include "common/strings.h"
 #include "objstore/s3_request.h"
 #include "objstore/sigv4.h"
@@ -18,8 +19,8 @@ namespace {
   const std::string type = response.header("content-type");
   throw ObjectStoreError(
       cat("S3 ", call.operation, " s3://", call.bucket, "/", call.key, ": HTTP ", response.status,
-          " from ", objstore::effective_endpoint(options), " with ", type.empty() ? "a body" : type,
-          " that is not S3's ", expected,
+          " from ", objstore::effective_endpoint(options), " with ",
+          type.empty() ? "a body" : printable(type), " that is not S3's ", expected,
           ", so it is not an S3 endpoint; fix: point AWS_ENDPOINT_URL_S3 (or AWS_ENDPOINT_URL) at "
           "an S3 API"),
       response.status, "", call.bucket, call.key);
@@ -31,18 +32,28 @@ XmlElement parse_or_throw(const S3Options& options, const S3Call& call,
   if (!xml) not_s3(options, call, response, root);
   if (xml->name == "Error") {
     // S3 may answer 200 and fail in the body (CompleteMultipartUpload).
-    throw ObjectStoreError(cat("S3 ", call.operation, " s3://", call.bucket, "/", call.key,
-                               ": HTTP ", response.status, " ", xml->child_text("Code"), ": ",
-                               xml->child_text("Message"), "; fix: retry the upload"),
-                           response.status, xml->child_text("Code"), call.bucket, call.key);
+    throw ObjectStoreError(
+        cat("S3 ", call.operation, " s3://", call.bucket, "/", call.key, ": HTTP ", response.status,
+            " ", printable(xml->child_text("Code")), ": ",
+            printable(xml->child_text("Message"), 200), "; fix: retry the upload"),
+        response.status, xml->child_text("Code"), call.bucket, call.key);
   }
   if (xml->name != root) not_s3(options, call, response, root);
   return std::move(*xml);
 }
 
-uint64_t to_u64(const std::string& text) {
+// Note [Sizes S3 sends]
+// A listing's <Size>, a HEAD's Content-Length and a 206's Content-Range total
+// are byte counts: anything else (empty, signed, junk after the digits) is not
+// S3's answer and is refused, never read as 0 (a silent wrong size).
+uint64_t byte_count(const S3Options& options, const S3Call& call, const HttpResponse& response,
+                    const std::string& text, const char* what) {
   long long value = 0;
-  return parse_int(text, &value) && value >= 0 ? static_cast<uint64_t>(value) : 0;
+  if (text.empty() || text[0] < '0' || text[0] > '9' || !parse_int(text, &value) || value < 0) {
+    not_s3(options, call, response,
+           cat("answer: ", what, " '", printable(text), "' is not a byte count").c_str());
+  }
+  return static_cast<uint64_t>(value);
 }
 
 }  // namespace
@@ -87,9 +98,10 @@ ListPage S3Client::list_objects_page(const std::string& bucket, const std::strin
   };
   ListPage page;
   for (const XmlElement* contents : xml.all("Contents")) {
-    page.objects.push_back({decode(contents->child_text("Key")),
-                            to_u64(contents->child_text("Size")), contents->child_text("ETag"),
-                            contents->child_text("LastModified")});
+    page.objects.push_back(
+        {decode(contents->child_text("Key")),
+         byte_count(impl_->options, call, response, contents->child_text("Size"), "<Size>"),
+         contents->child_text("ETag"), contents->child_text("LastModified")});
   }
   for (const XmlElement* common : xml.all("CommonPrefixes")) {
     page.common_prefixes.push_back(decode(common->child_text("Prefix")));
@@ -112,7 +124,7 @@ std::vector<ObjectInfo> S3Client::list_objects(const std::string& bucket, const 
     std::move(page.objects.begin(), page.objects.end(), std::back_inserter(all));
     if (!page.next_continuation_token.empty() && page.next_continuation_token == token) {
       throw ObjectStoreError(cat("S3 ListObjectsV2 s3://", bucket, "/", prefix,
-                                 ": the store repeated continuation token '", token,
+                                 ": the store repeated continuation token '", printable(token),
                                  "'; fix: the endpoint is not a conforming S3 API"),
                              200, "", bucket, prefix);
     }
@@ -122,9 +134,12 @@ std::vector<ObjectInfo> S3Client::list_objects(const std::string& bucket, const 
 }
 
 ObjectInfo S3Client::head_object(const std::string& bucket, const std::string& key) {
-  HttpResponse response = impl_->execute({"HeadObject", "HEAD", bucket, key});
-  return {key, to_u64(response.header("content-length")), response.header("etag"),
-          response.header("last-modified")};
+  const S3Call call{"HeadObject", "HEAD", bucket, key};
+  HttpResponse response = impl_->execute(call);
+  return {key,
+          byte_count(impl_->options, call, response, response.header("content-length"),
+                     "Content-Length"),
+          response.header("etag"), response.header("last-modified")};
 }
 
 GetResult S3Client::get_object(const std::string& bucket, const std::string& key,
@@ -146,14 +161,16 @@ GetResult S3Client::get_object(const std::string& bucket, const std::string& key
   if (!options.if_match.empty() && !result.etag.empty() && result.etag != options.if_match) {
     throw PreconditionFailedError(
         cat("S3 GetObject s3://", bucket, "/", key, ": HTTP ", response.status, ": the object was ",
-            "replaced while it was being read (ETag ", result.etag, ", expected ", options.if_match,
-            "); fix: rerun against data that is not rewritten during training"),
+            "replaced while it was being read (ETag ", printable(result.etag), ", expected ",
+            options.if_match, "); fix: rerun against data that is not rewritten during training"),
         response.status, "ETagChanged", bucket, key);
   }
   if (response.status == 206) {
     const std::string range = response.header("content-range");  // "bytes 0-9/1234"
     auto slash = range.rfind('/');
-    result.object_size = slash == std::string::npos ? 0 : to_u64(range.substr(slash + 1));
+    result.object_size = byte_count(impl_->options, call, response,
+                                    slash == std::string::npos ? range : range.substr(slash + 1),
+                                    "Content-Range's total");
     const uint64_t left =
         result.object_size > options.offset ? result.object_size - options.offset : 0;
     const uint64_t expected = std::min(options.length.value_or(left), left);

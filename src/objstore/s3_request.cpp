@@ -4,6 +4,7 @@
 #include <random>
 #include <thread>
 
+#include "common/printable.h"
 #include "common/strings.h"
 #include "objstore/xml.h"
 
@@ -132,24 +133,25 @@ std::string mask_key(const std::string& key_id) {
     message = xml->child_text("Message");
   }
   const std::string where = cat("S3 ", call.operation, " ", location(call), ": HTTP ",
-                                response.status, code.empty() ? "" : " " + code);
+                                response.status, code.empty() ? "" : " " + printable(code));
   const std::string endpoint = effective_endpoint(options);
   const std::string bucket_region = response.header("x-amz-bucket-region");
   if (response.status == 301 || response.status == 307 ||
       (response.status == 400 && !bucket_region.empty() && bucket_region != options.region) ||
       code == "AuthorizationHeaderMalformed" || code == "PermanentRedirect") {
-    throw WrongRegionError(cat(where, ": bucket '", call.bucket, "' is in region ",
-                               bucket_region.empty() ? "another region" : bucket_region, ", not ",
-                               options.region, "; fix: set AWS_REGION=",
-                               bucket_region.empty() ? "<the bucket's region>" : bucket_region),
-                           response.status, code, call.bucket, call.key, bucket_region);
+    throw WrongRegionError(
+        cat(where, ": bucket '", call.bucket, "' is in region ",
+            bucket_region.empty() ? "another region" : printable(bucket_region), ", not ",
+            options.region, "; fix: set AWS_REGION=",
+            bucket_region.empty() ? "<the bucket's region>" : printable(bucket_region)),
+        response.status, code, call.bucket, call.key, bucket_region);
   }
   const bool s3_body = xml && xml->name == "Error";
   if (!s3_body && response.status != 404 && response.status != 403 && response.status != 412 &&
       !response.body.empty()) {
     const std::string type = response.header("content-type");
     throw ObjectStoreError(
-        cat(where, ": ", endpoint, " answered with ", type.empty() ? "a body" : type,
+        cat(where, ": ", endpoint, " answered with ", type.empty() ? "a body" : printable(type),
             " that is not S3's XML, so it is not an S3 endpoint",
             "; fix: point AWS_ENDPOINT_URL_S3 (or AWS_ENDPOINT_URL) at an S3 API"),
         response.status, code, call.bucket, call.key);
@@ -192,9 +194,10 @@ std::string mask_key(const std::string& key_id) {
     default:
       break;
   }
-  throw ObjectStoreError(cat(where, message.empty() ? "" : ": " + message,
-                             "; fix: see S3's error code ", code.empty() ? "(none)" : code),
-                         response.status, code, call.bucket, call.key);
+  throw ObjectStoreError(
+      cat(where, message.empty() ? "" : ": " + printable(message, 200),
+          "; fix: see S3's error code ", code.empty() ? "(none)" : printable(code)),
+      response.status, code, call.bucket, call.key);
 }
 
 std::chrono::milliseconds backoff(const S3Options& options, int retry, std::mt19937_64& rng) {
@@ -249,7 +252,7 @@ HttpResponse S3Client::Impl::execute(const S3Call& call, int* attempts_used) {
         if (objstore::retryable_status(response.status, code)) {
           throw ObjectStoreError(
               cat("S3 ", call.operation, " ", objstore::location(call), ": HTTP ", response.status,
-                  code.empty() ? "" : " " + code, " after ", attempt,
+                  code.empty() ? "" : " " + printable(code), " after ", attempt,
                   " attempts; fix: the store is overloaded or failing: retry later, or raise "
                   "S3Options::max_attempts"),
               response.status, code, call.bucket, call.key);

@@ -145,5 +145,22 @@ TEST_F(ErrorFile, UnwritablePathReturnsFalseWithoutThrowing) {
   EXPECT_FALSE(write_error_file(dir_.string(), sample())) << "a directory is not a file";
 }
 
+// Found by the long run of fuzz/error_file.cpp (fuzz/corpus/error_file/regression-*):
+// both were conversions out of range, undefined behaviour under UBSan.
+TEST_F(ErrorFile, NumbersNoIntHoldsAreReadAsUnknownAndHugeTimesWriteAsZero) {
+  write(dir_ / "big.json",
+        R"j({"message": "m", "dtrain": {"message": "m", "rank": 1e78, "local_rank": 4294967296,
+             "pid": 2.5, "timestamp": 1.7957e45}})j");
+  auto r = read_error_file((dir_ / "big.json").string());
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->rank, -1);
+  EXPECT_EQ(r->local_rank, -1);
+  EXPECT_EQ(r->pid, 0);
+  EXPECT_EQ(r->timestamp, 1.7957e45);
+  const json j = json::parse(to_json(*r));
+  EXPECT_EQ(j["message"]["extraInfo"]["timestamp"], "0");
+  EXPECT_EQ(j["dtrain"]["timestamp"], 1.7957e45);
+}
+
 }  // namespace
 }  // namespace dtrain::detail

@@ -235,5 +235,33 @@ TEST(S3Faults, ListingsFollowContinuationTokensAndDecodeUrlEncodedKeys) {
       << f.http->requests[1];
 }
 
+// Found by fuzz/s3_xml.cpp (fuzz/corpus/s3_xml/regression-size-not-a-number).
+TEST(S3Faults, ASizeThatIsNotAByteCountIsRefusedNotReadAsZero) {
+  Fixture f;
+  f.http->then_status(200,
+                      "<ListBucketResult><IsTruncated>false</IsTruncated><Contents><Key>k</Key>"
+                      "<Size>105$</Size></Contents></ListBucketResult>");
+  std::string m = message_of<ObjectStoreError>([&] { f.client->list_objects("b", "p"); });
+  EXPECT_NE(m.find("<Size> '105$' is not a byte count"), std::string::npos) << m;
+  f.http->then_status(200, "", {{"content-length", "-1"}});
+  m = message_of<ObjectStoreError>([&] { f.client->head_object("b", "k"); });
+  EXPECT_NE(m.find("Content-Length '-1' is not a byte count"), std::string::npos) << m;
+  f.http->then_status(206, "", {{"content-range", "bytes 0-9/*"}});
+  GetOptions range;
+  range.length = 10;
+  m = message_of<ObjectStoreError>([&] { f.client->get_object("b", "k", range); });
+  EXPECT_NE(m.find("Content-Range's total '*' is not a byte count"), std::string::npos) << m;
+}
+
+TEST(S3Faults, ControlBytesInS3sErrorAreQuotedSoTheMessageStaysOneLine) {
+  Fixture f(1);
+  f.http->then_status(400, s3_error("Bad\nCode", "line 1\nline 2"),
+                      {{"content-type", "application/xml"}});
+  std::string m = message_of<ObjectStoreError>([&] { f.client->get_object("b", "k"); });
+  EXPECT_EQ(m.find('\n'), std::string::npos) << m;
+  EXPECT_NE(m.find("line 1\\x0aline 2"), std::string::npos) << m;
+  EXPECT_NE(m.find("fix: see S3's error code Bad\\x0aCode"), std::string::npos) << m;
+}
+
 }  // namespace
 }  // namespace dtrain::objstore

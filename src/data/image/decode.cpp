@@ -27,6 +27,14 @@ namespace {
 
 // Larger sides are taken for corrupt headers (PIL refuses such "decompression bombs" too).
 constexpr uint32_t kMaxSide = 1u << 16;
+// Note [Pixel limit]: the sides alone allow 65536 x 65536 (12.9 GB of RGB),
+// which a 60-byte PNG header claims and the decoder then allocates before
+// reading a pixel (found by the long fuzz run of fuzz/image_decode.cpp). PIL
+// raises DecompressionBombError above 2 * Image.MAX_IMAGE_PIXELS; the same
+// bound here is 537 MB of RGB, far above any training image.
+constexpr uint64_t kMaxPixels = 2 * 89478485ull;
+
+bool too_many_pixels(uint64_t width, uint64_t height) { return width * height > kMaxPixels; }
 constexpr uint8_t kPngMagic[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
 
 bool is_jpeg(const uint8_t* data, size_t size) {
@@ -72,6 +80,10 @@ JpegHeader jpeg_header(tjhandle tj, const uint8_t* data, size_t size) {
   if (h.width < 1 || h.height < 1 || static_cast<uint32_t>(h.width) > kMaxSide ||
       static_cast<uint32_t>(h.height) > kMaxSide) {
     throw DataError(cat("corrupt JPEG header: size ", h.width, "x", h.height));
+  }
+  if (too_many_pixels(h.width, h.height)) {
+    throw DataError(cat("JPEG of ", h.width, "x", h.height, " pixels is above the limit of ",
+                        kMaxPixels, " (PIL's decompression-bomb limit)"));
   }
   return h;
 }
@@ -247,6 +259,9 @@ bool decode_png_unsafe(png_structp png, png_infop info, PngCursor* cursor, Image
   png_set_read_fn(png, cursor, &png_read_from_memory);
   png_set_user_limits(png, kMaxSide, kMaxSide);
   png_read_info(png, info);
+  if (too_many_pixels(png_get_image_width(png, info), png_get_image_height(png, info))) {
+    png_error(png, "more pixels than the limit of 178956970 (PIL's decompression-bomb limit)");
+  }
   const png_byte color = png_get_color_type(png, info);
   const png_byte depth = png_get_bit_depth(png, info);
   if (color == PNG_COLOR_TYPE_PALETTE) png_set_palette_to_rgb(png);
@@ -302,6 +317,10 @@ ImageInfo probe_image(const uint8_t* data, size_t size) {
     const uint32_t w = big_endian32(data + 16), h = big_endian32(data + 20);
     if (w == 0 || h == 0 || w > kMaxSide || h > kMaxSide) {
       throw DataError(cat("corrupt PNG header: size ", w, "x", h));
+    }
+    if (too_many_pixels(w, h)) {
+      throw DataError(cat("PNG of ", w, "x", h, " pixels is above the limit of ", kMaxPixels,
+                          " (PIL's decompression-bomb limit)"));
     }
     return {ImageFormat::kPng, static_cast<int>(w), static_cast<int>(h)};
   }

@@ -119,7 +119,7 @@ json EtcdClient::call(const std::string& method, const json& request, const std:
     std::string message = error.is_string() ? error.get<std::string>() : error.dump();
     int64_t code = int_field(reply, "code", describe());
     if (error.is_object()) {
-      message = error.value("message", message);
+      if (auto m = error.find("message"); m != error.end() && m->is_string()) message = *m;
       code = int_field(error, "grpc_code", describe());
     }
     if (code == 5 && not_found != nullptr) {  // gRPC NotFound
@@ -177,10 +177,19 @@ bool EtcdClient::compare_and_put(const std::string& key, const std::optional<std
       {"failure", json::array({{{"request_range", {{"key", key64}}}}})}};
   std::string what = cat("compare-and-set of key '", key, "'");
   json reply = call("kv/txn", request, what);
-  if (reply.value("succeeded", false)) return true;  // omitted when false
+  // Note: json::value() throws nlohmann's type_error on a field of another
+  // type; an etcd reply is outside bytes (fuzz/etcd_json.cpp found a
+  // "succeeded" that was an array), so the types are checked here.
+  const auto succeeded = reply.find("succeeded");  // omitted when false
+  if (succeeded != reply.end() && !succeeded->is_boolean()) {
+    throw StoreError(cat(describe(), ", ", what, ": malformed reply: ", reply.dump()));
+  }
+  if (succeeded != reply.end() && succeeded->get<bool>()) return true;
   if (current != nullptr) {
-    const json& responses = reply.value("responses", json::array());
-    if (responses.empty() || !responses.front().contains("response_range")) {
+    const auto found = reply.find("responses");
+    const json responses = found != reply.end() ? *found : json::array();
+    if (!responses.is_array() || responses.empty() ||
+        !responses.front().contains("response_range")) {
       throw StoreError(cat(describe(), ", ", what, ": reply lacks the range: ", reply.dump()));
     }
     *current = first_value(responses.front()["response_range"], cat(describe(), ", ", what));
