@@ -159,6 +159,21 @@ struct TrainOptions {
   /// group with kv_process_group and pass both); under dist_device_sync
   /// they are the nodes.
   std::optional<KVStoreType> kvstore;
+  /// What a failed peer costs (docs/live_recovery.md):
+  ///   kRestart  the default: a failure ends train() with a DistError; the
+  ///             launcher restarts the job, which resumes from checkpoint_dir;
+  ///   kLive     the ranks are members of a dtrain::LiveGroup (dtrain/live.h,
+  ///             LiveOptions::from_env of the process environment, as
+  ///             `dtrain run --recovery live` sets it): the survivors of a
+  ///             loss carry on in-process at the same step with the same
+  ///             global batch (WORLD_SIZE logical ranks), a replacement
+  ///             (DTRAIN_LIVE_JOIN=1) receives model, optimizer, loss
+  ///             scaler, position and step from a live member. Not with
+  ///             kvstore (InvalidArgument: the parameter server recovers by
+  ///             its own mechanism, docs/ps.md).
+  /// `dtrain train` sets kLive when DTRAIN_RECOVERY=live.
+  enum class Recovery { kRestart, kLive };
+  Recovery recovery = Recovery::kRestart;
   /// Where the optimizer runs under a kvstore: kWorker (the servers sum,
   /// every worker steps its own optimizer on the averaged gradient: any
   /// optimizer, schedule, clipping or AMP; results equal DDP's), kServer
@@ -295,6 +310,7 @@ struct TrainOptions {
   DTRAIN_SETTER(TrainOptions, progress_every_steps)
   DTRAIN_SETTER(TrainOptions, progress_every_seconds)
   DTRAIN_SETTER(TrainOptions, kvstore)
+  DTRAIN_SETTER(TrainOptions, recovery)
   DTRAIN_SETTER(TrainOptions, kvstore_optimizer)
   DTRAIN_SETTER(TrainOptions, kvstore_options)
   DTRAIN_SETTER(TrainOptions, kvstore_env)

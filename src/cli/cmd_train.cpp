@@ -138,6 +138,10 @@ int run_train(const TrainFlags& f) {
                  : stdout_is_terminal() ? TrainOptions::Progress::kInPlace
                                         : TrainOptions::Progress::kLines;
     o.kvstore = parse_kvstore_flag(f.kvstore);
+    // `dtrain run --recovery live` (dtrain/live.h's live_recovery_requested).
+    if (process_env()("DTRAIN_RECOVERY").value_or("") == "live") {
+      o.recovery = TrainOptions::Recovery::kLive;
+    }
     o.kvstore_optimizer = parse_kvstore_optimizer_flag(f.kvstore_optimizer);
     validate(o);  // before joining the group: bad flags never leave peers waiting
     TrainingRoute route =

@@ -39,6 +39,7 @@ const FieldFlags& train_field_flags() {
       {"TrainOptions::checkpoint_every_epochs", "--checkpoint-every"},
       {"TrainOptions::keep_checkpoints", "--keep-checkpoints"},
       {"TrainOptions::checkpoint_dir", "--checkpoint-dir"},
+      {"TrainOptions::kvstore", "--kvstore"},
       {"OptimizerOptions::lr", "--lr"},
       {"OptimizerOptions::momentum", "--momentum"},
       {"OptimizerOptions::nesterov", "--nesterov"},

@@ -1,0 +1,204 @@
+// dtrain::launch() under live recovery (LaunchOptions::Recovery::kLive) with
+// the scriptable test worker: what the agent does, not the library (the
+// workers here do not use dtrain/live.h, so the registration check is off
+// except where it is the subject).
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <string>
+
+#include "dtrain/errors.h"
+#include "dtrain/launch.h"
+#include "launch/launch_test_util.h"
+
+namespace dtrain {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::process_alive;
+using testing::read_file;
+using testing::TempDir;
+using testing::WorkerRun;
+using Clock = std::chrono::steady_clock;
+
+void make_live(LaunchOptions& o, int max_restarts) {
+  o.recovery = LaunchOptions::Recovery::kLive;
+  o.max_restarts = max_restarts;
+  o.live_register_timeout = std::chrono::milliseconds(0);  // the test worker never registers
+  o.stop_grace_period = std::chrono::milliseconds(500);
+}
+
+int pid_in(const TempDir& dir, int rank) {
+  return std::stoi("0" + read_file(dir.file("rank" + std::to_string(rank) + ".pid")));
+}
+
+TEST(LiveLaunch, WorkersGetTheLiveRecoveryEnvironment) {
+  TempDir dir;
+  WorkerRun run(dir, 2,
+                {"env", "DTRAIN_RECOVERY", "env", "DTRAIN_LIVE_MIN_WORKERS", "env",
+                 "DTRAIN_LIVE_JOIN", "env", "DTRAIN_LIVE_MEMBER"});
+  make_live(run.options, 1);
+  LaunchResult result = launch(run.options);
+  ASSERT_TRUE(result.succeeded()) << ::testing::PrintToString(result.summary());
+  for (const char* p : {"[rank0]: ", "[rank1]: "}) {
+    EXPECT_THAT(run.out(), HasSubstr(std::string(p) + "DTRAIN_RECOVERY=live\n"));
+    EXPECT_THAT(run.out(), HasSubstr(std::string(p) + "DTRAIN_LIVE_MIN_WORKERS=1\n"));
+    EXPECT_THAT(run.out(), HasSubstr(std::string(p) + "DTRAIN_LIVE_JOIN=0\n"));
+  }
+  EXPECT_THAT(run.out(), HasSubstr("[rank1]: DTRAIN_LIVE_MEMBER=rank1@"));
+  EXPECT_THAT(run.err(), HasSubstr("hosted by node 0's agent: losing node 0 ends the job"));
+}
+
+// The dead worker (SIGKILL) is started again alone with DTRAIN_LIVE_JOIN=1
+// and the same RANK; the others are never stopped: their pids at the end are
+// the ones they wrote at the start, and each started once.
+TEST(LiveLaunch, AKilledWorkerIsReplacedAloneWhileTheOthersKeepTheirProcesses) {
+  TempDir dir;
+  WorkerRun run(dir, 3,
+                {"pidfile", dir.path(), "env", "DTRAIN_LIVE_JOIN", "env", "DTRAIN_LIVE_MEMBER", "join", "0", "rank", "1",
+                 "raise", "9", "sleep", "1500", "print", "finished"});
+  make_live(run.options, 2);
+  LaunchResult result = launch(run.options);
+
+  ASSERT_TRUE(result.succeeded()) << ::testing::PrintToString(result.summary());
+  EXPECT_EQ(result.rounds, 1);
+  EXPECT_EQ(result.restarts, 1);
+  ASSERT_EQ(result.recovered_failures.size(), 1u);
+  EXPECT_THAT(result.recovered_failures[0],
+              HasSubstr("worker rank 1 (pid "));
+  EXPECT_THAT(result.recovered_failures[0], HasSubstr("killed by SIGKILL; replaced by pid "));
+  ASSERT_EQ(result.workers.size(), 3u);
+  for (int rank : {0, 2}) EXPECT_EQ(result.workers[rank].pid, pid_in(dir, rank)) << rank;
+  EXPECT_EQ(result.workers[1].pid, pid_in(dir, 1));  // the replacement's pidfile
+  const std::string out = run.out();
+  for (const char* line : {"[rank0]: DTRAIN_LIVE_JOIN=0\n", "[rank2]: DTRAIN_LIVE_JOIN=0\n",
+                           "[rank1]: DTRAIN_LIVE_JOIN=1\n", "[rank1]: DTRAIN_LIVE_MEMBER=rank1@"}) {
+    EXPECT_THAT(out, HasSubstr(line));
+  }
+  auto count = [&](const std::string& what) {
+    size_t n = 0;
+    for (size_t at = out.find(what); at != std::string::npos; at = out.find(what, at + 1)) ++n;
+    return n;
+  };
+  EXPECT_EQ(count("[rank0]: DTRAIN_LIVE_JOIN="), 1u);
+  EXPECT_EQ(count("[rank2]: DTRAIN_LIVE_JOIN="), 1u);
+  EXPECT_EQ(count("finished\n"), 3u);
+  EXPECT_THAT(out, ::testing::ContainsRegex("\\[rank1\\]: DTRAIN_LIVE_MEMBER=rank1@[^\n]*\\+1\n"));
+  EXPECT_THAT(run.err(), HasSubstr("live recovery: worker rank 1 (pid "));
+  EXPECT_THAT(run.err(), HasSubstr("the other workers keep running; started a replacement"));
+  EXPECT_THAT(run.err(), HasSubstr("1 replacement(s) left (--max-restarts)"));
+}
+
+// With no replacement left the dead worker stays dead; the others finish the
+// job without it, and the node succeeds listing it as lost.
+TEST(LiveLaunch, AWorkerFailingWithNoRestartsLeftIsLostAndTheOthersFinish) {
+  TempDir dir;
+  WorkerRun run(dir, 3, {"rank", "2", "exit", "3", "sleep", "800", "print", "finished"});
+  make_live(run.options, 0);
+  const auto start = Clock::now();
+  LaunchResult result = launch(run.options);
+  ASSERT_TRUE(result.succeeded()) << ::testing::PrintToString(result.summary());
+  EXPECT_GE(Clock::now() - start, std::chrono::milliseconds(700));  // nobody was stopped
+  ASSERT_EQ(result.lost_workers.size(), 1u);
+  EXPECT_EQ(result.lost_workers[0].rank, 2);
+  EXPECT_EQ(result.lost_workers[0].exit_code, 3);
+  EXPECT_EQ(result.workers.size(), 2u);
+  EXPECT_THAT(run.out(), HasSubstr("[rank0]: finished"));
+  EXPECT_THAT(run.out(), HasSubstr("[rank1]: finished"));
+}
+
+// The library ends the job below the minimum: every survivor exits non-zero
+// with a record naming the lost ranks; that line is the root cause, not the
+// killed worker, and nobody is replaced after it.
+TEST(LiveLaunch, AJobTheLibraryEndedBelowTheMinimumFailsNamingTheLostRanks) {
+  TempDir dir;
+  const std::string ended =
+      "dtrain::BelowMinWorkersError: 1 live worker(s), below the minimum 2; lost: rank1@host "
+      "(missed heartbeats)";
+  WorkerRun run(dir, 2,
+                {"rank", "1", "raise", "9", "sleep", "300", "errorfile", ended, "exit", "1"});
+  make_live(run.options, 0);
+  run.options.live_min_workers = 1;
+  LaunchResult result = launch(run.options);
+  ASSERT_FALSE(result.succeeded());
+  EXPECT_EQ(result.exit_code(), 1);
+  ASSERT_TRUE(result.root_cause.has_value());
+  EXPECT_EQ(result.root_cause->rank, 0);
+  EXPECT_THAT(::testing::PrintToString(result.summary()), HasSubstr(ended));
+}
+
+TEST(LiveLaunch, ARecordSayingTheJobEndedIsNotReplaced) {
+  TempDir dir;
+  WorkerRun run(dir, 2,
+                {"join", "0", "rank", "1", "errorfile",
+                 "dtrain::BelowMinWorkersError: lost: rank0@host", "rank", "1", "exit",
+                 "1", "sleep", "300"});
+  make_live(run.options, 3);
+  LaunchResult result = launch(run.options);
+  EXPECT_EQ(result.restarts, 0);
+  EXPECT_THAT(run.err(), ::testing::Not(HasSubstr("started a replacement")));
+}
+
+// Note [Registration check] (agent.cpp): a program without the per-step API
+// ends the run with a usage error naming it, whether it keeps running past
+// the bound or exits first; its workers are gone when launch() throws.
+TEST(LiveLaunch, AProgramThatNeverRegistersEndsTheRunNamingTheApi) {
+  TempDir dir;
+  WorkerRun run(dir, 2, {"pidfile", dir.path(), "sleep", "30000"});
+  make_live(run.options, 1);
+  run.options.live_register_timeout = std::chrono::milliseconds(1000);
+  const auto start = Clock::now();
+  try {
+    launch(run.options);
+    FAIL() << "no error";
+  } catch (const InvalidArgument& e) {
+    EXPECT_THAT(e.what(), HasSubstr("never registered with live recovery"));
+    EXPECT_THAT(e.what(), HasSubstr("should_commit()"));
+    EXPECT_THAT(e.what(), HasSubstr(LAUNCH_TEST_WORKER));
+  }
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(10));
+  for (int rank : {0, 1}) EXPECT_FALSE(process_alive(pid_in(dir, rank))) << rank;
+}
+
+TEST(LiveLaunch, AProgramThatExitsWithoutRegisteringIsAUsageError) {
+  TempDir dir;
+  WorkerRun run(dir, 2, {"print", "hello"});
+  make_live(run.options, 1);
+  run.options.live_register_timeout = std::chrono::seconds(60);
+  EXPECT_THROW(
+      {
+        try {
+          launch(run.options);
+        } catch (const InvalidArgument& e) {
+          EXPECT_THAT(e.what(), HasSubstr("before its workers exited"));
+          throw;
+        }
+      },
+      InvalidArgument);
+}
+
+TEST(LiveLaunch, OneWorkerInAllHasNothingToSurviveWith) {
+  TempDir dir;
+  WorkerRun run(dir, 1, {"print", "x"});
+  make_live(run.options, 1);
+  try {
+    launch(run.options);
+    FAIL() << "no error";
+  } catch (const InvalidArgument& e) {
+    EXPECT_THAT(e.what(), HasSubstr("has nothing to survive with"));
+    EXPECT_THAT(e.what(), HasSubstr("--recovery restart"));
+  }
+}
+
+TEST(LiveLaunch, AParameterServerJobIsRefused) {
+  TempDir dir;
+  WorkerRun run(dir, 2, {"print", "x"});
+  make_live(run.options, 1);
+  run.options.ps_servers = 1;
+  EXPECT_THROW(launch(run.options), InvalidArgument);
+}
+
+}  // namespace
+}  // namespace dtrain
