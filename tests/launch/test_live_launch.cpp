@@ -6,12 +6,16 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <fstream>
+#include <optional>
 #include <string>
+#include <thread>
 
 #include "dtrain/errors.h"
 #include "dtrain/launch.h"
 #include "launch/launch_test_util.h"
+#include "launch/rendezvous/rendezvous.h"
 
 namespace dtrain {
 namespace {
@@ -198,6 +202,124 @@ TEST(LiveLaunch, AParameterServerJobIsRefused) {
   make_live(run.options, 1);
   run.options.ps_servers = 1;
   EXPECT_THROW(launch(run.options), InvalidArgument);
+}
+
+// --- several nodes: agents as threads over one c10d rendezvous ---------------
+
+int free_port() {
+  for (int port = 31700 + (::getpid() % 800); port < 65000; port += 89) {
+    if (port_is_free(port)) return port;
+  }
+  return 0;
+}
+
+std::string joined(const std::vector<std::string>& lines) {
+  std::string text;
+  for (const auto& l : lines) text += l + "\n";
+  return text;
+}
+
+// 2 nodes x 2 workers: rank 3 (node 1) is SIGKILLed; its agent replaces it
+// alone, node 0's agent and workers notice nothing (no new round, same pids).
+TEST(LiveLaunch, OnTwoNodesAKilledWorkerIsReplacedAndTheOtherNodeKeepsItsWorkers) {
+  TempDir dir_a, dir_b;
+  const int port = free_port();
+  ASSERT_GT(port, 0);
+  auto steps = [](const TempDir& d) {
+    return std::vector<std::string>{"pidfile", d.path(), "join", "0", "rank", "3", "raise", "9",
+                                    "sleep",   "2000",   "print", "finished"};
+  };
+  WorkerRun a(dir_a, 2, steps(dir_a)), b(dir_b, 2, steps(dir_b));
+  for (LaunchOptions* o : {&a.options, &b.options}) {
+    o->rdzv_backend = "c10d";
+    o->rdzv_endpoint = "127.0.0.1:" + std::to_string(port);
+    o->min_nodes = o->max_nodes = 2;
+    o->run_id = "live2x2";
+    make_live(*o, 1);
+  }
+  a.options.rdzv_conf = "join_timeout=20,is_host=true";
+  b.options.rdzv_conf = "join_timeout=20,is_host=false";
+  LaunchResult ra, rb;
+  std::thread ta([&] { ra = launch(a.options); });
+  for (int i = 0; i < 500 && port_is_free(port); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  std::thread tb([&] { rb = launch(b.options); });
+  ta.join();
+  tb.join();
+  ASSERT_TRUE(ra.succeeded()) << joined(ra.summary()) << a.err();
+  ASSERT_TRUE(rb.succeeded()) << joined(rb.summary()) << b.err();
+  EXPECT_EQ(ra.rounds, 1);
+  EXPECT_EQ(rb.rounds, 1);
+  EXPECT_EQ(ra.restarts, 0);
+  EXPECT_EQ(rb.restarts, 1);
+  // Node 0 holds ranks 0-1 here (it hosts the rendezvous and came first).
+  for (const LaunchResult* r : {&ra, &rb}) {
+    for (const WorkerExit& w : r->workers) {
+      const TempDir& d = r == &ra ? dir_a : dir_b;
+      EXPECT_EQ(w.pid, pid_in(d, w.rank)) << "rank " << w.rank;
+    }
+  }
+  const std::string out = a.out() + b.out();
+  for (int rank = 0; rank < 4; ++rank) {
+    EXPECT_THAT(out, HasSubstr("[rank" + std::to_string(rank) + "]: finished\n"));
+  }
+  EXPECT_THAT(b.err(), HasSubstr("live recovery: worker rank 3 (pid "));
+  EXPECT_THAT(a.err() + b.err(), ::testing::Not(HasSubstr("membership changed")));
+}
+
+// A node that disappears without a word (its heartbeats stop) does not stop
+// the other node's workers, and the finished node does not wait out the exit
+// barrier (300 s) for it.
+TEST(LiveLaunch, ANodeLostWithoutAWordLeavesTheOtherNodesWorkersRunning) {
+  TempDir dir;
+  const int port = free_port();
+  ASSERT_GT(port, 0);
+  WorkerRun a(dir, 2, {"pidfile", dir.path(), "sleep", "2500", "print", "finished"});
+  const std::string conf =
+      "join_timeout=20,last_call_timeout=1,heartbeat_interval=0.2,missed_heartbeats=3";
+  a.options.rdzv_backend = "c10d";
+  a.options.rdzv_endpoint = "127.0.0.1:" + std::to_string(port);
+  a.options.min_nodes = 1;
+  a.options.max_nodes = 2;
+  a.options.run_id = "livelost";
+  a.options.rdzv_conf = conf + ",is_host=true";
+  make_live(a.options, 1);
+  std::optional<LaunchResult> ra;
+  std::string error;
+  const auto start = Clock::now();
+  std::thread ta([&] {
+    try {
+      ra = launch(a.options);
+    } catch (const Error& e) {
+      error = e.what();
+    }
+  });
+  detail::RendezvousConfig c;
+  c.backend = "c10d";
+  c.endpoint = a.options.rdzv_endpoint;
+  c.run_id = "livelost";
+  c.min_nodes = 1;
+  c.max_nodes = 2;
+  c.local_world_size = 1;
+  c.apply_conf(conf + ",is_host=false,timeout=10");
+  for (int i = 0; i < 200 && port_is_free(port); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  {
+    auto other = detail::make_rendezvous(c);
+    detail::RendezvousInfo round = other->next_rendezvous();
+    EXPECT_EQ(round.num_nodes, 2);
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  }  // `other` is gone: its heartbeat stops while node A's workers run
+  ta.join();
+  ASSERT_TRUE(ra) << error << a.err();
+  EXPECT_TRUE(ra->succeeded()) << joined(ra->summary()) << a.err();
+  EXPECT_EQ(ra->rounds, 1);
+  for (const WorkerExit& w : ra->workers) EXPECT_EQ(w.pid, pid_in(dir, w.rank));
+  EXPECT_THAT(a.out(), HasSubstr("finished"));
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(30));
+  EXPECT_THAT(a.err(), ::testing::Not(HasSubstr("not every node finished")));
 }
 
 }  // namespace
