@@ -42,6 +42,8 @@
 
 namespace dtrain {
 
+struct LiveOptions;  // dtrain/live.h
+
 /// How TrainOptions::lr_scaling turns optimizer.lr into the base lr: kNone
 /// keeps it; kLinear multiplies it by the global batch (batch_size x world
 /// size x accumulation_steps) / 256 (Goyal et al.).
@@ -375,6 +377,24 @@ std::vector<EpochMetrics> train(const TrainOptions& options, const ProcessGroup&
 /// of another type, is InvalidArgument.
 std::vector<EpochMetrics> train(const TrainOptions& options, const ProcessGroup& pg,
                                 std::shared_ptr<KVStore> kvstore, std::ostream* log);
+
+/// Under live recovery (docs/live_recovery.md): trains `options` as a member
+/// of a dtrain::LiveGroup made from `live` (LiveOptions::from_env of what
+/// `dtrain run --recovery live` sets; on_event is kept and also feeds the
+/// observers), instead of over a fixed group: WORLD_SIZE logical ranks, each
+/// reading DistributedSampler rank r of W0's batches, run on the live members
+/// (several each after a loss); an optimizer step only when every member
+/// finished the step (should_commit), else the step is redone; a joiner
+/// receives model, optimizer, loss scaler and CPU generator from a live
+/// member. Differences from train() (Note [Live training] in
+/// src/train/live_trainer.cpp): accumulation_steps must be 1; no
+/// checkpoints; each member evaluates the whole test split; train_loss is
+/// this member's. Throws InvalidArgument for options live recovery does not
+/// support (options.kvstore among them), FencedError / BelowMinWorkersError
+/// (dtrain/live.h) when this member cannot go on. Defined only in builds with
+/// the dtrain_live library (DTRAIN_HAVE_LIVE).
+std::vector<EpochMetrics> train(const TrainOptions& options, const LiveOptions& live,
+                                std::ostream* log);
 
 /// The batch a resumed epoch continues at when `samples_in_epoch` samples of
 /// it were consumed by the saving run: floor(samples / (batch_size x
