@@ -238,8 +238,7 @@ void add_run_command(CLI::App& root, int* exit_code) {
       ->check(at_least(1))
       ->envname("PET_LIVE_MIN_WORKERS")
       ->capture_default_str();
-  cmd->add_option("--live-register-timeout,--live_register_timeout",
-                  flags->live_register_timeout_s,
+  cmd->add_option("--live-register-timeout,--live_register_timeout", flags->live_register_timeout_s,
                   "With --recovery live: seconds node 0 waits for a worker to register with "
                   "dtrain/live.h before it ends the run as a program without the per-step API; "
                   "0: not checked")
@@ -320,8 +319,8 @@ void add_run_command(CLI::App& root, int* exit_code) {
         std::chrono::milliseconds(static_cast<long long>(flags->linger_timeout_s * 1000));
     if (!flags->log_dir.empty()) options.log_dir = flags->log_dir;
     if (flags->recovery == "live") options.recovery = LaunchOptions::Recovery::kLive;
-    options.live_register_timeout = std::chrono::milliseconds(
-        static_cast<long long>(flags->live_register_timeout_s * 1000));
+    options.live_register_timeout =
+        std::chrono::milliseconds(static_cast<long long>(flags->live_register_timeout_s * 1000));
     if (flags->ps_worker_per == "node") {
       options.ps_worker_per = LaunchOptions::PsWorkerPer::kNode;
     }

@@ -31,8 +31,7 @@ std::string generate_run_id() {
 /// --nnodes was checked.
 void check_live(const LaunchOptions& o) {
   if (o.live_min_workers < 1) {
-    throw InvalidArgument(
-        cat("--live-min-workers must be at least 1, got ", o.live_min_workers));
+    throw InvalidArgument(cat("--live-min-workers must be at least 1, got ", o.live_min_workers));
   }
   const long long workers = static_cast<long long>(o.max_nodes) * o.nproc_per_node;
   if (workers <= o.live_min_workers) {

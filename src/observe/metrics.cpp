@@ -69,8 +69,9 @@ MetricsExporter::MetricsExporter(MetricsOptions o) : impl_(std::make_unique<Impl
       &gauge(r, "dtrain_images_per_second", "Throughput of this rank.", labels);
   impl_->restarts = &gauge(r, "dtrain_restarts", "Restarts of the worker group so far.", labels);
   impl_->epoch = &gauge(r, "dtrain_epoch", "Current epoch.", labels);
-  impl_->recoveries = &counter(r, "dtrain_recoveries_total",
-                               "Live recoveries: generations formed after a loss or a join.", labels);
+  impl_->recoveries =
+      &counter(r, "dtrain_recoveries_total",
+               "Live recoveries: generations formed after a loss or a join.", labels);
   impl_->world_size = &gauge(r, "dtrain_world_size", "Workers in the job now.", labels);
   impl_->step_seconds = &prometheus::BuildHistogram()
                              .Name("dtrain_step_seconds")

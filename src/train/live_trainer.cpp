@@ -30,6 +30,8 @@
 // runs the whole test split on every member without collectives (the models
 // are identical), and train_loss is this member's mean over the micro-batches
 // it ran; no per-bucket timeline spans (each generation has its own reducer).
+// Every member ends with a line naming its member id and the sum of its
+// parameters, so the replacement's weights can be compared with the others'.
 
 #include "train/live_trainer.h"
 
@@ -197,8 +199,8 @@ bool LiveTrainer::train_step(const LiveStep& s, int64_t epoch, int64_t batch, do
       std::optional<AutocastGuard> autocast;
       if (amp_dtype_) autocast.emplace(device_.type(), *amp_dtype_);
       s.ddp->prepare_forward();
-      at::Tensor logits = model_->forward(
-          device_inputs(b.inputs, device_, o_.channels_last, shapes_.normalize));
+      at::Tensor logits =
+          model_->forward(device_inputs(b.inputs, device_, o_.channels_last, shapes_.normalize));
       s.ddp->finish_forward({logits});
       loss = classification_loss(logits, b.targets.to(device_), o_.label_smoothing);
     }
@@ -237,14 +239,14 @@ void LiveTrainer::drain_events(const LiveStep& s) {
   pending_events_.clear();
 }
 
-EpochMetrics LiveTrainer::end_epoch(int64_t epoch, double loss_sum, double samples,
-                                    double seconds, const LiveStep& s) {
+EpochMetrics LiveTrainer::end_epoch(int64_t epoch, double loss_sum, double samples, double seconds,
+                                    const LiveStep& s) {
   EpochMetrics m;
   m.epoch = epoch + 1;
   m.train_loss = samples > 0 ? loss_sum / samples : 0;
   if (o_.evaluate_every_epoch) {
-    const ClassificationCounts c = evaluate_split(*model_, *shapes_.test, device_,
-                                                  o_.channels_last, nullptr, shapes_.normalize);
+    const ClassificationCounts c = evaluate_split(*model_, *shapes_.test, device_, o_.channels_last,
+                                                  nullptr, shapes_.normalize);
     m.test_acc = c.samples > 0 ? static_cast<double>(c.top1) / c.samples : 0;
     m.test_top5 = c.samples > 0 ? static_cast<double>(c.top5) / c.samples : 0;
     m.test_loss = c.samples > 0 ? c.loss_sum / c.samples : 0;
@@ -256,8 +258,8 @@ EpochMetrics LiveTrainer::end_epoch(int64_t epoch, double loss_sum, double sampl
   m.epoch_seconds = seconds;
   if (log_ && s.pg.rank() == 0 && o_.log_run) {
     *log_ << "epoch " << m.epoch << "/" << o_.epochs << "  train_loss " << m.train_loss
-          << "  test_acc " << m.test_acc * 100 << "%  lr " << m.lr << "  workers "
-          << m.world_size << " (logical ranks " << data_.size() << ")" << std::endl;
+          << "  test_acc " << m.test_acc * 100 << "%  lr " << m.lr << "  workers " << m.world_size
+          << " (logical ranks " << data_.size() << ")" << std::endl;
   }
   return m;
 }
@@ -280,6 +282,13 @@ std::vector<EpochMetrics> LiveTrainer::run() {
     }
     if (!train_step(s, epoch, step % steps_per_epoch_, &loss_sum, &samples)) continue;
     if (o_.on_step) o_.on_step(live_->step(), DdpStats{});
+    const int64_t in_epoch = live_->step() - epoch * steps_per_epoch_;
+    if (log_ && o_.log_run && s.pg.rank() == 0 && o_.progress != TrainOptions::Progress::kNone &&
+        o_.progress_every_steps > 0 && in_epoch % o_.progress_every_steps == 0) {
+      *log_ << "  epoch " << epoch + 1 << "/" << o_.epochs << " step " << in_epoch << "/"
+            << steps_per_epoch_ << "  loss " << (samples > 0 ? loss_sum / samples : 0)
+            << "  workers " << s.members.size() << std::endl;
+    }
     if (live_->step() % steps_per_epoch_ == 0) {
       const double seconds = std::chrono::duration<double>(Clock::now() - epoch_start).count();
       history.push_back(end_epoch(epoch, loss_sum, samples, seconds, s));
@@ -287,6 +296,16 @@ std::vector<EpochMetrics> LiveTrainer::run() {
     }
   }
   if (obs_) obs_->finish();
+  if (log_) {  // every member: a replacement's weights can be compared with the others'
+    double sum = 0;
+    for (const auto& p : model_->parameters())
+      sum += p.detach().to(at::kDouble).sum().item<double>();
+    std::ostringstream line;
+    line.precision(17);
+    line << "live: member " << live_->member() << " finished at step " << live_->step()
+         << ", parameter sum " << sum;
+    *log_ << line.str() << std::endl;
+  }
   return history;
 }
 

@@ -334,8 +334,8 @@ void TrainObservers::recovery(const RecoveryEvent& e, std::ostream* log) {
   }
   if (timeline_ && e.kind != RecoveryEvent::Kind::kFormed) {
     const auto now = Timeline::Clock::now();
-    const auto took = std::chrono::duration_cast<Timeline::Clock::duration>(e.detect_to_group +
-                                                                            e.state_transfer);
+    const auto took =
+        std::chrono::duration_cast<Timeline::Clock::duration>(e.detect_to_group + e.state_transfer);
     timeline_->complete("live recovery", "live", now - took, now, Timeline::kTrainTrack,
                         cat("{\"generation\": ", e.generation, ", \"step\": ", e.step,
                             ", \"world_size\": ", e.world_size, ", \"lost\": ", e.lost.size(),

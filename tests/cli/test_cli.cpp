@@ -2,10 +2,10 @@
 // for bad input, and a short end-to-end data-parallel run.
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
+#include <algorithm>
 
 #include <cstdio>
 #include <filesystem>
@@ -121,8 +121,7 @@ TEST_F(Cli, UnwritableMetricsFileFailsBeforeTrainingStarts) {
 TEST_F(Cli, KvstoreUnderLiveRecoveryIsAOneLineUsageErrorNamingTheFix) {
   Result r = dtrain_with_env("DTRAIN_RECOVERY=live ", "train --kvstore dist_sync --epochs 1");
   EXPECT_EQ(r.code, 2) << r.output;
-  EXPECT_NE(r.output.find("dtrain train: error: --kvstore under live recovery"),
-            std::string::npos)
+  EXPECT_NE(r.output.find("dtrain train: error: --kvstore under live recovery"), std::string::npos)
       << r.output;
   EXPECT_NE(r.output.find("drop --kvstore or use --recovery restart"), std::string::npos)
       << r.output;

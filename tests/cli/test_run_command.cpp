@@ -158,9 +158,9 @@ TEST(RunCommand, RecoveryLiveComesFromPetRecoveryAndStartsReplacements) {
   ::setenv("PET_RECOVERY", "live", 1);
   ::testing::internal::CaptureStdout();
   ::testing::internal::CaptureStderr();
-  const int rc = parse({"--nproc-per-node", "2", "--max-restarts", "1",
-                        "--live-register-timeout", "0", "--", LAUNCH_TEST_WORKER, "env",
-                        "DTRAIN_LIVE_JOIN", "join", "0", "rank", "1", "exit", "4", "sleep", "500"});
+  const int rc = parse({"--nproc-per-node", "2", "--max-restarts", "1", "--live-register-timeout",
+                        "0", "--", LAUNCH_TEST_WORKER, "env", "DTRAIN_LIVE_JOIN", "join", "0",
+                        "rank", "1", "exit", "4", "sleep", "500"});
   const std::string out = ::testing::internal::GetCapturedStdout();
   const std::string err = ::testing::internal::GetCapturedStderr();
   ::unsetenv("PET_RECOVERY");

@@ -79,7 +79,8 @@ int main(int argc, char** argv) {
         (only_rank >= 0 && std::to_string(only_rank) != env("RANK")) ||
         (only_attempt >= 0 && std::to_string(only_attempt) != env("TORCHELASTIC_RESTART_COUNT")) ||
         (only_world >= 0 && std::to_string(only_world) != env("WORLD_SIZE")) ||
-        (only_join >= 0 && std::to_string(only_join) != (env("DTRAIN_LIVE_JOIN") == "1" ? "1" : "0"));
+        (only_join >= 0 &&
+         std::to_string(only_join) != (env("DTRAIN_LIVE_JOIN") == "1" ? "1" : "0"));
     only_join = -1;
     only_rank = -1;
     only_attempt = -1;

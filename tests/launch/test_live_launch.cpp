@@ -61,8 +61,8 @@ TEST(LiveLaunch, WorkersGetTheLiveRecoveryEnvironment) {
 TEST(LiveLaunch, AKilledWorkerIsReplacedAloneWhileTheOthersKeepTheirProcesses) {
   TempDir dir;
   WorkerRun run(dir, 3,
-                {"pidfile", dir.path(), "env", "DTRAIN_LIVE_JOIN", "env", "DTRAIN_LIVE_MEMBER", "join", "0", "rank", "1",
-                 "raise", "9", "sleep", "1500", "print", "finished"});
+                {"pidfile", dir.path(), "env", "DTRAIN_LIVE_JOIN", "env", "DTRAIN_LIVE_MEMBER",
+                 "join", "0", "rank", "1", "raise", "9", "sleep", "1500", "print", "finished"});
   make_live(run.options, 2);
   LaunchResult result = launch(run.options);
 
@@ -70,8 +70,7 @@ TEST(LiveLaunch, AKilledWorkerIsReplacedAloneWhileTheOthersKeepTheirProcesses) {
   EXPECT_EQ(result.rounds, 1);
   EXPECT_EQ(result.restarts, 1);
   ASSERT_EQ(result.recovered_failures.size(), 1u);
-  EXPECT_THAT(result.recovered_failures[0],
-              HasSubstr("worker rank 1 (pid "));
+  EXPECT_THAT(result.recovered_failures[0], HasSubstr("worker rank 1 (pid "));
   EXPECT_THAT(result.recovered_failures[0], HasSubstr("killed by SIGKILL; replaced by pid "));
   ASSERT_EQ(result.workers.size(), 3u);
   for (int rank : {0, 2}) EXPECT_EQ(result.workers[rank].pid, pid_in(dir, rank)) << rank;
@@ -135,10 +134,10 @@ TEST(LiveLaunch, AJobTheLibraryEndedBelowTheMinimumFailsNamingTheLostRanks) {
 
 TEST(LiveLaunch, ARecordSayingTheJobEndedIsNotReplaced) {
   TempDir dir;
-  WorkerRun run(dir, 2,
-                {"join", "0", "rank", "1", "errorfile",
-                 "dtrain::BelowMinWorkersError: lost: rank0@host", "rank", "1", "exit",
-                 "1", "sleep", "300"});
+  WorkerRun run(
+      dir, 2,
+      {"join", "0", "rank", "1", "errorfile", "dtrain::BelowMinWorkersError: lost: rank0@host",
+       "rank", "1", "exit", "1", "sleep", "300"});
   make_live(run.options, 3);
   LaunchResult result = launch(run.options);
   EXPECT_EQ(result.restarts, 0);
@@ -226,8 +225,8 @@ TEST(LiveLaunch, OnTwoNodesAKilledWorkerIsReplacedAndTheOtherNodeKeepsItsWorkers
   const int port = free_port();
   ASSERT_GT(port, 0);
   auto steps = [](const TempDir& d) {
-    return std::vector<std::string>{"pidfile", d.path(), "join", "0", "rank", "3", "raise", "9",
-                                    "sleep",   "2000",   "print", "finished"};
+    return std::vector<std::string>{"pidfile", d.path(), "join",  "0",    "rank",  "3",
+                                    "raise",   "9",      "sleep", "2000", "print", "finished"};
   };
   WorkerRun a(dir_a, 2, steps(dir_a)), b(dir_b, 2, steps(dir_b));
   for (LaunchOptions* o : {&a.options, &b.options}) {

@@ -256,6 +256,7 @@ class Agent {
                  const RendezvousInfo& info);
 
   bool live() const { return o_.recovery == LaunchOptions::Recovery::kLive; }
+  void mark_dead(const std::string& member, const std::string& how);
   void settle_live_round(RoundOutcome& outcome, const RendezvousInfo& info, bool registered);
   [[noreturn]] void never_registered(const RendezvousInfo& info);
   [[noreturn]] void ended_by_another_node();
@@ -273,6 +274,11 @@ class Agent {
   RendezvousConfig config_;
   std::unique_ptr<TcpStoreServer> own_server_;
   std::unique_ptr<Rendezvous> rdzv_;
+  /// Live recovery: this round's workers' store (MASTER_ADDR:MASTER_PORT),
+  /// connected on the first worker death; cleared each round.
+  std::string worker_store_addr_;
+  int worker_store_port_ = 0;
+  StorePtr worker_store_;
   std::optional<TempDir> error_root_;
   WorkerGroupOptions group_options_;
   LaunchResult result_;
@@ -303,13 +309,17 @@ Agent::Agent(const LaunchOptions& raw_options, ProcessControl& control)
   group_options_.stdout_fd = o_.stdout_fd;
   group_options_.stderr_fd = o_.stderr_fd;
   if (live()) {
+    group_options_.live_on_death = [this](const std::string& member, const std::string& how) {
+      mark_dead(member, how);
+    };
     group_options_.live_replacements = o_.max_restarts;
     group_options_.live_replaceable = [](const std::string& type, const std::string& message) {
       return !is_live_job_end(type, message);
     };
     note(o_.stderr_fd,
          cat("live recovery: a failed worker is replaced alone (DTRAIN_LIVE_JOIN=1, up to ",
-             o_.max_restarts, " replacement(s), --max-restarts) while the others keep training; "
+             o_.max_restarts,
+             " replacement(s), --max-restarts) while the others keep training; "
              "the workers' store is hosted by node 0's agent: losing node 0 ends the job (no "
              "fallback to a restart), losing another node does not"));
   }
@@ -375,6 +385,9 @@ void Agent::ended_by_another_node() {
 RoundOutcome Agent::run_workers(const RendezvousInfo& info) {
   RoundPlan plan = plan_round(o_, program_, base_, info, result_.rounds - 1, result_.restarts,
                               error_root_ ? error_root_->path() : "");
+  worker_store_addr_ = info.master_addr;
+  worker_store_port_ = info.master_port;
+  worker_store_.reset();
   WorkerGroupOutcome group_outcome;
   std::optional<RegistrationWatch> registration;
   {
@@ -417,6 +430,21 @@ RoundOutcome Agent::run_workers(const RendezvousInfo& info) {
     settle_live_round(outcome, info, registered);
   }
   return outcome;
+}
+
+/// Live recovery: a local worker died by itself; its member is marked dead
+/// in the workers' store (`live/dead/<member>` = how it ended, Note [Live
+/// supervision]), so the library declares it at once. Best effort and
+/// bounded (2 s to connect): heartbeats still find it otherwise.
+void Agent::mark_dead(const std::string& member, const std::string& how) {
+  best_effort([&] {
+    if (!worker_store_) {
+      worker_store_ =
+          connect_tcp_store(worker_store_addr_, worker_store_port_, std::chrono::seconds(2));
+    }
+    const std::string value = cat("process ended: ", how, " (reaped by its agent)");
+    worker_store_->set(cat("live/dead/", member), std::vector<uint8_t>(value.begin(), value.end()));
+  });
 }
 
 /// Live recovery: when a local worker finished (exit 0), the job went on
@@ -480,8 +508,7 @@ RoundFacts Agent::observe(const RendezvousInfo& info, const RoundOutcome& outcom
   facts.max_restarts = live() ? result_.restarts : o_.max_restarts;
   facts.num_nodes = info.num_nodes;
   if (!live() && outcome.root && !facts.signalled && info.num_nodes > 1 &&
-      outcome.records[*outcome.root] &&
-      is_peer_failure(*outcome.records[*outcome.root])) {
+      outcome.records[*outcome.root] && is_peer_failure(*outcome.records[*outcome.root])) {
     facts.node_lost = node_was_lost(*rdzv_, config_, pending_);
   }
   return facts;

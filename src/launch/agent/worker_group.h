@@ -66,8 +66,11 @@ struct WorkerGroupOptions {
   /// Live recovery: asked before a failed worker is replaced, with its error
   /// record's type and message (empty: none); false leaves it dead (the
   /// library ended the job as a whole). Empty: always replace.
-  std::function<bool(const std::string& error_type, const std::string& message)>
-      live_replaceable;
+  std::function<bool(const std::string& error_type, const std::string& message)> live_replaceable;
+  /// Live recovery: told when a worker with a live_member failed by itself
+  /// (its member id as the library knows it, and "exit code 3" / "killed by
+  /// SIGKILL"), before any replacement starts. Must not block for long.
+  std::function<void(const std::string& member, const std::string& how)> live_on_death;
 };
 
 struct WorkerGroupOutcome {
