@@ -6,14 +6,21 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <optional>
+#include <regex>
+#include <set>
 #include <string>
 #include <thread>
 
 #include "dtrain/errors.h"
 #include "dtrain/launch.h"
+#include "launch/agent/worker_env.h"
 #include "launch/launch_test_util.h"
 #include "launch/rendezvous/rendezvous.h"
 
@@ -320,6 +327,52 @@ TEST(LiveLaunch, ANodeLostWithoutAWordLeavesTheOtherNodesWorkersRunning) {
   EXPECT_LT(Clock::now() - start, std::chrono::seconds(30));
   EXPECT_THAT(a.err(), ::testing::Not(HasSubstr("not every node finished")));
 }
+
+// --- with the library: examples/live_recovery.cpp under the agent -----------
+
+#ifdef LIVE_EXAMPLE
+// 3 workers of the live-recovery example, rank 1 SIGKILLs itself in step 8:
+// the agent replaces it (DTRAIN_LIVE_JOIN=1), the survivors keep their
+// processes, every member ends with the same weights, and the program
+// registered (the registration check is on).
+TEST(LiveLaunch, TheLiveExampleSurvivesASigkilledWorkerAndTheReplacementEndsWithTheSameWeights) {
+  TempDir dir;
+  LaunchOptions o;
+  o.nproc_per_node = 3;
+  o.command = {LIVE_EXAMPLE, "--steps",    "24", "--die-at-step", "8", "--die-rank",
+               "1",          "--pause-ms", "30"};
+  o.recovery = LaunchOptions::Recovery::kLive;
+  o.max_restarts = 1;
+  o.live_register_timeout = std::chrono::seconds(60);
+  o.handle_signals = false;
+  const int out = ::open(dir.file("out.txt").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  const int err = ::open(dir.file("err.txt").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  o.stdout_fd = out;
+  o.stderr_fd = err;
+  LaunchResult result = launch(o);
+  ::close(out);
+  ::close(err);
+  const std::string text = read_file(dir.file("out.txt")), errors = read_file(dir.file("err.txt"));
+  ASSERT_TRUE(result.succeeded()) << joined(result.summary()) << errors;
+  EXPECT_EQ(result.restarts, 1);
+  EXPECT_EQ(result.rounds, 1);
+  EXPECT_THAT(errors, HasSubstr("live recovery: worker rank 1 (pid "));
+  std::regex line("member (\\S+) pid (\\d+) step 24 weights checksum ([-0-9.eE+]+)");
+  std::map<std::string, std::pair<int, double>> members;
+  for (std::sregex_iterator it(text.begin(), text.end(), line), end; it != end; ++it) {
+    members[(*it)[1]] = {std::stoi((*it)[2]), std::stod((*it)[3])};
+  }
+  ASSERT_EQ(members.size(), 3u) << text << errors;
+  std::set<int> pids;
+  for (const auto& [member, v] : members) {
+    pids.insert(v.first);
+    EXPECT_DOUBLE_EQ(v.second, members.begin()->second.second) << member;
+  }
+  for (const WorkerExit& w : result.workers) EXPECT_EQ(pids.count(w.pid), 1u) << w.rank;
+  EXPECT_EQ(members.count(detail::live_member_id(1) + "+1"), 1u) << text;
+  std::cerr << "pids at the end: " << ::testing::PrintToString(pids) << "\n";
+}
+#endif
 
 }  // namespace
 }  // namespace dtrain
