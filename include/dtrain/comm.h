@@ -75,6 +75,14 @@ struct InitOptions {
   /// local_world_size), else the first interface address with a one-line
   /// warning naming GLOO_SOCKET_IFNAME.
   std::string gloo_host;
+  /// Called about every `wait_slice` while this rank waits for one of the
+  /// group's collectives (blocking calls, Work::wait, wait_work); it throws
+  /// to give the wait up (its exception propagates; the collective stays in
+  /// flight and the group must not be used again: live recovery abandons it,
+  /// dtrain/live.h). Empty (the default): waits are not sliced.
+  std::function<void()> wait_interrupt;
+  /// Period of wait_interrupt's calls.
+  std::chrono::milliseconds wait_slice = std::chrono::milliseconds(20);
 
   DTRAIN_SETTER(InitOptions, init_method)
   DTRAIN_SETTER(InitOptions, backend)
@@ -87,6 +95,8 @@ struct InitOptions {
   DTRAIN_SETTER(InitOptions, launcher_hosts_store)
   DTRAIN_SETTER(InitOptions, gloo_interface)
   DTRAIN_SETTER(InitOptions, gloo_host)
+  DTRAIN_SETTER(InitOptions, wait_interrupt)
+  DTRAIN_SETTER(InitOptions, wait_slice)
 };
 
 /// Resolves the env:// contract into options: fills rank, world_size,
@@ -154,7 +164,9 @@ class Work {
   /// flight: waiting again may still succeed, but a rank that gives up must
   /// not issue further collectives on the group), and TimeoutError,
   /// PeerLostError or DistError naming the operation and the rank when the
-  /// collective itself failed. Returns at once when already complete.
+  /// collective itself failed. Returns at once when already complete. With
+  /// the group's InitOptions::wait_interrupt the wait is sliced and what the
+  /// interrupt throws propagates.
   void wait(std::chrono::milliseconds timeout) const;
   /// wait(the group's timeout).
   void wait() const;
@@ -240,6 +252,7 @@ class ProcessGroup {
  private:
   explicit ProcessGroup(std::shared_ptr<const State> state);
   friend ProcessGroup make_process_group(std::shared_ptr<const State> state);
+  friend const State& state_of(const ProcessGroup& pg);
   std::shared_ptr<const State> state_;
 };
 
@@ -271,7 +284,8 @@ std::vector<double> all_reduce_mean(const ProcessGroup& pg, std::vector<double> 
 /// and benchmarks, or a program of yours): waits for `work`, bounded by the
 /// group's timeout (which the backend enforces), and turns a c10d failure
 /// into TimeoutError, PeerLostError or DistError whose message names `what`
-/// (operation, bucket, ...), pg's rank and the timeout.
+/// (operation, bucket, ...), pg's rank and the timeout. Sliced by the
+/// group's wait_interrupt, whose exception propagates.
 void wait_work(const c10::intrusive_ptr<c10d::Work>& work, const ProcessGroup& pg,
                const std::string& what);
 

@@ -75,7 +75,8 @@ namespace dtrain {
 struct GradBucket {
   /// Position in launch order (0 is launched first: the last layers).
   int index = 0;
-  /// Flat gradients of this rank, already divided by the world size. The
+  /// Flat gradients of this rank, already divided by the world size
+  /// (DdpOptions::gradient_divisor when set). The
   /// hook leaves the cross-rank sum of these in the same tensor.
   at::Tensor buffer;
   /// Names of the parameters in the bucket, in bucket order.
@@ -236,6 +237,13 @@ struct DdpOptions {
   /// `param.grad()` aliases the bucket memory: no copy back after the
   /// reduction, less memory.
   bool gradient_as_bucket_view = false;
+  /// Gradients are divided by this before they are summed across ranks; 0
+  /// (the default): by the group's size, so the result is the average.
+  /// Live recovery (dtrain/live.h) sets W0, the logical world size, while
+  /// fewer processes run W0 micro-batches between them (accumulated with
+  /// no_sync), so the result is still the average over W0 micro-batches.
+  /// Negative: InvalidArgument.
+  int gradient_divisor = 0;
   /// How buckets are reduced; null means allreduce_hook().
   std::shared_ptr<CommHook> comm_hook;
   /// Called at the end of every synchronised backward pass, on the thread
@@ -250,6 +258,7 @@ struct DdpOptions {
   DTRAIN_SETTER(DdpOptions, find_unused_parameters)
   DTRAIN_SETTER(DdpOptions, static_graph)
   DTRAIN_SETTER(DdpOptions, gradient_as_bucket_view)
+  DTRAIN_SETTER(DdpOptions, gradient_divisor)
   DTRAIN_SETTER(DdpOptions, comm_hook)
   DTRAIN_SETTER(DdpOptions, bucket_observer)
 };

@@ -116,6 +116,9 @@ enum class DetectionCause {
 };
 /// "missed heartbeats", "peer lost", "store lost", "left generation".
 std::string to_string(DetectionCause cause);
+/// The cause spelled by to_string(); kPeerLost for any other text (a
+/// launcher's agent may write its own words, e.g. "exited: signal 9").
+DetectionCause detection_cause_from_string(const std::string& text);
 
 struct LostMember {
   std::string member;
@@ -304,19 +307,22 @@ class LiveGroup {
 
   /// Starts (or redoes) a step: forms a new generation when needed (losses
   /// seen, commit+join decided, or first call), transfers state to joiners,
-  /// and broadcasts the module's buffers from live member 0 (the holder of
-  /// logical rank 0). Throws FencedError, BelowMinWorkersError, or
-  /// TimeoutError when no generation forms within the bounds.
+  /// and keeps the module's buffers as the step's starting values. Throws
+  /// FencedError, BelowMinWorkersError, or TimeoutError when no generation
+  /// forms within the bounds. Calling it again before should_commit()
+  /// gives the current attempt up (an abort).
   const LiveStep& begin_step();
 
   /// Runs fn(logical_rank) for each of this member's logical ranks, in
   /// order: the forwards of all but the last inside the DataParallel's
   /// no_sync(), the default CPU generator seeded from (seed, logical rank,
   /// step) and restored afterwards, the module's buffers reset to the
-  /// step's broadcast values before each, and the buffers after logical
-  /// rank 0's forward kept at the end. Returns false (and remembers it for
-  /// should_commit) when a collective of this generation failed or was
-  /// abandoned; other exceptions propagate.
+  /// step's starting values before each; then the buffers logical rank 0's
+  /// forward produced are broadcast from live member 0 (which holds logical
+  /// rank 0), DDP's semantics (Note [Logical ranks]). Collective. Returns
+  /// false (and proposes abort at once) when a collective of this generation
+  /// failed or was abandoned; other exceptions propagate. Without wrap_ddp()
+  /// the caller reduces gradients itself (on LiveStep::pg, divided by W0).
   bool run_logical(const std::function<void(int logical_rank)>& fn);
 
   /// The commit agreement of this step: true when every member of the
@@ -326,7 +332,7 @@ class LiveGroup {
   /// FencedError when this member is fenced.
   bool should_commit();
   /// Records a failure of this step seen by the caller (a DistError from
-  /// its own collectives on LiveStep::pg): should_commit() then votes abort.
+  /// its own collectives on LiveStep::pg) and proposes abort at once.
   void report_failure(const std::string& what);
 
   /// Committed steps so far.

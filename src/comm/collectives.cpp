@@ -41,25 +41,78 @@ void rethrow_dist_error(const std::exception& e, int rank, const std::string& wh
   throw DistError(cat("rank ", rank, ": ", what, " failed: ", msg));
 }
 
+// Note [Sliced waits]
+// Gloo has no abort: a collective stuck on a stopped peer can only be left
+// behind. With a wait_interrupt (live recovery) a wait is cut into slices of
+// wait_slice; c10d's Work::wait(timeout) may be called again after it timed
+// out (the collective stays in flight), and isCompleted() tells a slice's
+// timeout from the collective's own failure. Between slices the interrupt
+// runs and may throw to give the wait up. Without an interrupt the wait is
+// one call, as before. A timeout of 0 would mean "forever" to c10d: the
+// group's timeout is always positive.
+void wait_c10d_work(c10d::Work& work, std::optional<std::chrono::milliseconds> timeout,
+                    const std::function<void()>& interrupt, std::chrono::milliseconds slice,
+                    int rank, const std::string& what, std::chrono::milliseconds report_timeout) {
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
+  for (;;) {
+    std::chrono::milliseconds wait_for = slice;
+    bool last = !interrupt;
+    if (timeout) {
+      auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(*timeout - (Clock::now() - start));
+      if (left < std::chrono::milliseconds(1)) left = std::chrono::milliseconds(1);
+      if (last || left <= slice) {
+        wait_for = left;
+        last = true;
+      }
+    }
+    try {
+      if (last && !timeout) {
+        work.wait();  // the backend enforces the group's timeout
+      } else {
+        work.wait(wait_for);
+      }
+      return;
+    } catch (const std::exception& e) {
+      if (last || work.isCompleted()) rethrow_dist_error(e, rank, what, report_timeout);
+    }
+    interrupt();
+  }
+}
+
 void wait_work(const c10::intrusive_ptr<c10d::Work>& work, const ProcessGroup& pg,
                const std::string& what) {
+  const ProcessGroup::State& st = state_of(pg);
+  wait_c10d_work(*work, std::nullopt, st.wait_interrupt, st.wait_slice, pg.rank(), what,
+                 pg.timeout());
+}
+
+namespace {
+
+// Starts a collective with `start` (a failure to start is classified like a
+// failure of the collective) and waits for it, sliced by the group's
+// wait_interrupt (Note [Sliced waits]), whose exception propagates as is.
+template <typename Start>
+void wait_started(const ProcessGroup& pg, Start start, const std::string& what) {
+  c10::intrusive_ptr<c10d::Work> work;
   try {
-    work->wait();
+    work = start();
   } catch (const std::exception& e) {
     rethrow_dist_error(e, pg.rank(), what, pg.timeout());
   }
+  wait_work(work, pg, what);
 }
+
+}  // namespace
 
 void ProcessGroup::all_reduce_sum(std::vector<at::Tensor>& tensors) const {
   if (!state_->backend || tensors.empty()) return;
   for (auto& t : tensors) {
     const bool stage = staged(state_->backend_name, t);
     std::vector<at::Tensor> one{stage ? t.to(at::kCUDA) : t};
-    try {
-      state_->backend->allreduce(one)->wait();
-    } catch (const std::exception& e) {
-      rethrow_dist_error(e, rank(), "all_reduce", timeout());
-    }
+    wait_started(
+        *this, [&] { return state_->backend->allreduce(one); }, "all_reduce");
     if (stage) t.copy_(one[0]);
   }
 }
@@ -71,11 +124,9 @@ void ProcessGroup::broadcast(std::vector<at::Tensor>& tensors, int root) const {
   for (auto& t : tensors) {
     const bool stage = staged(state_->backend_name, t);
     std::vector<at::Tensor> one{stage ? t.to(at::kCUDA) : t};
-    try {
-      state_->backend->broadcast(one, bo)->wait();
-    } catch (const std::exception& e) {
-      rethrow_dist_error(e, rank(), cat("broadcast from rank ", root), timeout());
-    }
+    wait_started(
+        *this, [&] { return state_->backend->broadcast(one, bo); },
+        cat("broadcast from rank ", root));
     if (stage) t.copy_(one[0]);
   }
 }
@@ -86,11 +137,8 @@ std::vector<at::Tensor> ProcessGroup::all_gather(const at::Tensor& tensor) const
   std::vector<at::Tensor> in{stage ? tensor.to(at::kCUDA).contiguous() : tensor.contiguous()};
   std::vector<std::vector<at::Tensor>> out(1);
   for (int r = 0; r < size(); ++r) out[0].push_back(at::empty_like(in[0]));
-  try {
-    state_->backend->allgather(out, in)->wait();
-  } catch (const std::exception& e) {
-    rethrow_dist_error(e, rank(), "all_gather", timeout());
-  }
+  wait_started(
+      *this, [&] { return state_->backend->allgather(out, in); }, "all_gather");
   if (stage) {
     for (at::Tensor& t : out[0]) t = t.to(at::kCPU);
   }
@@ -99,11 +147,8 @@ std::vector<at::Tensor> ProcessGroup::all_gather(const at::Tensor& tensor) const
 
 void ProcessGroup::barrier() const {
   if (!state_->backend) return;
-  try {
-    state_->backend->barrier()->wait();
-  } catch (const std::exception& e) {
-    rethrow_dist_error(e, rank(), "barrier", timeout());
-  }
+  wait_started(
+      *this, [&] { return state_->backend->barrier(); }, "barrier");
 }
 
 std::vector<double> all_reduce_sum(const ProcessGroup& pg, std::vector<double> values) {

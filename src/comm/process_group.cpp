@@ -201,6 +201,8 @@ ProcessGroup make_process_group(std::shared_ptr<const ProcessGroup::State> state
   return ProcessGroup(std::move(state));
 }
 
+const ProcessGroup::State& state_of(const ProcessGroup& pg) { return *pg.state_; }
+
 namespace {
 
 std::shared_ptr<ProcessGroup::State> new_state(const InitOptions& options) {
@@ -215,6 +217,8 @@ std::shared_ptr<ProcessGroup::State> new_state(const InitOptions& options) {
   state->local_world_size = options.local_world_size;
   state->timeout = options.timeout;
   state->backend_name = options.backend;
+  state->wait_interrupt = options.wait_interrupt;
+  state->wait_slice = options.wait_slice;
   return state;
 }
 

@@ -2,7 +2,9 @@
 // ProcessGroup's shared state (comm's own; how c10d failures become dtrain
 // errors, wait_work and rethrow_dist_error, is public: dtrain/comm.h).
 
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>
@@ -19,6 +21,8 @@ struct ProcessGroup::State {
   int local_world_size = 1;
   std::chrono::milliseconds timeout = std::chrono::minutes(30);
   std::string backend_name = "none";
+  std::function<void()> wait_interrupt;  // InitOptions::wait_interrupt
+  std::chrono::milliseconds wait_slice{20};
   // Declared before `backend` so that the store outlives the group using it.
   std::unique_ptr<TcpStoreServer> store_server;
   StorePtr store;
@@ -26,5 +30,16 @@ struct ProcessGroup::State {
 };
 
 ProcessGroup make_process_group(std::shared_ptr<const ProcessGroup::State> state);
+
+/// Waits for `work` at most `timeout` (nullopt: until the backend's own
+/// deadline ends it), in slices calling `interrupt` between them when it is
+/// set (Note [Sliced waits] in collectives.cpp); a c10d failure or the
+/// timeout is rethrown by rethrow_dist_error naming `report_timeout`.
+void wait_c10d_work(c10d::Work& work, std::optional<std::chrono::milliseconds> timeout,
+                    const std::function<void()>& interrupt, std::chrono::milliseconds slice,
+                    int rank, const std::string& what, std::chrono::milliseconds report_timeout);
+
+/// The group state behind `pg` (comm's own code).
+const ProcessGroup::State& state_of(const ProcessGroup& pg);
 
 }  // namespace dtrain

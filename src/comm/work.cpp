@@ -24,6 +24,8 @@ struct Work::State {
   int rank = 0;
   std::string what;
   std::chrono::milliseconds group_timeout{0};
+  std::function<void()> interrupt;  // the group's wait_interrupt
+  std::chrono::milliseconds slice{20};
   std::vector<at::Tensor> keep_alive;
   std::shared_ptr<std::atomic<int64_t>> done = std::make_shared<std::atomic<int64_t>>(0);
 };
@@ -38,11 +40,8 @@ Work& Work::operator=(const Work&) = default;
 
 void Work::wait(std::chrono::milliseconds timeout) const {
   if (!state_->work) return;
-  try {
-    state_->work->wait(timeout);
-  } catch (const std::exception& e) {
-    rethrow_dist_error(e, state_->rank, state_->what, timeout);
-  }
+  wait_c10d_work(*state_->work, timeout, state_->interrupt, state_->slice, state_->rank,
+                 state_->what, timeout);
 }
 
 void Work::wait() const { wait(state_->group_timeout); }
@@ -66,6 +65,8 @@ Work start_work(const ProcessGroup& pg, const std::string& what, std::vector<at:
   state->rank = pg.rank();
   state->what = what;
   state->group_timeout = pg.timeout();
+  state->interrupt = state_of(pg).wait_interrupt;
+  state->slice = state_of(pg).wait_slice;
   state->keep_alive = std::move(keep_alive);
   try {
     state->work = start(*pg.backend());

@@ -200,7 +200,12 @@ Reducer::Reducer(std::vector<std::string> names, std::vector<at::Tensor> params,
   std::vector<size_t> order(params_.size());
   for (size_t i = 0; i < params_.size(); ++i) order[i] = params_.size() - 1 - i;
   totals_.comm_hook = hook_->name();
-  scale_ = at::scalar_tensor(1.0 / pg_.size(), at::kDouble);
+  if (options_.gradient_divisor < 0) {
+    throw InvalidArgument(cat("DDP: gradient_divisor must be 0 (the world size) or positive, got ",
+                              options_.gradient_divisor));
+  }
+  const int divisor = options_.gradient_divisor > 0 ? options_.gradient_divisor : pg_.size();
+  scale_ = at::scalar_tensor(1.0 / divisor, at::kDouble);
   build_buckets(order);
   reset_pass_locked();
 }

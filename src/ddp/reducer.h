@@ -87,7 +87,7 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
   ProcessGroup pg_;
   DdpOptions options_;
   std::shared_ptr<CommHook> hook_;
-  at::Tensor scale_;  // 1 / world size, a CPU scalar usable with any device
+  at::Tensor scale_;  // 1 / (gradient_divisor or world size), a CPU scalar for any device
   std::vector<Bucket> buckets_;
   std::vector<size_t> bucket_of_;  // param -> bucket
   std::vector<size_t> slot_of_;    // param -> position in its bucket

@@ -291,6 +291,53 @@ TEST(Reducer, BackwardTwiceOnOneForwardIsAnErrorNamingTheFix) {
   EXPECT_EQ(error_of([&] { ddp.forward(batch(0)).sum().backward(); }), "");
 }
 
+// Live recovery's virtual ranks: 2 processes run 4 micro-batches (two each,
+// accumulated under no_sync) and divide by 4, which must equal the average
+// of 4 single-micro-batch gradients, with and without bucket views.
+TEST(Reducer, GradientDivisorAveragesAccumulatedMicroBatchesOverTheLogicalWorld) {
+  for (bool view : {false, true}) {
+    // Reference: the mean of the 4 micro-batches' gradients on one process.
+    Chain ref = make_chain();
+    for (int mb = 0; mb < 4; ++mb) ref->forward(batch(mb)).pow(2).sum().div(4).backward();
+    std::vector<torch::Tensor> expected;
+    for (auto& p : ref->parameters()) expected.push_back(p.grad().clone());
+
+    std::vector<std::vector<torch::Tensor>> got(2);
+    run_ranks(2, [&](const ProcessGroup& pg) {
+      Chain net = make_chain();
+      DdpOptions o;
+      o.gradient_divisor = 4;
+      o.gradient_as_bucket_view = view;
+      DistributedDataParallel<ChainImpl> ddp(net.ptr(), pg, o);
+      {
+        auto scope = ddp.no_sync();
+        ddp.forward(batch(pg.rank())).pow(2).sum().backward();  // logical rank r
+      }
+      ddp.forward(batch(pg.rank() + 2)).pow(2).sum().backward();  // logical rank r + 2
+      for (auto& p : net->parameters()) got[pg.rank()].push_back(p.grad().clone());
+    });
+    for (int r = 0; r < 2; ++r) {
+      ASSERT_EQ(got[r].size(), expected.size());
+      for (size_t i = 0; i < expected.size(); ++i) {
+        EXPECT_TRUE(torch::allclose(got[r][i], expected[i], 1e-5, 1e-6))
+            << "rank " << r << " parameter " << i << " view " << view;
+      }
+    }
+  }
+}
+
+TEST(Reducer, NegativeGradientDivisorIsAnErrorNamingTheValue) {
+  Chain net = make_chain();
+  ProcessGroup single;
+  std::string e = error_of([&] {
+    DistributedDataParallel<ChainImpl> ddp(net.ptr(), single,
+                                           DdpOptions().set_gradient_divisor(-2));
+  });
+  EXPECT_NE(e.find("gradient_divisor must be 0 (the world size) or positive, got -2"),
+            std::string::npos)
+      << e;
+}
+
 struct TwoDevicesImpl : torch::nn::Module {
   explicit TwoDevicesImpl(torch::Device other) {
     register_parameter("here", torch::zeros({2}));

@@ -32,12 +32,12 @@ const fs::path kWork = fs::path(DTRAIN_BINARY_DIR) / "install-test";
 const fs::path kPrefix = kWork / "prefix";
 const fs::path kExamplesBuild = kWork / "examples-build";
 
-const std::vector<std::string> kComponents = {"common",  "comm",    "ddp",   "amp",
-                                              "data",    "models",  "train", "launch",
-                                              "observe", "measure", "ps",    "ps_torch"};
-const std::vector<std::string> kExamples = {"quickstart",        "amp",
-                                            "custom_model",      "horovod_optimizer",
-                                            "checkpoint_resume", "parameter_server"};
+const std::vector<std::string> kComponents = {"common",  "comm",   "ddp",     "live",   "amp",
+                                              "data",    "models", "train",   "launch", "observe",
+                                              "measure", "ps",     "ps_torch"};
+const std::vector<std::string> kExamples = {
+    "quickstart",       "amp",          "custom_model", "horovod_optimizer", "checkpoint_resume",
+    "parameter_server", "live_recovery"};
 
 std::string quote(const fs::path& p) { return "'" + p.string() + "'"; }
 

@@ -1,0 +1,148 @@
+// Live recovery in your own training loop (dtrain/live.h, docs/live_recovery.md):
+// when a worker dies, hangs or is cut off, the others carry on in their
+// running processes, at the same step, with the same global batch. The job
+// has W0 logical ranks (WORLD_SIZE at start); each step every live worker
+// runs the logical ranks mapped onto it, each on the micro-batch rank r of
+// a W0-rank job would read (DistributedSampler rank r of W0), so every
+// sample is used exactly once and the final weights are a failure-free
+// run's. A replacement started with DTRAIN_LIVE_JOIN=1 joins at a step
+// boundary and receives the state from a live worker.
+//
+// Run: build/dtrain run --recovery live --nproc-per-node 4 -- build/examples/live_recovery
+// Options: --steps N (40)  --batch B (8, per logical rank)  --out DIR (sample
+// log, weights)  --die-at-step S --die-rank R --die-how kill|stop (inject a
+// failure: worker RANK R sends itself SIGKILL or SIGSTOP in step S)
+// --pause-ms M (sleep M ms per step, as a bigger model would take).
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <string>
+
+#include <dtrain/comm.h>
+#include <dtrain/errors.h>
+#include <dtrain/live.h>
+#include <dtrain/sampler.h>
+#include <torch/torch.h>
+
+#include "synthetic_task.h"
+
+struct NetImpl : torch::nn::Module {
+  NetImpl()
+      : fc1(register_module("fc1", torch::nn::Linear(example::kFeatures, 32))),
+        norm(register_module("norm", torch::nn::BatchNorm1d(32))),
+        drop(register_module("drop", torch::nn::Dropout(0.2))),
+        fc2(register_module("fc2", torch::nn::Linear(32, example::kClasses))) {}
+  torch::Tensor forward(torch::Tensor x) {
+    return fc2->forward(drop->forward(torch::relu(norm->forward(fc1->forward(x)))));
+  }
+  torch::nn::Linear fc1;
+  torch::nn::BatchNorm1d norm;
+  torch::nn::Dropout drop;
+  torch::nn::Linear fc2;
+};
+TORCH_MODULE(Net);
+
+// Sample i of the dataset: a function of i alone.
+torch::Tensor features(int64_t i) {
+  return torch::sin(torch::arange(example::kFeatures, torch::kFloat) * (0.37f * (i % 997 + 1)) +
+                    0.11f * static_cast<float>(i));
+}
+
+int main(int argc, char** argv) {
+  int64_t steps = 40, batch = 8, die_at = -1, pause_ms = 0;
+  int die_rank = -1;
+  std::string out_dir, die_how = "kill";
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string flag = argv[i], value = argv[i + 1];
+    if (flag == "--steps")
+      steps = std::atoll(value.c_str());
+    else if (flag == "--batch")
+      batch = std::atoll(value.c_str());
+    else if (flag == "--out")
+      out_dir = value;
+    else if (flag == "--die-at-step")
+      die_at = std::atoll(value.c_str());
+    else if (flag == "--die-rank")
+      die_rank = std::atoi(value.c_str());
+    else if (flag == "--die-how")
+      die_how = value;
+  }
+  const torch::Tensor teacher = example::teacher();
+  torch::manual_seed(7);  // the same initial weights everywhere (joiners get them anyway)
+  Net model;
+  torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
+
+  dtrain::LiveOptions options = dtrain::LiveOptions::from_env(dtrain::process_env());
+  options.on_event = [](const dtrain::RecoveryEvent& e) {
+    std::fprintf(stderr, "%s\n", e.to_string().c_str());
+  };
+  const bool joiner = options.join;
+  dtrain::LiveGroup live(options);
+  live.register_module(*model);
+  live.register_optimizer(opt);
+  live.wrap_ddp(*model);
+
+  const int w0 = options.logical_world_size;
+  const int64_t dataset = w0 * batch * steps;  // one epoch
+  std::ofstream samples;
+  if (!out_dir.empty()) samples.open(out_dir + "/samples." + std::to_string(::getpid()) + ".txt");
+
+  try {
+    while (live.step() < steps) {
+      const dtrain::LiveStep& s = live.begin_step();
+      std::vector<int64_t> used;
+      opt.zero_grad();
+      const bool ok = live.run_logical([&](int r) {
+        dtrain::DistributedSampler sampler(
+            dataset, dtrain::SamplerOptions().set_rank(r).set_world_size(w0).set_seed(3));
+        const std::vector<int64_t> mine = sampler.indices();
+        std::vector<torch::Tensor> xs;
+        std::vector<int64_t> ids(mine.begin() + s.step * batch,
+                                 mine.begin() + (s.step + 1) * batch);
+        for (int64_t i : ids) xs.push_back(features(i));
+        torch::Tensor x = torch::stack(xs);
+        torch::Tensor y = x.mm(teacher).argmax(1);
+        s.ddp->prepare_forward();
+        torch::Tensor logits = model->forward(x);
+        s.ddp->finish_forward({logits});
+        torch::nn::functional::cross_entropy(logits, y).backward();
+        used.insert(used.end(), ids.begin(), ids.end());
+      });
+      if (!joiner && s.step == die_at &&
+          std::atoi(std::getenv("RANK") ? std::getenv("RANK") : "-1") == die_rank) {
+        std::fprintf(stderr, "live_recovery: RANK %d injects %s in step %lld\n", die_rank,
+                     die_how.c_str(), static_cast<long long>(s.step));
+        ::raise(die_how == "stop" ? SIGSTOP : SIGKILL);
+      }
+      if (pause_ms > 0) ::usleep(static_cast<useconds_t>(pause_ms * 1000));  // a slower model
+      if (ok && live.should_commit()) {
+        opt.step();
+        if (samples.is_open()) {
+          samples << s.step;
+          for (int64_t i : used) samples << ' ' << i;
+          samples << '\n' << std::flush;
+        }
+      }
+    }
+  } catch (const dtrain::FencedError& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return 3;
+  } catch (const dtrain::BelowMinWorkersError& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return 4;
+  }
+  std::vector<torch::Tensor> flat;
+  for (const auto& p : model->parameters()) flat.push_back(p.detach().flatten());
+  for (const auto& b : model->buffers()) flat.push_back(b.detach().to(torch::kFloat).flatten());
+  torch::Tensor weights = torch::cat(flat);
+  if (!out_dir.empty())
+    torch::save(weights, out_dir + "/weights." + std::to_string(::getpid()) + ".pt");
+  std::printf("live_recovery: member %s pid %d step %lld weights checksum %.17g\n",
+              live.member().c_str(), static_cast<int>(::getpid()),
+              static_cast<long long>(live.step()), weights.to(torch::kDouble).sum().item<double>());
+  return 0;
+}

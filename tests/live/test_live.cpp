@@ -1,0 +1,395 @@
+// Live recovery's pieces with members as threads over one memory store:
+// the logical-rank map, options from the environment, heartbeats and
+// fencing, the commit agreement, generations after a loss, joiners, and
+// the weights against one process running every logical rank.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <atomic>
+#include <map>
+#include <thread>
+
+#include "dtrain/errors.h"
+#include "dtrain/live.h"
+#include "live/detector.h"
+#include "support/ranks.h"
+
+namespace dtrain {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::error_of;
+
+TEST(LiveLogicalRanks, EachLogicalRankRunsOnExactlyOneLiveMember) {
+  for (int live = 1; live <= 4; ++live) {
+    std::map<int, int> seen;
+    for (int i = 0; i < live; ++i) {
+      for (int r : logical_ranks_of(i, live, 4)) {
+        ++seen[r];
+        EXPECT_EQ(r % live, i);
+      }
+    }
+    ASSERT_EQ(seen.size(), 4u);
+    for (auto& [r, n] : seen) EXPECT_EQ(n, 1) << "logical rank " << r;
+  }
+  EXPECT_EQ(logical_ranks_of(0, 3, 4), (std::vector<int>{0, 3}));
+}
+
+EnvLookup env_of(std::map<std::string, std::string> vars) {
+  return [vars](const std::string& k) -> std::optional<std::string> {
+    auto it = vars.find(k);
+    if (it == vars.end()) return std::nullopt;
+    return it->second;
+  };
+}
+
+TEST(LiveOptions, FromEnvReadsWhatTheLauncherSets) {
+  auto o = LiveOptions::from_env(env_of({{"WORLD_SIZE", "4"},
+                                         {"RANK", "2"},
+                                         {"MASTER_ADDR", "10.0.0.1"},
+                                         {"MASTER_PORT", "29500"},
+                                         {"TORCHELASTIC_USE_AGENT_STORE", "True"},
+                                         {"DTRAIN_LIVE_MIN_WORKERS", "2"},
+                                         {"DTRAIN_LIVE_FAILURE_TIMEOUT_MS", "1500"}}));
+  EXPECT_EQ(o.initial_world_size, 4);
+  EXPECT_EQ(o.logical_world_size, 4);
+  EXPECT_EQ(o.initial_rank, 2);
+  EXPECT_EQ(o.store_host, "10.0.0.1");
+  EXPECT_EQ(o.store_port, 29500);
+  EXPECT_FALSE(o.host_store);
+  EXPECT_FALSE(o.join);
+  EXPECT_EQ(o.min_workers, 2);
+  EXPECT_EQ(o.failure_timeout, 1500ms);
+  EXPECT_TRUE(live_recovery_requested(env_of({{"DTRAIN_RECOVERY", "live"}})));
+  EXPECT_FALSE(live_recovery_requested(env_of({})));
+  auto join = LiveOptions::from_env(env_of({{"WORLD_SIZE", "4"},
+                                            {"MASTER_ADDR", "h"},
+                                            {"MASTER_PORT", "1"},
+                                            {"DTRAIN_LIVE_JOIN", "1"}}));
+  EXPECT_TRUE(join.join);
+  EXPECT_FALSE(join.host_store);
+}
+
+TEST(LiveOptions, MalformedMinWorkersIsAnErrorNamingTheVariable) {
+  std::string e = error_of([] {
+    LiveOptions::from_env(env_of({{"WORLD_SIZE", "4"},
+                                  {"MASTER_ADDR", "h"},
+                                  {"MASTER_PORT", "1"},
+                                  {"DTRAIN_LIVE_MIN_WORKERS", "two"}}));
+  });
+  EXPECT_NE(e.find("DTRAIN_LIVE_MIN_WORKERS='two' is not an integer >= 1"), std::string::npos) << e;
+}
+
+live::Keys test_keys() { return live::Keys{"live"}; }
+
+TEST(LiveDetector, AMemberWhoseHeartbeatStopsIsDeclaredDeadWithinTheFailureTimeout) {
+  StorePtr store = make_memory_store();
+  live::Detector a(store, test_keys(), "a", 50ms, 400ms);
+  auto b = std::make_unique<live::Detector>(store, test_keys(), "b", 50ms, 400ms);
+  a.watch({"a", "b"});
+  std::this_thread::sleep_for(600ms);
+  EXPECT_FALSE(a.any_dead({"b"})) << "b beats: not dead";
+  const auto stopped = std::chrono::steady_clock::now();
+  b.reset();  // b's heartbeat thread stops, as SIGSTOP or a cut link would stop it
+  while (!a.any_dead({"b"}) && std::chrono::steady_clock::now() - stopped < 5s) {
+    std::this_thread::sleep_for(10ms);
+  }
+  const auto took = std::chrono::steady_clock::now() - stopped;
+  ASSERT_TRUE(a.any_dead({"b"}));
+  EXPECT_EQ(a.deaths().at("b").cause, DetectionCause::kMissedHeartbeats);
+  EXPECT_GE(took, 350ms);
+  EXPECT_LE(took, 400ms + 2 * 50ms + 200ms) << "detected after the bound";
+  EXPECT_TRUE(store->check({"live/dead/b"}));
+}
+
+TEST(LiveDetector, AMemberTheOthersDeclaredDeadFencesItself) {
+  StorePtr store = make_memory_store();
+  live::Detector a(store, test_keys(), "a", 20ms, 200ms);
+  EXPECT_EQ(a.fence_reason(), "");
+  store->set("live/dead/a", "missed heartbeats");
+  std::this_thread::sleep_for(100ms);
+  EXPECT_NE(a.fence_reason().find("declared it dead (missed heartbeats)"), std::string::npos)
+      << a.fence_reason();
+}
+
+// A tiny model every member builds identically.
+struct TinyImpl : torch::nn::Module {
+  TinyImpl() {
+    torch::manual_seed(11);
+    fc = register_module("fc", torch::nn::Linear(3, 2));
+    norm = register_module("norm", torch::nn::BatchNorm1d(2));
+  }
+  torch::Tensor forward(torch::Tensor x) { return norm->forward(fc->forward(x)); }
+  torch::nn::Linear fc{nullptr};
+  torch::nn::BatchNorm1d norm{nullptr};
+};
+TORCH_MODULE(Tiny);
+
+// Logical rank r's micro-batch at `step`: a function of (r, step) alone.
+torch::Tensor micro_batch(int r, int64_t step) {
+  return torch::arange(12, torch::kFloat).reshape({4, 3}).mul(0.1 * (r + 1) + 0.01 * step).sin();
+}
+
+struct Member {
+  Tiny model;
+  std::unique_ptr<torch::optim::SGD> opt;
+  std::unique_ptr<LiveGroup> live;
+  std::vector<int64_t> committed_generations;
+  Member(StorePtr store, const std::string& id, LiveOptions o) {
+    opt = std::make_unique<torch::optim::SGD>(model->parameters(),
+                                              torch::optim::SGDOptions(0.1).momentum(0.9));
+    o.member = id;
+    o.gloo_host = "127.0.0.1";
+    live = std::make_unique<LiveGroup>([store] { return store; }, o);
+    live->register_module(*model);
+    live->register_optimizer(*opt);
+    live->wrap_ddp(*model);
+  }
+  // One attempt at the current step; true when it committed.
+  bool step() {
+    const LiveStep& s = live->begin_step();
+    opt->zero_grad();
+    const bool ok = live->run_logical([&](int r) {
+      s.ddp->prepare_forward();
+      torch::Tensor out = model->forward(micro_batch(r, s.step));
+      s.ddp->finish_forward({out});
+      out.pow(2).sum().backward();
+    });
+    if (ok && live->should_commit()) {
+      opt->step();
+      committed_generations.push_back(s.generation);
+      return true;
+    }
+    return false;
+  }
+  torch::Tensor weights() const {
+    std::vector<torch::Tensor> flat;
+    for (auto& p : model->parameters()) flat.push_back(p.detach().flatten());
+    for (auto& b : model->buffers()) flat.push_back(b.detach().to(torch::kFloat).flatten());
+    return torch::cat(flat);
+  }
+};
+
+LiveOptions fast_options(int initial, int w0) {
+  LiveOptions o;
+  o.initial_world_size = initial;
+  o.logical_world_size = w0;
+  o.heartbeat_interval = 50ms;
+  o.failure_timeout = 500ms;
+  o.form_timeout = 20s;
+  o.start_timeout = 30s;
+  o.collective_timeout = 30s;
+  return o;
+}
+
+// One member running all W0 logical ranks: the reference.
+torch::Tensor reference_weights(int w0, int64_t steps) {
+  StorePtr store = make_memory_store();
+  Member m(store, "ref", fast_options(1, w0));
+  while (m.live->step() < steps) m.step();
+  return m.weights();
+}
+
+// Runs `n` members as threads; member i calls body(i, member).
+void run_members(int n, int w0, const std::function<void(int, Member&)>& body,
+                 StorePtr store = make_memory_store(), int min_workers = 1) {
+  std::vector<std::exception_ptr> errors(n);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < n; ++i) {
+    threads.emplace_back([&, i] {
+      try {
+        LiveOptions o = fast_options(n, w0);
+        o.initial_rank = i;
+        o.min_workers = min_workers;
+        Member m(store, "m" + std::to_string(i), o);
+        body(i, m);
+      } catch (...) {
+        errors[i] = std::current_exception();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (auto& e : errors) {
+    if (e) std::rethrow_exception(e);
+  }
+}
+
+TEST(LiveGroup, ThreeMembersRunningFourLogicalRanksEndWithOneProcesssWeights) {
+  const torch::Tensor expected = reference_weights(4, 6);
+  std::vector<torch::Tensor> got(3);
+  run_members(3, 4, [&](int i, Member& m) {
+    while (m.live->step() < 6) m.step();
+    got[i] = m.weights();
+  });
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_TRUE(torch::allclose(got[i], expected, 1e-5, 1e-6)) << "member " << i;
+    EXPECT_TRUE(torch::equal(got[i], got[0])) << "members differ";
+  }
+}
+
+TEST(LiveGroup, AStepThatFailedOnOneMemberIsCommittedByNoneAndRedoneInANewGeneration) {
+  const torch::Tensor expected = reference_weights(2, 4);
+  std::vector<torch::Tensor> got(2);
+  std::vector<std::vector<int64_t>> gens(2);
+  run_members(2, 2, [&](int i, Member& m) {
+    int attempts = 0;
+    while (m.live->step() < 4) {
+      if (m.live->step() == 2 && attempts++ == 0) {
+        const LiveStep& s = m.live->begin_step();
+        EXPECT_EQ(s.generation, 0);
+        if (i == 1) m.live->report_failure("injected");
+        m.opt->zero_grad();
+        bool ok = m.live->run_logical([&](int r) {
+          s.ddp->prepare_forward();
+          torch::Tensor out = m.model->forward(micro_batch(r, s.step));
+          s.ddp->finish_forward({out});
+          out.pow(2).sum().backward();
+        });
+        EXPECT_FALSE(ok && m.live->should_commit()) << "member " << i << " committed";
+        continue;
+      }
+      m.step();
+    }
+    got[i] = m.weights();
+    gens[i] = m.committed_generations;
+  });
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_TRUE(torch::allclose(got[i], expected, 1e-5, 1e-6)) << "member " << i;
+    EXPECT_EQ(gens[i], (std::vector<int64_t>{0, 0, 1, 1})) << "member " << i;
+  }
+}
+
+TEST(LiveGroup, SurvivorsOfAMemberThatVanishedMidStepEndWithTheFailureFreeWeights) {
+  const torch::Tensor expected = reference_weights(4, 6);
+  std::vector<torch::Tensor> got(4);
+  StorePtr store = make_memory_store();
+  run_members(
+      4, 4,
+      [&](int i, Member& m) {
+        while (m.live->step() < 6) {
+          if (i == 3 && m.live->step() == 3) {
+            // Vanish mid-step: begin, compute, never agree; the group is
+            // destroyed (its heartbeat stops) without a word.
+            const LiveStep& s = m.live->begin_step();
+            (void)s;
+            return;
+          }
+          m.step();
+        }
+        got[i] = m.weights();
+      },
+      store);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_TRUE(torch::allclose(got[i], expected, 1e-5, 1e-6)) << "member " << i;
+    EXPECT_TRUE(torch::equal(got[i], got[0]));
+  }
+  EXPECT_TRUE(store->check({"live/dead/m3"}));
+}
+
+TEST(LiveGroup, TwoMembersLostInOneStepAreSurvivedWithTheFailureFreeWeights) {
+  const torch::Tensor expected = reference_weights(4, 6);
+  std::vector<torch::Tensor> got(4);
+  StorePtr store = make_memory_store();
+  run_members(
+      4, 4,
+      [&](int i, Member& m) {
+        while (m.live->step() < 6) {
+          if ((i == 1 || i == 3) && m.live->step() == 2) {
+            m.live->begin_step();  // both vanish in the same step
+            return;
+          }
+          m.step();
+        }
+        got[i] = m.weights();
+      },
+      store);
+  for (int i : {0, 2}) {
+    EXPECT_TRUE(torch::allclose(got[i], expected, 1e-5, 1e-6)) << "member " << i;
+    EXPECT_TRUE(torch::equal(got[i], got[0]));
+  }
+  EXPECT_TRUE(store->check({"live/dead/m1"}));
+  EXPECT_TRUE(store->check({"live/dead/m3"}));
+}
+
+TEST(LiveGroup, BelowMinWorkersIsATypedErrorNamingTheLostMember) {
+  std::vector<std::string> errors(3);
+  run_members(
+      3, 3,
+      [&](int i, Member& m) {
+        try {
+          while (m.live->step() < 5) {
+            if (i == 2 && m.live->step() == 2) return;  // vanishes
+            m.step();
+          }
+        } catch (const BelowMinWorkersError& e) {
+          errors[i] = e.what();
+        }
+      },
+      make_memory_store(), /*min_workers=*/3);
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_NE(errors[i].find("fewer than min_workers = 3"), std::string::npos) << errors[i];
+    EXPECT_NE(errors[i].find("m2 (peer lost)"), std::string::npos) << errors[i];
+  }
+}
+
+TEST(LiveGroup, AJoinerReceivesTheStateAndEndsWithTheSameWeightsAsTheOthers) {
+  StorePtr store = make_memory_store();
+  std::vector<torch::Tensor> got(3);
+  std::vector<std::exception_ptr> errors(3);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 2; ++i) {
+    threads.emplace_back([&, i] {
+      try {
+        LiveOptions o = fast_options(2, 3);
+        o.initial_rank = i;
+        Member m(store, "m" + std::to_string(i), o);
+        while (m.live->step() < 8) {
+          // Wait at step 4 until the joiner registered, so it joins mid-run.
+          while (m.live->step() == 4 && store->add("live/joiners", 0) < 1) {
+            std::this_thread::sleep_for(10ms);
+          }
+          m.step();
+        }
+        got[i] = m.weights();
+      } catch (...) {
+        errors[i] = std::current_exception();
+      }
+    });
+  }
+  threads.emplace_back([&] {
+    try {
+      std::this_thread::sleep_for(300ms);
+      LiveOptions o = fast_options(0, 3);
+      o.join = true;
+      Member m(store, "joiner", o);
+      const LiveStep& s = m.live->begin_step();
+      EXPECT_TRUE(s.state_received);
+      EXPECT_GT(s.step, 0);
+      EXPECT_EQ(s.members.size(), 3u);
+      m.opt->zero_grad();
+      bool ok = m.live->run_logical([&](int r) {
+        s.ddp->prepare_forward();
+        torch::Tensor out = m.model->forward(micro_batch(r, s.step));
+        s.ddp->finish_forward({out});
+        out.pow(2).sum().backward();
+      });
+      if (ok && m.live->should_commit()) m.opt->step();
+      while (m.live->step() < 8) m.step();
+      got[2] = m.weights();
+    } catch (...) {
+      errors[2] = std::current_exception();
+    }
+  });
+  for (auto& t : threads) t.join();
+  for (auto& e : errors) {
+    if (e) std::rethrow_exception(e);
+  }
+  const torch::Tensor expected = reference_weights(3, 8);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_TRUE(torch::equal(got[i], got[0])) << "member " << i << " differs";
+    EXPECT_TRUE(torch::allclose(got[i], expected, 1e-5, 1e-6)) << "member " << i;
+  }
+}
+
+}  // namespace
+}  // namespace dtrain
