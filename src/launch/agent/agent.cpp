@@ -514,7 +514,12 @@ RoundFacts Agent::observe(const RendezvousInfo& info, const RoundOutcome& outcom
   return facts;
 }
 
-bool Agent::carry_out(const RoundDecision& d, const RoundFacts& facts, const RendezvousInfo& info) {
+bool Agent::carry_out(const RoundDecision& decision, const RoundFacts& facts,
+                      const RendezvousInfo& info) {
+  RoundDecision d = decision;
+  // Live recovery: this node's workers are gone, the others' go on (the
+  // library ends the job below the minimum); closing the run would stop them.
+  if (live() && d.action == RoundAction::kGiveUp) d.close = false;
   if (d.record_failure) record_root_cause(info);
   switch (d.action) {
     case RoundAction::kRestart:
