@@ -12,6 +12,9 @@
 //    admits it, without spending a restart;
 //  * a node is lost → its peers' workers fail, and the survivors continue as a
 //    smaller group when at least min_nodes remain.
+// That is LaunchOptions::Recovery::kRestart, the default. Under kLive the
+// workers survive losses themselves (dtrain/live.h) and a failed worker is
+// replaced alone; see LaunchOptions::recovery.
 //
 /// Example:
 /// ```
@@ -177,6 +180,41 @@ struct LaunchOptions {
   /// set may run at a time in a process (the signal self-pipe is global).
   bool handle_signals = true;
 
+  /// What happens when a worker fails (`dtrain run --recovery`):
+  ///   kRestart  torchrun's behaviour (the default): the node's workers are
+  ///             stopped and the whole group restarts in a new rendezvous
+  ///             round, from the last checkpoint;
+  ///   kLive     live recovery (docs/live_recovery.md): the workers use
+  ///             dtrain/live.h and survive losses in-process. The agent sets
+  ///             DTRAIN_RECOVERY=live and DTRAIN_LIVE_MIN_WORKERS in every
+  ///             worker's environment; a local worker that fails is restarted
+  ///             alone as a replacement (DTRAIN_LIVE_JOIN=1, same RANK) while
+  ///             max_restarts allows, the others keep running; membership
+  ///             changes of the rendezvous (a node lost or waiting) never stop
+  ///             the workers. The node succeeds when a local worker exits 0
+  ///             (those that failed unreplaced are then listed in
+  ///             LaunchResult::lost_workers). A program that never registers
+  ///             with the library (no `live/members/` key in the workers'
+  ///             store within live_register_timeout, or a worker exiting
+  ///             before any registered) ends the run: launch() throws
+  ///             InvalidArgument naming the program and the API to call.
+  ///             The workers' store is hosted by node 0's agent: losing node 0
+  ///             ends the job (the others' workers lose the store and fail).
+  /// REQUIRES (kLive): max_nodes * nproc_per_node > live_min_workers, and
+  /// ps_servers == 0.
+  enum class Recovery { kRestart, kLive };
+  Recovery recovery = Recovery::kRestart;
+
+  /// kLive: the fewest live workers the job trains with
+  /// (DTRAIN_LIVE_MIN_WORKERS, `dtrain run --live-min-workers`); below it the
+  /// library ends the job naming the lost ranks. REQUIRES: >= 1.
+  int live_min_workers = 1;
+
+  /// kLive: how long node 0's agent waits for the first worker to register
+  /// with the library before it ends the run as a program that never calls
+  /// the per-step API (`dtrain run --live-register-timeout`). 0: not checked.
+  std::chrono::milliseconds live_register_timeout = std::chrono::seconds(300);
+
   /// A parameter-server job on this node (MXNet's `tools/launch.py
   /// --launcher local`): besides the nproc_per_node workers, start one
   /// scheduler and ps_servers servers, each running `command` (as in MXNet,
@@ -266,6 +304,11 @@ struct LaunchResult {
   /// Failures of earlier rounds that were recovered by a restart, as
   /// summary-style lines (oldest first).
   std::vector<std::string> recovered_failures;
+  /// LaunchOptions::Recovery::kLive: workers of this node that failed and
+  /// were not replaced (max_restarts used up) while the job finished without
+  /// them. Not in `workers`; each replacement is a line of
+  /// recovered_failures.
+  std::vector<WorkerExit> lost_workers;
 
   /// Every worker exited 0 and the launcher was not signalled.
   bool succeeded() const;

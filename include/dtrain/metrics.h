@@ -107,6 +107,12 @@ class MetricsExporter {
   void set_restarts(int64_t restarts);
   /// dtrain_epoch.
   void set_epoch(int64_t epoch);
+  /// Live recovery (dtrain/live.h): dtrain_recoveries_total counts the new
+  /// generations formed after a loss or to admit a joiner, and
+  /// dtrain_world_size is the live workers now.
+  void record_recovery(int world_size);
+  /// dtrain_world_size alone (at start: the first generation's size).
+  void set_world_size(int world_size);
 
   struct Impl;
 

@@ -42,6 +42,8 @@
 
 namespace dtrain {
 
+struct LiveOptions;  // dtrain/live.h
+
 /// How TrainOptions::lr_scaling turns optimizer.lr into the base lr: kNone
 /// keeps it; kLinear multiplies it by the global batch (batch_size x world
 /// size x accumulation_steps) / 256 (Goyal et al.).
@@ -159,6 +161,21 @@ struct TrainOptions {
   /// group with kv_process_group and pass both); under dist_device_sync
   /// they are the nodes.
   std::optional<KVStoreType> kvstore;
+  /// What a failed peer costs (docs/live_recovery.md):
+  ///   kRestart  the default: a failure ends train() with a DistError; the
+  ///             launcher restarts the job, which resumes from checkpoint_dir;
+  ///   kLive     the ranks are members of a dtrain::LiveGroup (dtrain/live.h,
+  ///             LiveOptions::from_env of the process environment, as
+  ///             `dtrain run --recovery live` sets it): the survivors of a
+  ///             loss carry on in-process at the same step with the same
+  ///             global batch (WORLD_SIZE logical ranks), a replacement
+  ///             (DTRAIN_LIVE_JOIN=1) receives model, optimizer, loss
+  ///             scaler, position and step from a live member. Not with
+  ///             kvstore (InvalidArgument: the parameter server recovers by
+  ///             its own mechanism, docs/ps.md).
+  /// `dtrain train` sets kLive when DTRAIN_RECOVERY=live.
+  enum class Recovery { kRestart, kLive };
+  Recovery recovery = Recovery::kRestart;
   /// Where the optimizer runs under a kvstore: kWorker (the servers sum,
   /// every worker steps its own optimizer on the averaged gradient: any
   /// optimizer, schedule, clipping or AMP; results equal DDP's), kServer
@@ -295,6 +312,7 @@ struct TrainOptions {
   DTRAIN_SETTER(TrainOptions, progress_every_steps)
   DTRAIN_SETTER(TrainOptions, progress_every_seconds)
   DTRAIN_SETTER(TrainOptions, kvstore)
+  DTRAIN_SETTER(TrainOptions, recovery)
   DTRAIN_SETTER(TrainOptions, kvstore_optimizer)
   DTRAIN_SETTER(TrainOptions, kvstore_options)
   DTRAIN_SETTER(TrainOptions, kvstore_env)
@@ -363,6 +381,24 @@ std::vector<EpochMetrics> train(const TrainOptions& options, const ProcessGroup&
 /// of another type, is InvalidArgument.
 std::vector<EpochMetrics> train(const TrainOptions& options, const ProcessGroup& pg,
                                 std::shared_ptr<KVStore> kvstore, std::ostream* log);
+
+/// Under live recovery (docs/live_recovery.md): trains `options` as a member
+/// of a dtrain::LiveGroup made from `live` (LiveOptions::from_env of what
+/// `dtrain run --recovery live` sets; on_event is kept and also feeds the
+/// observers), instead of over a fixed group: WORLD_SIZE logical ranks, each
+/// reading DistributedSampler rank r of W0's batches, run on the live members
+/// (several each after a loss); an optimizer step only when every member
+/// finished the step (should_commit), else the step is redone; a joiner
+/// receives model, optimizer, loss scaler and CPU generator from a live
+/// member. Differences from train() (Note [Live training] in
+/// src/train/live_trainer.cpp): accumulation_steps must be 1; no
+/// checkpoints; each member evaluates the whole test split; train_loss is
+/// this member's. Throws InvalidArgument for options live recovery does not
+/// support (options.kvstore among them), FencedError / BelowMinWorkersError
+/// (dtrain/live.h) when this member cannot go on. Defined only in builds with
+/// the dtrain_live library (DTRAIN_HAVE_LIVE).
+std::vector<EpochMetrics> train(const TrainOptions& options, const LiveOptions& live,
+                                std::ostream* log);
 
 /// The last whole batch of this run at or before `samples_in_epoch` samples
 /// of the epoch: floor(samples / (batch_size x world_size)), at most

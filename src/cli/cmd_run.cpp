@@ -5,7 +5,8 @@
 //              [--rdzv-id ID] [--rdzv-conf K=V,...] [--max-restarts K]
 //              [--node-rank R] [--master-addr A] [--master-port P]
 //              [--log-dir DIR] [--monitor-interval S] [--ps-servers S]
-//              [--ps-worker-per process|node]
+//              [--ps-worker-per process|node] [--recovery restart|live]
+//              [--live-min-workers N] [--live-register-timeout S]
 //              [--exit-barrier-timeout S] [--linger-timeout S]
 //              [--role ROLE] [--local-addr ADDR] [-r|--redirects 0-3|R:V,...]
 //              [-t|--tee 0-3|R:V,...] [--start-method spawn|fork|forkserver]
@@ -48,6 +49,8 @@ struct RunFlags {
   double linger_timeout_s = 60;
   std::string log_dir;
   std::string ps_worker_per = "process";  // LaunchOptions::ps_worker_per
+  std::string recovery = "restart";       // LaunchOptions::recovery
+  double live_register_timeout_s = 300;
   /// torchrun's; checked when `run` runs (see nproc_per_node), then unused.
   std::string start_method = "spawn";
   bool no_python = false;  // torchrun's program modes, see LaunchOptions::program_mode
@@ -221,6 +224,27 @@ void add_run_command(CLI::App& root, int* exit_code) {
       ->check(CLI::IsMember({"process", "node"}))
       ->envname("PET_PS_WORKER_PER")
       ->capture_default_str();
+  cmd->add_option("--recovery", flags->recovery,
+                  "What a worker failure costs. restart: stop the group and restart it from the "
+                  "last checkpoint (torchrun's); live: the others keep training in-process and "
+                  "the failed worker is replaced alone (up to --max-restarts); the program must "
+                  "use dtrain/live.h (docs/live_recovery.md)")
+      ->check(CLI::IsMember({"restart", "live"}))
+      ->envname("PET_RECOVERY")
+      ->capture_default_str();
+  cmd->add_option("--live-min-workers,--live_min_workers", o.live_min_workers,
+                  "With --recovery live: the fewest live workers the job trains with; below "
+                  "it the job ends naming the lost ranks")
+      ->check(at_least(1))
+      ->envname("PET_LIVE_MIN_WORKERS")
+      ->capture_default_str();
+  cmd->add_option("--live-register-timeout,--live_register_timeout", flags->live_register_timeout_s,
+                  "With --recovery live: seconds node 0 waits for a worker to register with "
+                  "dtrain/live.h before it ends the run as a program without the per-step API; "
+                  "0: not checked")
+      ->check(non_negative())
+      ->envname("PET_LIVE_REGISTER_TIMEOUT")
+      ->capture_default_str();
   cmd->add_option("--role", o.role, "The workers' role (their ROLE_NAME)")
       ->envname("PET_ROLE")
       ->capture_default_str();
@@ -294,6 +318,9 @@ void add_run_command(CLI::App& root, int* exit_code) {
     options.linger_timeout =
         std::chrono::milliseconds(static_cast<long long>(flags->linger_timeout_s * 1000));
     if (!flags->log_dir.empty()) options.log_dir = flags->log_dir;
+    if (flags->recovery == "live") options.recovery = LaunchOptions::Recovery::kLive;
+    options.live_register_timeout =
+        std::chrono::milliseconds(static_cast<long long>(flags->live_register_timeout_s * 1000));
     if (flags->ps_worker_per == "node") {
       options.ps_worker_per = LaunchOptions::PsWorkerPer::kNode;
     }

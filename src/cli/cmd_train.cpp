@@ -14,6 +14,9 @@
 #include "cli/validators.h"
 #include "common/strings.h"
 #include "dtrain/errors.h"
+#if DTRAIN_HAVE_LIVE
+#include "dtrain/live.h"
+#endif
 #include "dtrain/eval.h"
 #include "dtrain/models.h"
 #include "dtrain/train.h"
@@ -106,6 +109,20 @@ CLI::Validator checkpoint_every_syntax() {
       "N|Nsteps|Nepochs");
 }
 
+/// dtrain train under `dtrain run --recovery live` (DTRAIN_RECOVERY=live):
+/// the ranks are members of a dtrain::LiveGroup (docs/live_recovery.md).
+int run_live(const TrainOptions& o) {
+#if DTRAIN_HAVE_LIVE
+  train(o, LiveOptions::from_env(process_env()), &std::cout);
+  return 0;
+#else
+  (void)o;
+  throw InvalidArgument(
+      "DTRAIN_RECOVERY=live: this dtrain was built without live recovery (src/live); use "
+      "--recovery restart");
+#endif
+}
+
 int run_train(const TrainFlags& f) {
   try {
     TrainOptions o = f.options;
@@ -138,8 +155,13 @@ int run_train(const TrainFlags& f) {
                  : stdout_is_terminal() ? TrainOptions::Progress::kInPlace
                                         : TrainOptions::Progress::kLines;
     o.kvstore = parse_kvstore_flag(f.kvstore);
+    // `dtrain run --recovery live` (dtrain/live.h's live_recovery_requested).
+    if (process_env()("DTRAIN_RECOVERY").value_or("") == "live") {
+      o.recovery = TrainOptions::Recovery::kLive;
+    }
     o.kvstore_optimizer = parse_kvstore_optimizer_flag(f.kvstore_optimizer);
     validate(o);  // before joining the group: bad flags never leave peers waiting
+    if (o.recovery == TrainOptions::Recovery::kLive) return run_live(o);
     TrainingRoute route =
         open_training_route(o.kvstore, o.kvstore_options,
                             group_options(f.group.backend, o.device, group_timeout(f.group)));

@@ -27,6 +27,30 @@ std::string generate_run_id() {
   return id;
 }
 
+/// --recovery live's preconditions (LaunchOptions::recovery), after
+/// --nnodes was checked.
+void check_live(const LaunchOptions& o) {
+  if (o.live_min_workers < 1) {
+    throw InvalidArgument(cat("--live-min-workers must be at least 1, got ", o.live_min_workers));
+  }
+  const long long workers = static_cast<long long>(o.max_nodes) * o.nproc_per_node;
+  if (workers <= o.live_min_workers) {
+    throw InvalidArgument(cat("--recovery live with --nnodes ", o.min_nodes, ":", o.max_nodes,
+                              " x --nproc-per-node ", o.nproc_per_node, " = ", workers,
+                              " worker(s) and --live-min-workers ", o.live_min_workers,
+                              " has nothing to survive with: add workers (--nproc-per-node, "
+                              "--nnodes) or use --recovery restart"));
+  }
+  if (o.ps_servers > 0) {
+    throw InvalidArgument(
+        "--recovery live does not cover a parameter-server job (--ps-servers): PS recovery is "
+        "its own mechanism (DMLC_PS_SNAPSHOT_DIR, docs/ps.md); drop --recovery live");
+  }
+  if (o.live_register_timeout.count() < 0) {
+    throw InvalidArgument("--live-register-timeout must not be negative");
+  }
+}
+
 }  // namespace
 
 LaunchOptions resolve_launch_options(const LaunchOptions& options) {
@@ -80,6 +104,7 @@ LaunchOptions resolve_launch_options(const LaunchOptions& options) {
     throw InvalidArgument(
         cat("--nnodes ", o.min_nodes, ":", o.max_nodes, " is invalid: need 1 <= MIN <= MAX"));
   }
+  if (o.recovery == LaunchOptions::Recovery::kLive) check_live(o);
   for (auto& c : o.rdzv_backend) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   if (o.rdzv_backend == "etcd-v2") o.rdzv_backend = "etcd";
   if (o.rdzv_backend != "static" && o.rdzv_backend != "c10d" && o.rdzv_backend != "etcd") {

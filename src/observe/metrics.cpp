@@ -29,6 +29,8 @@ struct MetricsExporter::Impl {
   prometheus::Gauge* images_per_second = nullptr;
   prometheus::Gauge* restarts = nullptr;
   prometheus::Gauge* epoch = nullptr;
+  prometheus::Counter* recoveries = nullptr;
+  prometheus::Gauge* world_size = nullptr;
   prometheus::Histogram* step_seconds = nullptr;
   int port = 0;
 };
@@ -67,6 +69,10 @@ MetricsExporter::MetricsExporter(MetricsOptions o) : impl_(std::make_unique<Impl
       &gauge(r, "dtrain_images_per_second", "Throughput of this rank.", labels);
   impl_->restarts = &gauge(r, "dtrain_restarts", "Restarts of the worker group so far.", labels);
   impl_->epoch = &gauge(r, "dtrain_epoch", "Current epoch.", labels);
+  impl_->recoveries =
+      &counter(r, "dtrain_recoveries_total",
+               "Live recoveries: generations formed after a loss or a join.", labels);
+  impl_->world_size = &gauge(r, "dtrain_world_size", "Workers in the job now.", labels);
   impl_->step_seconds = &prometheus::BuildHistogram()
                              .Name("dtrain_step_seconds")
                              .Help("Duration of a training step.")
@@ -125,6 +131,13 @@ void MetricsExporter::set_restarts(int64_t restarts) {
 }
 
 void MetricsExporter::set_epoch(int64_t epoch) { impl_->epoch->Set(static_cast<double>(epoch)); }
+
+void MetricsExporter::record_recovery(int world_size) {
+  impl_->recoveries->Increment();
+  impl_->world_size->Set(world_size);
+}
+
+void MetricsExporter::set_world_size(int world_size) { impl_->world_size->Set(world_size); }
 
 // Note [GPU of a rank for NVML]
 // NVML numbers every GPU of the machine; CUDA numbers the visible ones. With

@@ -4,6 +4,8 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <iomanip>
+#include <sstream>
 #include <vector>
 
 #include <torch/nn/module.h>
@@ -269,6 +271,80 @@ void TrainObservers::epoch_end(const EpochMetrics& m, int64_t step) {
     }
   }
   tb_->flush();
+}
+
+// Note [Recovery events]
+// Live recovery (dtrain/live.h) reports each new generation as a
+// RecoveryEvent on every member. What it costs is the time from detecting
+// the loss to the new group (detect_to_group) plus any state transfer to a
+// joiner: the timeline span covers that much time before the event arrived.
+// The log line is written by one member (the caller's choice), the metrics
+// and span by every member, the TensorBoard scalar by the rank holding the
+// writer (the first generation's rank 0; it stops when that rank is lost).
+// The line is formatted here rather than with RecoveryEvent::to_string() so
+// that it names the launcher's member ids and says "training resumed".
+std::string recovery_line(const RecoveryEvent& e) {
+  auto cause = [](DetectionCause c) {
+    switch (c) {
+      case DetectionCause::kMissedHeartbeats:
+        return "missed heartbeats";
+      case DetectionCause::kPeerLost:
+        return "peer lost";
+      case DetectionCause::kStoreLost:
+        return "store lost";
+      case DetectionCause::kLeftGeneration:
+        return "left generation";
+    }
+    return "unknown";
+  };
+  std::ostringstream line;
+  line << "live recovery: generation " << e.generation << " at step " << e.step << ": ";
+  switch (e.kind) {
+    case RecoveryEvent::Kind::kFormed:
+      return cat(line.str(), "formed with ", e.world_size, " workers");
+    case RecoveryEvent::Kind::kFenced:
+      return cat(line.str(), e.member, " fenced itself (lost the store or left behind); it stops");
+    default:
+      break;
+  }
+  for (size_t i = 0; i < e.lost.size(); ++i) {
+    line << (i ? ", " : "lost ") << e.lost[i].member << " (" << cause(e.lost[i].cause) << ")";
+  }
+  for (size_t i = 0; i < e.joined.size(); ++i) {
+    line << (i ? ", " : (e.lost.empty() ? "joined " : "; joined ")) << e.joined[i];
+  }
+  line << "; " << e.world_size << " workers (was " << e.previous_world_size
+       << "); training resumed " << std::fixed << std::setprecision(2)
+       << (e.detect_to_group + e.state_transfer).count() / 1e3 << " s after detection";
+  if (e.state_transfer.count() > 0) {
+    line << " (state transfer " << e.state_transfer.count() / 1e3 << " s)";
+  }
+  return line.str();
+}
+
+void TrainObservers::recovery(const RecoveryEvent& e, std::ostream* log) {
+  if (log) *log << recovery_line(e) << std::endl;
+  world_size_ = std::max(1, e.world_size);
+  if (metrics_) {
+    if (e.kind == RecoveryEvent::Kind::kLost || e.kind == RecoveryEvent::Kind::kJoined) {
+      metrics_->record_recovery(e.world_size);
+    } else {
+      metrics_->set_world_size(e.world_size);
+    }
+  }
+  if (timeline_ && e.kind != RecoveryEvent::Kind::kFormed) {
+    const auto now = Timeline::Clock::now();
+    const auto took =
+        std::chrono::duration_cast<Timeline::Clock::duration>(e.detect_to_group + e.state_transfer);
+    timeline_->complete("live recovery", "live", now - took, now, Timeline::kTrainTrack,
+                        cat("{\"generation\": ", e.generation, ", \"step\": ", e.step,
+                            ", \"world_size\": ", e.world_size, ", \"lost\": ", e.lost.size(),
+                            ", \"joined\": ", e.joined.size(), "}"));
+  }
+  if (tb_) {
+    tb_->add_scalar("live/world_size", e.world_size, e.step);
+    tb_->flush();
+  }
 }
 
 void TrainObservers::finish() {

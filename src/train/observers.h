@@ -20,6 +20,7 @@
 
 #include "dtrain/amp.h"
 #include "dtrain/ddp.h"
+#include "dtrain/live.h"
 #include "dtrain/metrics.h"
 #include "dtrain/models.h"
 #include "dtrain/summary.h"
@@ -29,6 +30,11 @@
 namespace dtrain::detail {
 
 class GpuSampler;
+
+/// RecoveryEvent as one log line: "live recovery: generation 3 at step 41:
+/// lost rank1@node1 (missed heartbeats); 3 workers (was 4); training resumed
+/// 0.41 s after detection". Also kFormed / kJoined / kFenced.
+std::string recovery_line(const RecoveryEvent& event);
 
 class TrainObservers {
  public:
@@ -73,6 +79,14 @@ class TrainObservers {
   /// Gradient histograms of the epoch (rank 0, --tensorboard-histograms).
   void gradients(int64_t step);
   void epoch_end(const EpochMetrics& m, int64_t step);
+  /// Live recovery (Note [Recovery events] in observers.cpp): one
+  /// RecoveryEvent as a log line to `log` (may be null; the caller passes
+  /// it on one member per generation), dtrain_recoveries_total and
+  /// dtrain_world_size, the TensorBoard scalar live/world_size at the
+  /// event's step (rank 0's writer) and a "live recovery" timeline span from
+  /// the detection to now. Called on the training thread when the event
+  /// arrives (after the new generation formed and any state transfer).
+  void recovery(const RecoveryEvent& event, std::ostream* log);
   /// "  gpu_util 93%  peak_mem 4.21 GiB" for the epoch line on GPU runs;
   /// empty otherwise.
   const std::string& epoch_line_suffix() const { return epoch_suffix_; }

@@ -58,6 +58,12 @@ void validate(const TrainOptions& o) {
   positive("eval_batch_size", static_cast<double>(o.eval_batch_size));
   positive("accumulation_steps", o.accumulation_steps);
   positive("ddp.bucket_cap_mb", o.ddp.bucket_cap_mb);
+  if (o.recovery == TrainOptions::Recovery::kLive && o.kvstore) {
+    throw InvalidArgument(
+        "TrainOptions::kvstore under live recovery (TrainOptions::recovery, DTRAIN_RECOVERY=live "
+        "from dtrain run --recovery live): a parameter-server job recovers by its own mechanism "
+        "(DMLC_PS_SNAPSHOT_DIR, docs/ps.md); drop --kvstore or use --recovery restart");
+  }
   validate(o.optimizer);
   if (o.lr_warmup_epochs > 0 && o.lr_warmup_steps > 0) {
     throw InvalidArgument(

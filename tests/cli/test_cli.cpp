@@ -1,9 +1,11 @@
 // The dtrain executable as a user meets it: exit codes and one-line errors
 // for bad input, and a short end-to-end data-parallel run.
 #include <gtest/gtest.h>
+
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
+#include <algorithm>
 
 #include <cstdio>
 #include <filesystem>
@@ -113,6 +115,17 @@ TEST_F(Cli, UnwritableMetricsFileFailsBeforeTrainingStarts) {
   EXPECT_EQ(r.code, 2) << r.output;
   EXPECT_NE(r.output.find("cannot write --metrics-file"), std::string::npos) << r.output;
   EXPECT_EQ(r.output.find("epoch 1/1"), std::string::npos) << r.output;
+}
+
+// Issue 19's bad input: the parameter server recovers by its own mechanism.
+TEST_F(Cli, KvstoreUnderLiveRecoveryIsAOneLineUsageErrorNamingTheFix) {
+  Result r = dtrain_with_env("DTRAIN_RECOVERY=live ", "train --kvstore dist_sync --epochs 1");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("dtrain train: error: --kvstore under live recovery"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("drop --kvstore or use --recovery restart"), std::string::npos)
+      << r.output;
+  EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
 }
 
 TEST_F(Cli, TwoWorkersTrainAndRankZeroWritesOneJsonLinePerEpoch) {

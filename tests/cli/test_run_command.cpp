@@ -141,6 +141,38 @@ TEST(RunCommand, PetVariablesConfigureTheRunLikeKubeflowPassesThem) {
 
 // Every flag can come from its PET_* variable (the flag's name in capitals,
 // '-' as '_'), as torchrun's `env` action reads them and Kubeflow sets them.
+// Issue 19's bad input: one worker in all has nothing to survive with.
+TEST(RunCommand, RecoveryLiveWithOneWorkerInAllIsAUsageErrorNamingTheFix) {
+  ::testing::internal::CaptureStderr();
+  const int rc = parse({"--recovery", "live", "--nnodes", "1", "--nproc-per-node", "1", "--",
+                        LAUNCH_TEST_WORKER, "print", "x"});
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(rc, 2);
+  EXPECT_THAT(err, HasSubstr("dtrain run: error: --recovery live with --nnodes 1:1 x "
+                             "--nproc-per-node 1 = 1 worker(s)"));
+  EXPECT_THAT(err, HasSubstr("has nothing to survive with"));
+  EXPECT_THAT(err, HasSubstr("or use --recovery restart\n"));
+}
+
+TEST(RunCommand, RecoveryLiveComesFromPetRecoveryAndStartsReplacements) {
+  ::setenv("PET_RECOVERY", "live", 1);
+  ::testing::internal::CaptureStdout();
+  ::testing::internal::CaptureStderr();
+  const int rc = parse({"--nproc-per-node", "2", "--max-restarts", "1", "--live-register-timeout",
+                        "0", "--", LAUNCH_TEST_WORKER, "env", "DTRAIN_LIVE_JOIN", "join", "0",
+                        "rank", "1", "exit", "4", "sleep", "500"});
+  const std::string out = ::testing::internal::GetCapturedStdout();
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  ::unsetenv("PET_RECOVERY");
+  EXPECT_EQ(rc, 0) << err;
+  EXPECT_THAT(out, HasSubstr("[rank1]: DTRAIN_LIVE_JOIN=1\n"));
+  EXPECT_THAT(err, HasSubstr("dtrain run: live recovery: worker rank 1 (pid "));
+}
+
+TEST(RunCommand, AnUnknownRecoveryIsAUsageError) {
+  EXPECT_THROW(parse({"--recovery", "sometimes", "--", LAUNCH_TEST_WORKER}), CLI::ValidationError);
+}
+
 TEST(RunCommand, EveryFlagHasItsPetVariable) {
   CLI::App app("dtrain", "dtrain");
   int exit_code = -1;

@@ -10,6 +10,8 @@
 //                                             TORCHELASTIC_RESTART_COUNT == N
 //   world N STEP...                           runs the next step only when
 //                                             WORLD_SIZE == N
+//   join N STEP...                            runs the next step only when
+//                                             DTRAIN_LIVE_JOIN == N (0 when unset)
 //   errorfile TEXT                            writes a torchelastic error record
 //                                             with message TEXT to TORCHELASTIC_ERROR_FILE
 
@@ -51,6 +53,7 @@ int main(int argc, char** argv) {
   int only_rank = -1;
   int only_attempt = -1;
   int only_world = -1;
+  int only_join = -1;
   for (int i = 1; i < argc; ++i) {
     std::string step = argv[i];
     std::string arg = (i + 1 < argc) ? argv[i + 1] : "";
@@ -68,10 +71,17 @@ int main(int argc, char** argv) {
       only_world = std::stoi(arg);
       continue;
     }
+    if (step == "join") {
+      only_join = std::stoi(arg);
+      continue;
+    }
     bool skip =
         (only_rank >= 0 && std::to_string(only_rank) != env("RANK")) ||
         (only_attempt >= 0 && std::to_string(only_attempt) != env("TORCHELASTIC_RESTART_COUNT")) ||
-        (only_world >= 0 && std::to_string(only_world) != env("WORLD_SIZE"));
+        (only_world >= 0 && std::to_string(only_world) != env("WORLD_SIZE")) ||
+        (only_join >= 0 &&
+         std::to_string(only_join) != (env("DTRAIN_LIVE_JOIN") == "1" ? "1" : "0"));
+    only_join = -1;
     only_rank = -1;
     only_attempt = -1;
     only_world = -1;

@@ -23,6 +23,7 @@
 #include "support/ranks.h"
 #include "support/shell.h"
 #include "train/fixtures.h"
+#include "train/observers.h"
 
 namespace dtrain {
 namespace {
@@ -126,6 +127,63 @@ TEST_F(TrainObserve, TensorBoardFlagWritesStepScalarsEpochScalarsConfigAndHistog
       }
     }
   }
+}
+
+// Issue 19's observability: a RecoveryEvent becomes a log line naming who
+// failed, how, the new world size and the time to resume; the counter and
+// gauge on the endpoint; a TensorBoard scalar of the world size at the step;
+// a timeline span as long as the recovery took.
+TEST_F(TrainObserve, ALiveRecoveryEventIsALogLineMetricsAScalarAndATimelineSpan) {
+  TrainOptions o = options(1);
+  o.tensorboard = (dir_ / "tb").string();
+  o.timeline = (dir_ / "timeline.json").string();
+  o.metrics_port = testing::free_port();
+  o.metrics_host = "127.0.0.1";
+  testing::run_ranks(1, [&](const ProcessGroup& pg) {
+    detail::TrainObservers obs(o, pg, nullptr);
+    RecoveryEvent formed;
+    formed.kind = RecoveryEvent::Kind::kFormed;
+    formed.world_size = 4;
+    obs.recovery(formed, nullptr);
+    RecoveryEvent e;
+    e.kind = RecoveryEvent::Kind::kLost;
+    e.generation = 3;
+    e.step = 41;
+    e.lost = {{"rank1@node1", DetectionCause::kMissedHeartbeats}};
+    e.previous_world_size = 4;
+    e.world_size = 3;
+    e.detect_to_group = std::chrono::milliseconds(410);
+    std::ostringstream log;
+    obs.recovery(e, &log);
+    EXPECT_EQ(log.str(),
+              "live recovery: generation 3 at step 41: lost rank1@node1 (missed heartbeats); 3 "
+              "workers (was 4); training resumed 0.41 s after detection\n");
+    const std::string scrape = testing::http_get(o.metrics_port, "/metrics");
+    auto value_of = [&](const std::string& series) {
+      const size_t at = scrape.find("\n" + series + "{");
+      if (at == std::string::npos) return std::string("absent");
+      const size_t end = scrape.find('\n', at + 1);
+      return scrape.substr(scrape.rfind(' ', end) + 1, end - scrape.rfind(' ', end) - 1);
+    };
+    EXPECT_EQ(value_of("dtrain_recoveries_total"), "1") << scrape;
+    EXPECT_EQ(value_of("dtrain_world_size"), "3") << scrape;
+    obs.finish();
+  });
+  const nlohmann::json trace = nlohmann::json::parse(testing::read_text(dir_ / "timeline.json"));
+  int spans = 0;
+  for (const auto& ev : trace) {
+    if (ev.value("name", "") != "live recovery") continue;
+    ++spans;
+    EXPECT_EQ(ev["ph"], "X");
+    EXPECT_NEAR(ev["dur"].get<double>(), 410e3, 1e3);
+    EXPECT_EQ(ev["args"]["world_size"], 3);
+  }
+  EXPECT_EQ(spans, 1);
+  nlohmann::json events;
+  READ_EVENTS_OR_SKIP(event_file() + " " + kProtoDir, events);
+  const auto tags = steps_by_tag(events);
+  ASSERT_TRUE(tags.count("live/world_size"));
+  EXPECT_EQ(tags.at("live/world_size"), (std::vector<int64_t>{0, 41}));
 }
 
 TEST_F(TrainObserve, TensorBoardsEventAccumulatorReadsTheTrainingRun) {

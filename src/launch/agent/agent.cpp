@@ -35,6 +35,7 @@
 
 #include "launch/agent/agent.h"
 
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <memory>
@@ -127,6 +128,68 @@ class MembershipWatch {
   std::optional<std::chrono::steady_clock::time_point> failing_since_;
 };
 
+// Note [Registration check]
+// Under live recovery a worker program must use dtrain/live.h: a program that
+// never creates a LiveGroup would be supervised as if it could survive losses
+// while it cannot. Node 0's agent hosts the workers' store; the agent names
+// each worker's member (DTRAIN_LIVE_MEMBER, live_member_id()), and a
+// LiveGroup's heartbeat thread keeps `live/hb/<member>` in that store (the
+// default key_prefix "live"). The agent looks for the key of any of its own
+// workers (a few check()s per second at most) until one appears. None within
+// live_register_timeout, or none when the workers ended, ends the run with a
+// usage error. Other nodes do not check (node 0 closes the run, and they
+// stop their workers when it is closed).
+constexpr const char* kLiveHeartbeatKey = "live/hb/";
+
+/// The library ended the job as a whole (dtrain::BelowMinWorkersError): no
+/// replacement can join it.
+bool is_live_job_end(const std::string& type, const std::string& message) {
+  return type.find("BelowMinWorkersError") != std::string::npos ||
+         message.find("BelowMinWorkersError") != std::string::npos;
+}
+
+/// Whether a worker registered with the live-recovery library (Note
+/// [Registration check]). Without a hosted store (not node 0) it says yes.
+class RegistrationWatch {
+ public:
+  RegistrationWatch(std::shared_ptr<TcpStoreServer> store, const std::vector<WorkerSpec>& specs,
+                    std::chrono::milliseconds timeout)
+      : store_(std::move(store)),
+        deadline_(std::chrono::steady_clock::now() + timeout),
+        checked_(timeout.count() > 0 && store_ != nullptr) {
+    for (const auto& spec : specs) {
+      if (!spec.live_member.empty()) keys_.push_back(cat(kLiveHeartbeatKey, spec.live_member));
+    }
+    checked_ = checked_ && !keys_.empty();
+  }
+  /// True once any worker registered (or nothing is checked). Reads the store
+  /// at most once a second unless `now` is set.
+  bool registered(bool now = true) {
+    if (!checked_ || seen_) return true;
+    const auto t = std::chrono::steady_clock::now();
+    if (!now && t < next_) return false;
+    next_ = t + std::chrono::seconds(1);
+    // check() is true only when every key given is there: ask one by one.
+    for (const auto& k : keys_) {
+      best_effort([&] { seen_ = store_->store()->check({k}); });
+      if (seen_) break;
+    }
+    return seen_;
+  }
+  /// No registration by the deadline.
+  bool overdue() {
+    return checked_ && !registered(false) && std::chrono::steady_clock::now() >= deadline_;
+  }
+
+ private:
+  std::shared_ptr<TcpStoreServer> store_;
+  std::chrono::steady_clock::time_point deadline_;
+  std::chrono::steady_clock::time_point next_{};
+  bool checked_;
+  bool seen_ = false;
+  std::vector<std::string> keys_;
+};
+
 /// After this node's workers failed the way a lost peer makes them fail:
 /// was a node of the round lost? Waits, at most as long as the rendezvous
 /// needs to declare a node dead (missed heartbeats, plus two intervals for
@@ -192,6 +255,10 @@ class Agent {
   bool carry_out(const RoundDecision& decision, const RoundFacts& facts,
                  const RendezvousInfo& info);
 
+  bool live() const { return o_.recovery == LaunchOptions::Recovery::kLive; }
+  void mark_dead(const std::string& member, const std::string& how);
+  void settle_live_round(RoundOutcome& outcome, const RendezvousInfo& info, bool registered);
+  [[noreturn]] void never_registered(const RendezvousInfo& info);
   [[noreturn]] void ended_by_another_node();
   void record_root_cause(const RendezvousInfo& info);
   void note_restart(const RoundFacts& facts);
@@ -207,6 +274,11 @@ class Agent {
   RendezvousConfig config_;
   std::unique_ptr<TcpStoreServer> own_server_;
   std::unique_ptr<Rendezvous> rdzv_;
+  /// Live recovery: this round's workers' store (MASTER_ADDR:MASTER_PORT),
+  /// connected on the first worker death; cleared each round.
+  std::string worker_store_addr_;
+  int worker_store_port_ = 0;
+  StorePtr worker_store_;
   std::optional<TempDir> error_root_;
   WorkerGroupOptions group_options_;
   LaunchResult result_;
@@ -236,6 +308,21 @@ Agent::Agent(const LaunchOptions& raw_options, ProcessControl& control)
   group_options_.tag_output = o_.tag_output;
   group_options_.stdout_fd = o_.stdout_fd;
   group_options_.stderr_fd = o_.stderr_fd;
+  if (live()) {
+    group_options_.live_on_death = [this](const std::string& member, const std::string& how) {
+      mark_dead(member, how);
+    };
+    group_options_.live_replacements = o_.max_restarts;
+    group_options_.live_replaceable = [](const std::string& type, const std::string& message) {
+      return !is_live_job_end(type, message);
+    };
+    note(o_.stderr_fd,
+         cat("live recovery: a failed worker is replaced alone (DTRAIN_LIVE_JOIN=1, up to ",
+             o_.max_restarts,
+             " replacement(s), --max-restarts) while the others keep training; "
+             "the workers' store is hosted by node 0's agent: losing node 0 ends the job (no "
+             "fallback to a restart), losing another node does not"));
+  }
   result_.run_id = o_.run_id;
 }
 
@@ -298,13 +385,28 @@ void Agent::ended_by_another_node() {
 RoundOutcome Agent::run_workers(const RendezvousInfo& info) {
   RoundPlan plan = plan_round(o_, program_, base_, info, result_.rounds - 1, result_.restarts,
                               error_root_ ? error_root_->path() : "");
+  worker_store_addr_ = info.master_addr;
+  worker_store_port_ = info.master_port;
+  worker_store_.reset();
   WorkerGroupOutcome group_outcome;
+  std::optional<RegistrationWatch> registration;
   {
     WorkerGroup group(control_, group_options_);
+    if (live()) registration.emplace(info.hosted_store, plan.specs, o_.live_register_timeout);
     group.start(std::move(plan.specs));
     MembershipWatch watch(*rdzv_, config_.backend_timeout);
-    group_outcome =
-        group.wait(signals_ ? &*signals_ : nullptr, [&watch] { return watch.changed(); });
+    if (live()) {
+      // Note [Live supervision] (worker_group.cpp): membership is the
+      // library's; only a closed run or an unregistered program stops them.
+      group_outcome = group.wait(signals_ ? &*signals_ : nullptr, [&] {
+        bool closed = false;
+        best_effort([&] { closed = rdzv_->is_closed(); });
+        return closed || registration->overdue();
+      });
+    } else {
+      group_outcome =
+          group.wait(signals_ ? &*signals_ : nullptr, [&watch] { return watch.changed(); });
+    }
   }
   RoundOutcome outcome;
   outcome.records = read_round_records(group_outcome.exits, plan, info);
@@ -320,7 +422,79 @@ RoundOutcome Agent::run_workers(const RendezvousInfo& info) {
     result_.root_cause = result_.workers[root];
     result_.root_cause->error_message = outcome.records[root] ? outcome.records[root]->message : "";
   }
+  if (live()) {
+    const bool registered = !registration || registration->registered();
+    if (!registered && !outcome.signalled) never_registered(info);
+    for (auto& line : group_outcome.replacements) result_.recovered_failures.push_back(line);
+    result_.restarts += static_cast<int>(group_outcome.replacements.size());
+    settle_live_round(outcome, info, registered);
+  }
   return outcome;
+}
+
+/// Live recovery: a local worker died by itself; its member is marked dead
+/// in the workers' store (`live/dead/<member>` = how it ended, Note [Live
+/// supervision]), so the library declares it at once. Best effort and
+/// bounded (2 s to connect): heartbeats still find it otherwise.
+void Agent::mark_dead(const std::string& member, const std::string& how) {
+  best_effort([&] {
+    if (!worker_store_) {
+      worker_store_ =
+          connect_tcp_store(worker_store_addr_, worker_store_port_, std::chrono::seconds(2));
+    }
+    const std::string value = cat("process ended: ", how, " (reaped by its agent)");
+    worker_store_->set(cat("live/dead/", member), std::vector<uint8_t>(value.begin(), value.end()));
+  });
+}
+
+/// Live recovery: when a local worker finished (exit 0), the job went on
+/// without the workers that failed unreplaced: they become lost_workers and
+/// the node succeeded. Otherwise the root cause is the worker whose record
+/// came first (the library's "ended below the minimum" names the lost ranks),
+/// before a killed worker without a record.
+void Agent::settle_live_round(RoundOutcome& outcome, const RendezvousInfo& info, bool registered) {
+  (void)info;
+  (void)registered;
+  auto& workers = result_.workers;
+  const bool finished = std::any_of(workers.begin(), workers.end(),
+                                    [](const WorkerExit& w) { return w.succeeded(); });
+  if (finished && result_.launcher_signal == 0) {
+    std::vector<WorkerExit> kept;
+    for (auto& w : workers) (w.succeeded() ? kept : result_.lost_workers).push_back(w);
+    workers = std::move(kept);
+    result_.root_cause.reset();
+    outcome.root.reset();
+    return;
+  }
+  std::optional<size_t> best;
+  for (size_t i = 0; i < workers.size(); ++i) {
+    if (workers[i].succeeded() || !outcome.records[i]) continue;
+    if (!best || outcome.records[i]->timestamp < outcome.records[*best]->timestamp) best = i;
+  }
+  if (best && outcome.root) {
+    outcome.root = best;
+    result_.root_cause = workers[*best];
+  }
+}
+
+/// Live recovery on node 0: no worker registered with the library (a
+/// program that never calls the per-step API). Records it, closes the run
+/// and throws InvalidArgument (`dtrain run` exits 2).
+void Agent::never_registered(const RendezvousInfo& info) {
+  const std::string line =
+      cat("--recovery live: the program '", o_.command[0], "' never registered with live ",
+          "recovery (no worker created a dtrain::LiveGroup ",
+          o_.live_register_timeout.count() > 0
+              ? cat("within --live-register-timeout ", o_.live_register_timeout.count() / 1000.0,
+                    " s or ")
+              : std::string(),
+          "before its workers exited): call dtrain/live.h's per-step API (LiveGroup, "
+          "should_commit()) in the training loop, or use --recovery restart");
+  best_effort([&] { rdzv_->record_failure(line); });
+  if (info.num_nodes > 1) best_effort([&] { rdzv_->set_closed(); });
+  best_effort([&] { rdzv_->linger(o_.linger_timeout); });
+  rdzv_->shutdown();
+  throw InvalidArgument(line);
 }
 
 RoundFacts Agent::observe(const RendezvousInfo& info, const RoundOutcome& outcome) {
@@ -330,16 +504,22 @@ RoundFacts Agent::observe(const RendezvousInfo& info, const RoundOutcome& outcom
   facts.membership_changed = outcome.interrupted;
   facts.all_succeeded = result_.succeeded();
   facts.restarts = result_.restarts;
-  facts.max_restarts = o_.max_restarts;
+  // Live recovery restarts workers alone (Note [Live supervision]), never the group.
+  facts.max_restarts = live() ? result_.restarts : o_.max_restarts;
   facts.num_nodes = info.num_nodes;
-  if (outcome.root && !facts.signalled && info.num_nodes > 1 && outcome.records[*outcome.root] &&
-      is_peer_failure(*outcome.records[*outcome.root])) {
+  if (!live() && outcome.root && !facts.signalled && info.num_nodes > 1 &&
+      outcome.records[*outcome.root] && is_peer_failure(*outcome.records[*outcome.root])) {
     facts.node_lost = node_was_lost(*rdzv_, config_, pending_);
   }
   return facts;
 }
 
-bool Agent::carry_out(const RoundDecision& d, const RoundFacts& facts, const RendezvousInfo& info) {
+bool Agent::carry_out(const RoundDecision& decision, const RoundFacts& facts,
+                      const RendezvousInfo& info) {
+  RoundDecision d = decision;
+  // Live recovery: this node's workers are gone, the others' go on (the
+  // library ends the job below the minimum); closing the run would stop them.
+  if (live() && d.action == RoundAction::kGiveUp) d.close = false;
   if (d.record_failure) record_root_cause(info);
   switch (d.action) {
     case RoundAction::kRestart:
@@ -396,7 +576,7 @@ void Agent::note_restart(const RoundFacts& facts) {
 /// of waiting for a round.
 void Agent::wait_at_exit_barrier() {
   bool all_done = false;
-  best_effort([&] { all_done = rdzv_->exit_barrier(o_.exit_barrier_timeout); });
+  best_effort([&] { all_done = rdzv_->exit_barrier(o_.exit_barrier_timeout, live()); });
   if (all_done) {
     best_effort([&] { rdzv_->set_closed(); });
   } else {

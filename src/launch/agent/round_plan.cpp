@@ -41,6 +41,7 @@ void add_spec(RoundPlan& plan, WorkerSpec spec, const LaunchOptions& o, int atte
     spec.stdout_log = dir + "/stdout.log";
     spec.stderr_log = dir + "/stderr.log";
   }
+  spec.error_file = error_file;
   plan.error_files.push_back(error_file);
   plan.specs.push_back(std::move(spec));
 }
@@ -111,6 +112,13 @@ RoundPlan plan_round(const LaunchOptions& o, const std::string& program,
     const int redirected = std_streams_for(o.redirects, local_rank, "--redirects");
     spec.relay_stdout = (redirected & kStdOut) == 0;
     spec.relay_stderr = (redirected & kStdErr) == 0;
+    if (o.recovery == LaunchOptions::Recovery::kLive) {
+      // Note [Live supervision] (worker_group.cpp).
+      spec.live_member = live_member_id(who.rank);
+      spec.process.env =
+          live_environment(spec.process.env, o.live_min_workers, spec.live_member, false);
+      spec.restart_env = {{kLiveJoin, "1"}};
+    }
     if (o.ps_servers > 0) {
       const int ps_worker_id = worker_per_node ? info.node_rank : who.rank;
       spec.process.env = ps_environment(spec.process.env, ps, "worker", ps_worker_id);

@@ -81,6 +81,22 @@ std::vector<std::string> ps_environment(const std::vector<std::string>& base, co
   return set_variables(base, vars);
 }
 
+std::vector<std::string> live_environment(const std::vector<std::string>& base, int min_workers,
+                                          const std::string& member, bool join) {
+  return set_variables(base, {{"DTRAIN_RECOVERY", "live"},
+                              {"DTRAIN_LIVE_MIN_WORKERS", std::to_string(min_workers)},
+                              {"DTRAIN_LIVE_MEMBER", member},
+                              {kLiveJoin, join ? "1" : "0"}});
+}
+
+std::string live_member_id(int rank) {
+  char host[256] = {};
+  if (::gethostname(host, sizeof(host) - 1) != 0 || host[0] == '\0') {
+    return cat("rank", rank, "@localhost");
+  }
+  return cat("rank", rank, "@", host);
+}
+
 int pick_free_port() {
   int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) throw Error("cannot create a socket to pick a free port for the ps scheduler");

@@ -51,6 +51,20 @@ bool sets_omp_num_threads(const std::vector<std::string>& base, int local_world_
 std::vector<std::string> worker_environment(const std::vector<std::string>& base,
                                             const WorkerIdentity& worker, const JobInfo& job);
 
+/// Live recovery's variables (LaunchOptions::Recovery::kLive), read by
+/// dtrain/live.h's LiveOptions::from_env: DTRAIN_RECOVERY=live,
+/// DTRAIN_LIVE_MIN_WORKERS, DTRAIN_LIVE_MEMBER=`member` and DTRAIN_LIVE_JOIN
+/// ("1": a replacement joining a running job; "0": a worker of the job's
+/// start).
+constexpr const char* kLiveJoin = "DTRAIN_LIVE_JOIN";
+std::vector<std::string> live_environment(const std::vector<std::string>& base, int min_workers,
+                                          const std::string& member, bool join);
+
+/// The live-recovery member id of the worker of global rank `rank` on this
+/// host: "rank<R>@<hostname>" (the library's log lines and errors name
+/// members by it, so they say which rank on which host was lost).
+std::string live_member_id(int rank);
+
 /// Where the nodes of a parameter-server job (LaunchOptions::ps_servers)
 /// meet: the scheduler's port on 127.0.0.1 and the job's size, num_workers
 /// counting processes or nodes (LaunchOptions::ps_worker_per).

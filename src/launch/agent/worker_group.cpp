@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <csignal>
 
+#include "common/error_file.h"
 #include "common/fd.h"
 #include "common/strings.h"
 #include "launch/agent/worker_env.h"
@@ -93,6 +94,8 @@ struct WorkerGroup::Worker {
   Stream err;
   bool ended = false;
   bool stop_sent = false;
+  int replaced = 0;    // live replacements started
+  std::string member;  // live recovery: the running process's member id
 };
 
 WorkerGroup::WorkerGroup(ProcessControl& control, WorkerGroupOptions options)
@@ -178,6 +181,63 @@ bool WorkerGroup::restart_alone(Worker& w, const ExitStatus& status) {
             cat("dtrain run: ", who, " ", describe_exit(status.exit_code, status.signal),
                 "; restarted it alone as pid ", w.exit.pid, " (DMLC_PS_SNAPSHOT_DIR is set: it ",
                 "reloads its snapshot), ", w.restarts_left, " restart(s) of it left\n"));
+  return true;
+}
+
+// Note [Live supervision]
+// Under live recovery (LaunchOptions::Recovery::kLive) the workers survive a
+// peer's loss themselves (dtrain/live.h): the group never stops the others
+// because one failed. A failed worker is started again alone with the same
+// RANK and DTRAIN_LIVE_JOIN=1 (WorkerSpec::restart_env): it joins the running
+// job as a replacement and receives the state from a live peer. The budget
+// (live_replacements, --max-restarts) is shared by the group. No replacement
+// is started once a worker of the group exited 0 (the job is finishing), when
+// the budget is spent, or when the dead worker's error record says the
+// library ended the job (live_replaceable): the worker then stays dead and
+// the others go on; the agent decides what the round's end means. Before
+// any of that the agent is told (live_on_death) and marks the member dead in
+// the workers' store (`live/dead/<member>`, which dtrain/live.h reads), so
+// the survivors need not wait out the heartbeat timeout for a crash.
+bool WorkerGroup::replace_live(Worker& w, const ExitStatus& status) {
+  if (options_.live_replacements <= 0 || w.spec.role != "worker" || any_succeeded_ || w.stop_sent ||
+      stop_deadline_) {
+    return false;
+  }
+  std::string message, type;
+  if (!w.spec.error_file.empty()) {
+    if (auto record = read_error_file(w.spec.error_file)) {
+      message = record->message;
+      type = record->error_type;
+    }
+  }
+  // The replacement must not be taken for the dead worker by its record.
+  if (!w.spec.error_file.empty()) ::unlink(w.spec.error_file.c_str());
+  if (options_.live_replaceable && !options_.live_replaceable(type, message)) return false;
+  const std::string failed = cat("worker rank ", w.spec.rank, " (pid ", w.exit.pid,
+                                 ") failed: ", describe_exit(status.exit_code, status.signal),
+                                 message.empty() ? "" : ": " + first_line(message));
+  drain(w.out);
+  drain(w.err);
+  w.spec.process.env = set_variables(w.spec.process.env, w.spec.restart_env);
+  if (!w.spec.live_member.empty()) {
+    w.member = cat(w.spec.live_member, "+", ++w.replaced);
+    w.spec.process.env = set_variables(w.spec.process.env, {{"DTRAIN_LIVE_MEMBER", w.member}});
+  }
+  try {
+    start_process(w);
+  } catch (const std::exception& e) {
+    write_all(options_.stderr_fd,
+              cat("dtrain run: ", failed, "; starting its replacement failed: ", e.what(), "\n"));
+    return false;
+  }
+  --options_.live_replacements;
+  outcome_.replacements.push_back(cat(failed, "; replaced by pid ", w.exit.pid));
+  write_all(options_.stderr_fd,
+            cat("dtrain run: live recovery: ", failed,
+                "; the other workers keep running; "
+                "started a replacement as pid ",
+                w.exit.pid, " (DTRAIN_LIVE_JOIN=1), ", options_.live_replacements,
+                " replacement(s) left (--max-restarts)\n"));
   return true;
 }
 
@@ -271,16 +331,22 @@ void WorkerGroup::reap() {
     if (w.ended) continue;
     std::optional<ExitStatus> status = w.process->poll();
     if (!status) continue;
-    if (!status->ok() && restart_alone(w, *status)) continue;
+    if (!status->ok() && !w.stop_sent && options_.live_on_death && !w.spec.live_member.empty()) {
+      options_.live_on_death(w.member.empty() ? w.spec.live_member : w.member,
+                             describe_exit(status->exit_code, status->signal));
+    }
+    if (!status->ok() && (restart_alone(w, *status) || replace_live(w, *status))) continue;
     w.ended = true;
     w.exit.exit_code = status->exit_code;
     w.exit.signal = status->signal;
     w.exit.stopped = w.stop_sent;
+    if (status->ok()) any_succeeded_ = true;
     if (!status->ok() && !w.stop_sent && !first_failed) first_failed = i;
   }
   if (first_failed && !outcome_.root_cause) {
     outcome_.root_cause = first_failed;
-    stop(SIGTERM);
+    // Note [Live supervision]: the others keep running.
+    if (options_.live_replacements < 0) stop(SIGTERM);
   }
 }
 

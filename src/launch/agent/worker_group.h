@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -39,6 +40,15 @@ struct WorkerSpec {
   /// itself, instead of stopping everyone (a parameter-server server with a
   /// snapshot directory: Note [Restarting a server] in worker_group.cpp).
   int restarts_alone = 0;
+  /// Variables set (replacing the spec's) when the process is restarted alone:
+  /// a live-recovery replacement's DTRAIN_LIVE_JOIN=1.
+  std::map<std::string, std::string> restart_env;
+  /// The process's TORCHELASTIC_ERROR_FILE, for the live-recovery note on a
+  /// replacement (empty: none).
+  std::string error_file;
+  /// Live recovery: the worker's DTRAIN_LIVE_MEMBER; replacement n gets
+  /// "<live_member>+<n>" (member ids are never reused). Empty: not live.
+  std::string live_member;
 };
 
 struct WorkerGroupOptions {
@@ -49,6 +59,18 @@ struct WorkerGroupOptions {
   /// Destinations of the relayed output (borrowed).
   int stdout_fd = 1;
   int stderr_fd = 2;
+  /// Live recovery (Note [Live supervision] in worker_group.cpp): how many
+  /// replacements of failed workers ("worker" role) the group may start, in
+  /// all; -1: not live (a failure stops the group).
+  int live_replacements = -1;
+  /// Live recovery: asked before a failed worker is replaced, with its error
+  /// record's type and message (empty: none); false leaves it dead (the
+  /// library ended the job as a whole). Empty: always replace.
+  std::function<bool(const std::string& error_type, const std::string& message)> live_replaceable;
+  /// Live recovery: told when a worker with a live_member failed by itself
+  /// (its member id as the library knows it, and "exit code 3" / "killed by
+  /// SIGKILL"), before any replacement starts. Must not block for long.
+  std::function<void(const std::string& member, const std::string& how)> live_on_death;
 };
 
 struct WorkerGroupOutcome {
@@ -61,6 +83,9 @@ struct WorkerGroupOutcome {
   /// The group was stopped because `should_stop` returned true (a membership
   /// change), not because of a failure or a signal.
   bool interrupted = false;
+  /// Live recovery: one line per worker replaced during the wait ("worker
+  /// rank 1 (pid 4242) failed: killed by SIGKILL; replaced by pid 4250").
+  std::vector<std::string> replacements;
 };
 
 /// Not thread-safe. Destroying the group kills (SIGKILL) and reaps workers
@@ -91,6 +116,7 @@ class WorkerGroup {
   struct Worker;
   void start_process(Worker& w);
   bool restart_alone(Worker& w, const ExitStatus& status);
+  bool replace_live(Worker& w, const ExitStatus& status);
   void stop(int signal);
   void on_signals(SignalWatch& signals);
   void reap();
@@ -108,6 +134,8 @@ class WorkerGroup {
   std::optional<std::chrono::steady_clock::time_point> stop_deadline_;
   std::optional<std::chrono::steady_clock::time_point> kill_deadline_;
   std::optional<std::chrono::steady_clock::time_point> drain_deadline_;
+  /// Live recovery: a worker exited 0 (the job is finishing: no replacements).
+  bool any_succeeded_ = false;
 };
 
 }  // namespace dtrain::detail

@@ -31,7 +31,7 @@ class DynamicRendezvous : public Rendezvous {
   bool participant_lost() override;
   void record_failure(const std::string& text) override;
   std::optional<std::string> first_failure(int round) override;
-  bool exit_barrier(std::chrono::milliseconds timeout) override;
+  bool exit_barrier(std::chrono::milliseconds timeout, bool skip_dead) override;
   void linger(std::chrono::milliseconds timeout) override;
   void set_closed() override;
   bool is_closed() override;

@@ -199,13 +199,26 @@ std::optional<std::string> DynamicRendezvous::first_failure(int round) {
   return backend_->get(keys_.failure(round));
 }
 
-bool DynamicRendezvous::exit_barrier(std::chrono::milliseconds timeout) {
+bool DynamicRendezvous::exit_barrier(std::chrono::milliseconds timeout, bool skip_dead) {
   if (position_ != Position::kParticipant) return true;
   const auto deadline = RdzvClock::now() + timeout;
   const auto participants = static_cast<int64_t>(table_.size());
   backend_->set(keys_.done(round_, self_.node_id), "1");
+  // A dead participant (no heartbeat) that never said done counts as arrived.
+  auto dead_not_done = [&] {
+    int64_t n = 0;
+    for (const NodeRecord& r : table_) {
+      if (r.node_id == self_.node_id) continue;
+      if (!backend_->get(keys_.done(round_, r.node_id)) &&
+          !backend_->alive(keys_.heartbeat(r.node_id), ttl_)) {
+        ++n;
+      }
+    }
+    return n;
+  };
   PollBackoff backoff;
-  for (int64_t done = backend_->add(keys_.done(round_), 1); done < participants;
+  for (int64_t done = backend_->add(keys_.done(round_), 1);
+       done + (skip_dead ? dead_not_done() : 0) < participants;
        done = backend_->add(keys_.done(round_), 0)) {
     if (RdzvClock::now() >= deadline) return false;
     if (config_.cancelled && config_.cancelled()) return false;  // SIGTERM: leave now

@@ -199,7 +199,9 @@ class Rendezvous {
   /// Called by a node whose workers all succeeded: waits until every
   /// participant of the round has called it, so the stores this node hosts
   /// outlive the others' last steps. False when `timeout` passed first.
-  virtual bool exit_barrier(std::chrono::milliseconds timeout) = 0;
+  /// With `skip_dead` (live recovery, where the job goes on without a lost
+  /// node) a participant that stopped heartbeating counts as arrived.
+  virtual bool exit_barrier(std::chrono::milliseconds timeout, bool skip_dead = false) = 0;
 
   /// When this node hosts the rendezvous store (c10d on the endpoint's host,
   /// static node 0), waits until every other participant of the last round
