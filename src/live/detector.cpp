@@ -39,7 +39,7 @@ Detector::Detector(StorePtr store, Keys keys, std::string me, std::chrono::milli
       interval_(interval),
       failure_timeout_(failure_timeout),
       last_store_ok_(std::chrono::steady_clock::now()) {
-  store_->set(keys_.process(me_), cat(my_host_, " ", ::getpid()));
+  store_->set(keys_.process(me_), bytes_of(cat(my_host_, " ", ::getpid())));
   store_->add(keys_.heartbeat(me_), 1);
   thread_ = std::thread([this] { run(); });
 }
@@ -100,7 +100,7 @@ void Detector::declare_dead(const std::string& member, DetectionCause cause) {
     deaths_[member] = {cause, std::chrono::steady_clock::now()};
   }
   try {
-    store_->set(keys_.dead(member), to_string(cause));
+    store_->set(keys_.dead(member), bytes_of(to_string(cause)));
   } catch (const std::exception&) {
     // The store is gone: this member fences itself soon anyway.
   }

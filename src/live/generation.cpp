@@ -132,8 +132,8 @@ void write_roster(c10d::Store& store, const Keys& keys, Detector& detector,
     }
   }
   store.set(keys.members(req.generation),
-            cat(joiners_total, " ", transfer ? 1 : 0, " ", join(ids, ",")));
-  store.set(keys.current(), std::to_string(req.generation));
+            bytes_of(cat(joiners_total, " ", transfer ? 1 : 0, " ", join(ids, ","))));
+  store.set(keys.current(), bytes_of(std::to_string(req.generation)));
 }
 
 }  // namespace
@@ -165,7 +165,7 @@ FormOutcome form_roster(c10d::Store& store, const Keys& keys, Detector& detector
   const int64_t g = req.generation;
   const int64_t k = store.add(keys.announce_count(g), 1) - 1;
   store.set(keys.announce(g, k),
-            cat(req.me.member, " ", req.me.order, " ", req.me.has_state ? 1 : 0));
+            bytes_of(cat(req.me.member, " ", req.me.order, " ", req.me.has_state ? 1 : 0)));
   if (req.me.has_state && !store.check({keys.members(g)})) {
     const std::vector<uint8_t> mine(req.me.member.begin(), req.me.member.end());
     const std::vector<uint8_t> won = store.compareSet(keys.leader(g), {}, mine);

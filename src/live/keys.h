@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "common/strings.h"
 
@@ -38,5 +39,11 @@ struct Keys {
     return cat(gen(g), "/step/", step, "/decision");
   }
 };
+
+/// A store value from text: c10d::Store::set(key, std::string) exists only
+/// from PyTorch 2.x on.
+inline std::vector<uint8_t> bytes_of(const std::string& text) {
+  return std::vector<uint8_t>(text.begin(), text.end());
+}
 
 }  // namespace dtrain::live

@@ -253,7 +253,7 @@ struct LiveGroup::Impl {
     if (!has_state) {
       // A joiner: register, then take part in the next formation.
       const int64_t k = store->add(keys.joiner_count(), 1) - 1;
-      store->set(keys.joiner(k), opt.member);
+      store->set(keys.joiner(k), live::bytes_of(opt.member));
       target = live::current_generation(*store, keys) + 1;
     }
     const auto deadline = Clock::now() + opt.start_timeout;
@@ -295,7 +295,7 @@ struct LiveGroup::Impl {
                                  opt.start_timeout.count() / 1000.0, " s"));
         }
         const int64_t k = store->add(keys.joiner_count(), 1) - 1;  // register again
-        store->set(keys.joiner(k), opt.member);
+        store->set(keys.joiner(k), live::bytes_of(opt.member));
         target = std::max(target, live::current_generation(*store, keys)) + 1;
         continue;
       }
@@ -587,7 +587,7 @@ struct LiveGroup::Impl {
       (void)std::make_unique<std::vector<ProcessGroup>>(std::move(abandoned)).release();
     }
     try {
-      store->set(keys.left(opt.member), "1");
+      store->set(keys.left(opt.member), live::bytes_of("1"));
     } catch (const std::exception&) {
       // The store is gone: nothing to tell.
     }

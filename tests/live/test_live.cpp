@@ -106,7 +106,7 @@ TEST(LiveDetector, AMemberTheOthersDeclaredDeadFencesItself) {
   StorePtr store = make_memory_store();
   live::Detector a(store, test_keys(), "a", 20ms, 200ms);
   EXPECT_EQ(a.fence_reason(), "");
-  store->set("live/dead/a", "missed heartbeats");
+  store->set("live/dead/a", live::bytes_of("missed heartbeats"));
   std::this_thread::sleep_for(100ms);
   EXPECT_NE(a.fence_reason().find("declared it dead (missed heartbeats)"), std::string::npos)
       << a.fence_reason();
@@ -175,7 +175,9 @@ LiveOptions fast_options(int initial, int w0) {
   o.initial_world_size = initial;
   o.logical_world_size = w0;
   o.heartbeat_interval = 50ms;
-  o.failure_timeout = 500ms;
+  // Long enough that a member thread starved by a loaded machine (ctest -j2
+  // on two cores) is not declared dead: a false detection adds a generation.
+  o.failure_timeout = 1500ms;
   o.form_timeout = 20s;
   o.start_timeout = 30s;
   o.collective_timeout = 30s;
