@@ -288,7 +288,7 @@ TEST(LiveGroup, SurvivorsOfAMemberThatVanishedMidStepEndWithTheFailureFreeWeight
   EXPECT_TRUE(store->check({"live/dead/m3"}));
 }
 
-// Disabled: on a loaded machine about one run in ten ends with survivors
+// Disabled: on a loaded machine one run in four to ten ends with survivors
 // whose weights equal each other's but not the failure-free run's (seen on
 // the LibTorch 1.13 build while ctest ran beside it): a race when two members
 // vanish in one step, not yet diagnosed. Run it with
