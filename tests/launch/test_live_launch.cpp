@@ -339,7 +339,10 @@ TEST(LiveLaunch, TheLiveExampleSurvivesASigkilledWorkerAndTheReplacementEndsWith
   TempDir dir;
   LaunchOptions o;
   o.nproc_per_node = 3;
-  o.command = {LIVE_EXAMPLE, "--steps",    "150", "--die-at-step", "8", "--die-rank",
+  // Enough steps for the replacement to start and join on a loaded machine
+  // (a joiner that arrives after the others finished waits out its start
+  // timeout: docs/live_recovery.md).
+  o.command = {LIVE_EXAMPLE, "--steps",    "400", "--die-at-step", "8", "--die-rank",
                "1",          "--pause-ms", "50"};
   o.recovery = LaunchOptions::Recovery::kLive;
   o.max_restarts = 1;
@@ -357,7 +360,7 @@ TEST(LiveLaunch, TheLiveExampleSurvivesASigkilledWorkerAndTheReplacementEndsWith
   EXPECT_EQ(result.restarts, 1);
   EXPECT_EQ(result.rounds, 1);
   EXPECT_THAT(errors, HasSubstr("live recovery: worker rank 1 (pid "));
-  std::regex line("member (\\S+) pid (\\d+) step 150 weights checksum ([-0-9.eE+]+)");
+  std::regex line("member (\\S+) pid (\\d+) step 400 weights checksum ([-0-9.eE+]+)");
   std::map<std::string, std::pair<int, double>> members;
   for (std::sregex_iterator it(text.begin(), text.end(), line), end; it != end; ++it) {
     members[(*it)[1]] = {std::stoi((*it)[2]), std::stod((*it)[3])};
