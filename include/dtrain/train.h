@@ -395,8 +395,7 @@ std::vector<EpochMetrics> train(const TrainOptions& options, const ProcessGroup&
 /// checkpoints; each member evaluates the whole test split; train_loss is
 /// this member's. Throws InvalidArgument for options live recovery does not
 /// support (options.kvstore among them), FencedError / BelowMinWorkersError
-/// (dtrain/live.h) when this member cannot go on. Defined only in builds with
-/// the dtrain_live library (DTRAIN_HAVE_LIVE).
+/// (dtrain/live.h) when this member cannot go on.
 std::vector<EpochMetrics> train(const TrainOptions& options, const LiveOptions& live,
                                 std::ostream* log);
 

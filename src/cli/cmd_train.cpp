@@ -14,10 +14,8 @@
 #include "cli/validators.h"
 #include "common/strings.h"
 #include "dtrain/errors.h"
-#if DTRAIN_HAVE_LIVE
-#include "dtrain/live.h"
-#endif
 #include "dtrain/eval.h"
+#include "dtrain/live.h"
 #include "dtrain/models.h"
 #include "dtrain/train.h"
 
@@ -112,15 +110,8 @@ CLI::Validator checkpoint_every_syntax() {
 /// dtrain train under `dtrain run --recovery live` (DTRAIN_RECOVERY=live):
 /// the ranks are members of a dtrain::LiveGroup (docs/live_recovery.md).
 int run_live(const TrainOptions& o) {
-#if DTRAIN_HAVE_LIVE
   train(o, LiveOptions::from_env(process_env()), &std::cout);
   return 0;
-#else
-  (void)o;
-  throw InvalidArgument(
-      "DTRAIN_RECOVERY=live: this dtrain was built without live recovery (src/live); use "
-      "--recovery restart");
-#endif
 }
 
 int run_train(const TrainFlags& f) {

@@ -284,19 +284,6 @@ void TrainObservers::epoch_end(const EpochMetrics& m, int64_t step) {
 // The line is formatted here rather than with RecoveryEvent::to_string() so
 // that it names the launcher's member ids and says "training resumed".
 std::string recovery_line(const RecoveryEvent& e) {
-  auto cause = [](DetectionCause c) {
-    switch (c) {
-      case DetectionCause::kMissedHeartbeats:
-        return "missed heartbeats";
-      case DetectionCause::kPeerLost:
-        return "peer lost";
-      case DetectionCause::kStoreLost:
-        return "store lost";
-      case DetectionCause::kLeftGeneration:
-        return "left generation";
-    }
-    return "unknown";
-  };
   std::ostringstream line;
   line << "live recovery: generation " << e.generation << " at step " << e.step << ": ";
   switch (e.kind) {
@@ -308,7 +295,7 @@ std::string recovery_line(const RecoveryEvent& e) {
       break;
   }
   for (size_t i = 0; i < e.lost.size(); ++i) {
-    line << (i ? ", " : "lost ") << e.lost[i].member << " (" << cause(e.lost[i].cause) << ")";
+    line << (i ? ", " : "lost ") << e.lost[i].member << " (" << to_string(e.lost[i].cause) << ")";
   }
   for (size_t i = 0; i < e.joined.size(); ++i) {
     line << (i ? ", " : (e.lost.empty() ? "joined " : "; joined ")) << e.joined[i];
