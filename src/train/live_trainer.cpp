@@ -220,14 +220,7 @@ bool LiveTrainer::train_step(const LiveStep& s, int64_t epoch, int64_t batch, do
 void LiveTrainer::optimizer_step(int64_t step) {
   TimelineSpan span(obs_ ? obs_->timeline() : nullptr, "optimizer step");
   lr_ = lr_at(schedule_, step);
-  set_learning_rate(*optimizer_, lr_);
-  if (o_.clip_grad_norm > 0) {
-    scaler_->unscale_(*optimizer_);
-    clip_grad_norm(params_, o_.clip_grad_norm);
-  }
-  scaler_->step(*optimizer_);
-  scaler_->update();
-  optimizer_->zero_grad();
+  scaled_optimizer_step(*optimizer_, *scaler_, params_, lr_, o_.clip_grad_norm);
 }
 
 // Events queued by on_event while begin_step() ran; the observers exist from

@@ -13,6 +13,7 @@
 #include "common/strings.h"
 #include "dtrain/config.h"
 #include "dtrain/errors.h"
+#include "dtrain/optim.h"
 #include "dtrain/weights.h"
 #if DTRAIN_HAVE_CUDA
 #include <c10/cuda/CUDAFunctions.h>
@@ -118,6 +119,19 @@ ClassificationCounts evaluate_split(ImageClassifier& model, Loader& loader, at::
   }
   model.train();
   return counts;
+}
+
+void scaled_optimizer_step(torch::optim::Optimizer& optimizer, GradScaler& scaler,
+                           const std::vector<at::Tensor>& params, double lr,
+                           double clip_grad_norm) {  // Note [Mixed precision step]
+  set_learning_rate(optimizer, lr);
+  if (clip_grad_norm > 0) {
+    scaler.unscale_(optimizer);
+    dtrain::clip_grad_norm(params, clip_grad_norm);
+  }
+  scaler.step(optimizer);
+  scaler.update();
+  optimizer.zero_grad();
 }
 
 }  // namespace detail

@@ -10,16 +10,28 @@
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
 
+#include "dtrain/amp.h"
 #include "dtrain/comm.h"
 #include "dtrain/data.h"
 #include "dtrain/models.h"
 #include "dtrain/train.h"
+
+namespace torch::optim {
+class Optimizer;
+}  // namespace torch::optim
 
 namespace dtrain::detail {
 
 /// Throws InvalidArgument naming `option` (the field that holds `name`, e.g.
 /// "TrainOptions::device") when `name` is not auto, cpu, cuda or cuda:N, or
 /// names CUDA while no GPU is visible (the message says to use cpu).
+/// The optimizer step of train() and the live trainer (Note [Mixed precision
+/// step]): sets `lr`; with clip_grad_norm > 0 unscales and clips `params`;
+/// steps through the scaler (which skips an overflowed step), updates it and
+/// zeroes the gradients.
+void scaled_optimizer_step(torch::optim::Optimizer& optimizer, GradScaler& scaler,
+                           const std::vector<at::Tensor>& params, double lr, double clip_grad_norm);
+
 void check_device(const std::string& name, const std::string& option);
 
 /// make_model(name) sized for `splits` (channels, image size, classes),

@@ -282,14 +282,7 @@ void Trainer::optimizer_step() {  // Note [Mixed precision step]
     ++global_step_;
     return;
   }
-  set_learning_rate(*optimizer_, lr_);
-  if (o_.clip_grad_norm > 0) {
-    scaler_->unscale_(*optimizer_);
-    clip_grad_norm(params_, o_.clip_grad_norm);
-  }
-  scaler_->step(*optimizer_);
-  scaler_->update();
-  optimizer_->zero_grad();
+  scaled_optimizer_step(*optimizer_, *scaler_, params_, lr_, o_.clip_grad_norm);
   ++global_step_;
 }
 
