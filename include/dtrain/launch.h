@@ -274,6 +274,10 @@ struct WorkerExit {
   /// The message of the error record the worker wrote to
   /// TORCHELASTIC_ERROR_FILE (its uncaught exception), else empty.
   std::string error_message;
+  /// When the launcher saw the worker end, in seconds since the epoch (the
+  /// clock of error records' timestamps); it ended then or a little before.
+  /// 0 when it was not seen to end.
+  double ended_at = 0;
 
   bool succeeded() const { return signal == 0 && exit_code == 0; }
   /// "exit code 3", "killed by SIGSEGV", or "did not exit" when it could not

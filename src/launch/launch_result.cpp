@@ -52,7 +52,9 @@ std::vector<std::string> LaunchResult::summary() const {
   for (const auto& w : workers) {
     if (w.succeeded()) continue;
     if (w.stopped) {
-      ++stopped;
+      // A root cause stopped while it was still exiting is not an "other".
+      const bool is_root = root_cause && root_cause->pid == w.pid && root_cause->role == w.role;
+      if (!is_root) ++stopped;
       lines.push_back(cat(worker_name(w), " was stopped: ", w.describe()));
     } else {
       lines.push_back(cat(worker_name(w), " failed: ", w.describe(), error_suffix(w)));

@@ -187,5 +187,19 @@ TEST(LaunchResultSummary, IsEmptyOnSuccessAndNamesTheSignalWhenTheLauncherWasSto
                           "received SIGINT; stopped 1 worker(s)"));
 }
 
+TEST(LaunchResultSummary, ARootCauseStoppedWhileExitingIsNotCountedAmongTheOthersStopped) {
+  // Rank 1 recorded its error and was still exiting when rank 0's abort made
+  // the launcher stop it (round_decision.cpp, Note [Choosing the root cause]).
+  LaunchResult r;
+  r.workers = {exit_of(0, 100, -1, SIGABRT, false), exit_of(1, 101, -1, SIGTERM, true)};
+  r.root_cause = r.workers[1];
+  r.root_cause->error_message = "RuntimeError: rank 1 fails";
+  EXPECT_THAT(r.summary(),
+              ElementsAre("worker rank 0 (pid 100) failed: killed by SIGABRT",
+                          "worker rank 1 (pid 101) was stopped: killed by SIGTERM",
+                          "root cause: worker rank 1 (pid 101) failed first: killed by SIGTERM: "
+                          "RuntimeError: rank 1 fails; 0 other worker(s) stopped"));
+}
+
 }  // namespace
 }  // namespace dtrain::detail

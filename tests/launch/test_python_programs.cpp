@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <csignal>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -123,6 +124,27 @@ TEST_P(PythonPrograms, AFailedRankIsRestartedAndTheGroupFinishes) {
 TEST_P(PythonPrograms, TheRootCauseComesFromRecordsErrorFile) {
   const LaunchRun r = launch_python(py_, two_ranks(), {"FAIL_RANK=1", "FAIL_UNTIL_RESTART=9"});
   EXPECT_FALSE(r.result.succeeded()) << r.output;
+  ASSERT_TRUE(r.result.root_cause.has_value()) << r.output;
+  EXPECT_EQ(r.result.root_cause->rank, 1) << r.output;
+  EXPECT_NE(r.result.root_cause->error_message.find("rank 1 fails on purpose in attempt 0"),
+            std::string::npos)
+      << r.output;
+}
+
+// What made the test above fail on a loaded machine, made certain
+// (ddp_program.py's ABORT_RANK): rank 0 dies by SIGABRT without a record after
+// rank 1 recorded its error, and the launcher sees rank 0 die first, while
+// rank 1 lingers until it is stopped. The record is earlier than the death:
+// rank 1 is the root cause.
+TEST_P(PythonPrograms, ARecordIsTheRootCauseBeforeAPeerThatAbortedAfterIt) {
+  const LaunchRun r =
+      launch_python(py_, two_ranks(), {"FAIL_RANK=1", "FAIL_UNTIL_RESTART=9", "ABORT_RANK=0"});
+  EXPECT_FALSE(r.result.succeeded()) << r.output;
+  ASSERT_EQ(r.result.workers.size(), 2u) << r.output;
+  // The order the test is about: rank 0 reaped as a failure, rank 1 stopped.
+  EXPECT_EQ(r.result.workers[0].signal, SIGABRT) << r.output;
+  EXPECT_FALSE(r.result.workers[0].stopped) << r.output;
+  EXPECT_TRUE(r.result.workers[1].stopped) << r.output;
   ASSERT_TRUE(r.result.root_cause.has_value()) << r.output;
   EXPECT_EQ(r.result.root_cause->rank, 1) << r.output;
   EXPECT_NE(r.result.root_cause->error_message.find("rank 1 fails on purpose in attempt 0"),

@@ -66,10 +66,12 @@ RoundDecision decide_round(const RoundFacts& facts);
 
 /// The root cause among a round's workers: of the workers that failed (by
 /// themselves, or after the agent's stop but with an error record), the one
-/// whose error record has the earliest timestamp, not the lowest rank the
-/// agent happened to reap first; a worker killed by a signal without a record
-/// (it had no chance to write one) comes before them, one that exited
-/// non-zero without a record after them; ties go to the lower local rank.
+/// that failed first, not the lowest rank the agent happened to reap first.
+/// A record counts at its timestamp, a worker killed by a signal without a
+/// record at its WorkerExit::ended_at (before everything when 0), one that
+/// exited non-zero without a record after those; records of a peer's failure
+/// (is_peer_failure) come after all of them; ties go to the lower local rank.
+/// Note [Choosing the root cause] in round_decision.cpp says why.
 /// `records` is indexed like `exits`. Meant for a round in which some worker
 /// failed by itself; nullopt when no worker qualifies.
 std::optional<size_t> choose_root_cause(const std::vector<WorkerExit>& exits,

@@ -1,8 +1,10 @@
 #include "launch/agent/round_plan.h"
 
 #include <stdlib.h>
+#include <sys/stat.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <system_error>
 #include <utility>
@@ -44,6 +46,22 @@ void add_spec(RoundPlan& plan, WorkerSpec spec, const LaunchOptions& o, int atte
   spec.error_file = error_file;
   plan.error_files.push_back(error_file);
   plan.specs.push_back(std::move(spec));
+}
+
+// Note [Record times]
+// torchelastic's @record stamps whole seconds (int(time.time())); dtrain's own
+// records carry fractions. Against the agent's reap times (WorkerExit::
+// ended_at, Note [Choosing the root cause] in round_decision.cpp) a whole
+// second puts a record up to a second early: a crash's consequence would look
+// earlier than the crash. The file's modification time, set as the record is
+// written, says when within that second; it is taken only when it lies in
+// that second (a file copied or touched later keeps its stamp).
+double record_time(const std::string& path, double timestamp) {
+  if (timestamp != std::floor(timestamp)) return timestamp;
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return timestamp;
+  const double mtime = static_cast<double>(st.st_mtim.tv_sec) + 1e-9 * st.st_mtim.tv_nsec;
+  return mtime >= timestamp && mtime < timestamp + 1 ? mtime : timestamp;
 }
 
 }  // namespace
@@ -154,6 +172,7 @@ std::vector<std::optional<ErrorRecord>> read_round_records(std::vector<WorkerExi
     }
     if (exits[i].succeeded()) continue;
     records[i] = read_error_file(plan.error_files[i]);
+    if (records[i]) records[i]->timestamp = record_time(plan.error_files[i], records[i]->timestamp);
     if (records[i] && !exits[i].stopped) exits[i].error_message = records[i]->message;
   }
   return records;

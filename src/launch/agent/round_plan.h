@@ -49,7 +49,9 @@ RoundPlan plan_round(const LaunchOptions& options, const std::string& program,
 /// Fills in where each worker ran (node rank and, with several nodes, its
 /// address) and, for those that did not succeed by themselves, the message
 /// of their error record; returns the records of the workers that did not
-/// succeed, indexed like `exits` (which is indexed like plan.specs).
+/// succeed, indexed like `exits` (which is indexed like plan.specs). A
+/// record's whole-second timestamp (torchelastic's) is made precise by its
+/// file's modification time (Note [Record times] in round_plan.cpp).
 std::vector<std::optional<ErrorRecord>> read_round_records(std::vector<WorkerExit>& exits,
                                                            const RoundPlan& plan,
                                                            const RendezvousInfo& info);

@@ -331,6 +331,10 @@ void WorkerGroup::reap() {
     if (w.ended) continue;
     std::optional<ExitStatus> status = w.process->poll();
     if (!status) continue;
+    // Right after the poll that saw it end, on the clock of error records'
+    // timestamps (Note [Choosing the root cause] in round_decision.cpp).
+    const double seen =
+        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
     if (!status->ok() && !w.stop_sent && options_.live_on_death && !w.spec.live_member.empty()) {
       options_.live_on_death(w.member.empty() ? w.spec.live_member : w.member,
                              describe_exit(status->exit_code, status->signal));
@@ -340,6 +344,7 @@ void WorkerGroup::reap() {
     w.exit.exit_code = status->exit_code;
     w.exit.signal = status->signal;
     w.exit.stopped = w.stop_sent;
+    w.exit.ended_at = seen;
     if (status->ok()) any_succeeded_ = true;
     if (!status->ok() && !w.stop_sent && !first_failed) first_failed = i;
   }

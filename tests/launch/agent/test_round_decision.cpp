@@ -2,16 +2,22 @@
 // restart (spending one of --max-restarts or not), give up, finish or stop;
 // whether to close the run, wait at the exit barrier and linger; which worker
 // is the root cause; which failures a lost peer causes. No processes, no
-// rendezvous: the facts are written out by hand.
+// rendezvous: the facts are written out by hand. And the times of the error
+// records the root cause is chosen by (read_round_records, from files).
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
+#include <csignal>
+#include <fstream>
 #include <optional>
 #include <vector>
 
 #include "common/error_file.h"
 #include "dtrain/launch.h"
 #include "launch/agent/round_decision.h"
+#include "launch/agent/round_plan.h"
 
 namespace dtrain {
 namespace {
@@ -137,14 +143,81 @@ TEST(RootCause, AStoppedWorkerWhoseRecordIsEarlierIsTheRootCause) {
   EXPECT_EQ(choose_root_cause(exits, records), 1u);
 }
 
-TEST(RootCause, ASignalWithoutARecordComesFirstAnExitWithoutOneLast) {
+TEST(RootCause, ASignalWithoutARecordCountsFromItsReapAnExitWithoutOneComesLast) {
   std::vector<WorkerExit> exits{exited(0, 3), exited(1, 1), exited(2, -1, false, SIGSEGV)};
   std::vector<std::optional<ErrorRecord>> records{std::nullopt, record_at(7), std::nullopt};
+  exits[2].ended_at = 6;  // reaped before rank 1 recorded its error
+  EXPECT_EQ(choose_root_cause(exits, records), 2u);
+  exits[2].ended_at = 0;  // not seen to end: first
   EXPECT_EQ(choose_root_cause(exits, records), 2u);
   exits[2] = exited(2, 0);
   EXPECT_EQ(choose_root_cause(exits, records), 1u);
   records[1].reset();
   EXPECT_EQ(choose_root_cause(exits, records), 0u);  // no records: the lowest rank
+}
+
+TEST(RootCause, ARecordBeatsAnAbortReapedAfterItWhileItsWriterWasStillExiting) {
+  // The CI failure of PythonPrograms.TheRootCauseComesFromRecordsErrorFile:
+  // rank 1 recorded its error at 40 and tore its process group down; torch
+  // 2.x's rank 0 then aborted (SIGABRT, no record), reaped at 50 while rank 1
+  // was still exiting, and the agent stopped rank 1.
+  std::vector<WorkerExit> exits{exited(0, -1, false, SIGABRT),
+                                exited(1, -1, /*stopped=*/true, SIGTERM)};
+  exits[0].ended_at = 50;
+  exits[1].ended_at = 50.2;
+  std::vector<std::optional<ErrorRecord>> records{std::nullopt, record_at(40)};
+  EXPECT_EQ(choose_root_cause(exits, records), 1u);
+}
+
+TEST(RootCause, ARecordOfAPeersFailureComesAfterTheCrashThatCausedIt) {
+  // Rank 0 was killed (SIGKILL: no record); rank 1 recorded the lost
+  // connection before the agent got round to reaping rank 0.
+  std::vector<WorkerExit> exits{exited(0, -1, false, SIGKILL), exited(1, 1)};
+  exits[0].ended_at = 50;
+  ErrorRecord lost;
+  lost.message = "RuntimeError: [gloo/transport/tcp/pair.cc:534] Connection closed by peer";
+  lost.timestamp = 49.9;
+  std::vector<std::optional<ErrorRecord>> records{std::nullopt, lost};
+  EXPECT_EQ(choose_root_cause(exits, records), 0u);
+  // Also after an exit without a record, and after a record that is not one.
+  exits[0] = exited(0, 3);
+  EXPECT_EQ(choose_root_cause(exits, records), 0u);
+  records[0] = record_at(60);
+  EXPECT_EQ(choose_root_cause(exits, records), 0u);
+  // Among consequences alone, the earliest.
+  ErrorRecord timeout = lost;
+  timeout.message = "RuntimeError: Timed out waiting 1800000ms for recv operation";
+  timeout.timestamp = 49;
+  records[0] = timeout;
+  EXPECT_EQ(choose_root_cause(exits, records), 0u);
+  records[0]->timestamp = 51;
+  EXPECT_EQ(choose_root_cause(exits, records), 1u);
+}
+
+// torchelastic's @record stamps whole seconds; the file's modification time
+// says when within that second (Note [Record times] in round_plan.cpp).
+TEST(RecordTimes, AWholeSecondIsMadePreciseByTheFilesModificationTimeWithinIt) {
+  detail::TempDir dir;
+  const std::string path = dir.path() + "/error.json";
+  auto write_torch_record = [&](double mtime) {
+    std::ofstream(path) << R"({"message": {"message": "RuntimeError: boom", )"
+                        << R"("extraInfo": {"py_callstack": "", "timestamp": "1000"}}})";
+    const timespec times[2] = {{1000, 0},
+                               {static_cast<time_t>(mtime),
+                                static_cast<long>((mtime - static_cast<time_t>(mtime)) * 1e9)}};
+    ASSERT_EQ(::utimensat(AT_FDCWD, path.c_str(), times, 0), 0);
+  };
+  detail::RoundPlan plan;
+  plan.error_files = {path};
+  std::vector<WorkerExit> exits{exited(0, 1)};
+  write_torch_record(1000.25);
+  auto records = detail::read_round_records(exits, plan, detail::RendezvousInfo{});
+  ASSERT_TRUE(records[0].has_value());
+  EXPECT_NEAR(records[0]->timestamp, 1000.25, 1e-6);
+  write_torch_record(1007.5);  // written (or touched) in another second: the stamp stands
+  records = detail::read_round_records(exits, plan, detail::RendezvousInfo{});
+  ASSERT_TRUE(records[0].has_value());
+  EXPECT_EQ(records[0]->timestamp, 1000);
 }
 
 TEST(RootCause, PeerFailuresAreRecognisedByTypeOrByC10dsText) {

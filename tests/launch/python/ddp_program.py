@@ -6,8 +6,17 @@ Each rank trains one step of a DDP model and allreduces its rank; the
 gradients must agree across ranks. FAIL_RANK=r makes rank r raise while
 TORCHELASTIC_RESTART_COUNT < FAIL_UNTIL_RESTART (default 1), to exercise
 --max-restarts and the root cause taken from @record's error file.
+
+ABORT_RANK=a makes certain an order that a loaded machine produces by chance
+(torch 2.x's rank 0 aborting, "terminate called", once the failing rank has
+torn its process group down but not yet exited): rank a waits after the
+allreduce until the failing rank has recorded its error, then dies by SIGABRT
+without a record, while the failing rank lingers (LINGER_SECONDS, default 60)
+before it exits. The launcher sees rank a die first, though it failed second.
 """
+import datetime
 import os
+import time
 
 import torch
 import torch.distributed as dist
@@ -28,6 +37,9 @@ def main():
     t = torch.tensor([float(rank + 1)])
     dist.all_reduce(t)
     assert t.item() == world * (world + 1) / 2, t
+    if os.environ.get("ABORT_RANK") == str(rank):
+        store().wait(["recorded"], datetime.timedelta(seconds=60))
+        os.abort()
     restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
     if os.environ.get("FAIL_RANK") == str(rank) and restart < int(
         os.environ.get("FAIL_UNTIL_RESTART", "1")
@@ -38,5 +50,19 @@ def main():
     dist.destroy_process_group()
 
 
+def store():
+    return dist.distributed_c10d._get_default_store()
+
+
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    finally:
+        # @record has written the error file by now (ABORT_RANK, above).
+        if (
+            os.environ.get("ABORT_RANK") is not None
+            and dist.is_initialized()
+            and os.environ.get("FAIL_RANK") == str(dist.get_rank())
+        ):
+            store().set("recorded", "1")
+            time.sleep(float(os.environ.get("LINGER_SECONDS", "60")))
