@@ -26,14 +26,22 @@ namespace dtrain {
 std::vector<std::string> backend_names();
 
 /// The one rule for choosing a collective backend, for ranks whose tensors
-/// live on `device`:
-///   "auto"  "nccl" when `device` is CUDA and this build has NCCL
-///           (DTRAIN_HAVE_NCCL), else "gloo" (a CUDA-less build never fails)
+/// live on `device`, `ranks_per_device` of this node's ranks sharing it:
+///   "auto"  "nccl" when `device` is CUDA, this build has NCCL
+///           (DTRAIN_HAVE_NCCL) and each rank has a GPU of its own
+///           (ranks_per_device 1), else "gloo" (a CUDA-less build never fails)
 ///   "gloo"  "gloo" on any device (CUDA tensors are staged through the host)
-///   "nccl"  "nccl"; InvalidArgument naming InitOptions::backend gloo when this build has
-///           no NCCL or `device` is not CUDA
+///   "nccl"  "nccl"; InvalidArgument naming InitOptions::backend gloo when this
+///           build has no NCCL, `device` is not CUDA, or ranks share the GPU
+///           (NCCL refuses two ranks of one communicator on one GPU)
 /// Any other name: InvalidArgument listing backend_names(). Pure and
 /// thread-safe: it touches no GPU.
-std::string resolve_backend(const std::string& requested, const c10::Device& device);
+std::string resolve_backend(const std::string& requested, const c10::Device& device,
+                            int ranks_per_device = 1);
+
+/// How many of a node's `local_world_size` ranks share each of its
+/// `device_count` GPUs when local rank r takes GPU r % device_count (as
+/// pick_device does): ceil(local_world_size / device_count), at least 1.
+int ranks_per_gpu(int local_world_size, int device_count);
 
 }  // namespace dtrain

@@ -1,6 +1,7 @@
 // join_group() and --backend (group.h).
 #include "cli/group.h"
 
+#include <torch/cuda.h>
 #include <CLI/CLI.hpp>
 
 #include "common/strings.h"
@@ -13,8 +14,8 @@ void add_backend_flag(CLI::App* cmd, std::string& backend, const std::string& he
   cmd->add_option("--backend", backend,
                   !help.empty() ? help
                                 : "Collective backend: " + join(backend_names(), ", ") +
-                                      " (auto: nccl when the device is CUDA and this build has "
-                                      "NCCL, else gloo)")
+                                      " (auto: nccl when the device is CUDA, this build has NCCL "
+                                      "and each process has a GPU of its own, else gloo)")
       ->capture_default_str();
 }
 
@@ -23,7 +24,10 @@ InitOptions group_options(const std::string& backend, const std::string& device,
   InitOptions init = resolve_init_options({}, process_env());
   // Before the group forms: the rank's GPU becomes the current device, and a
   // backend that cannot work is refused without keeping the peers waiting.
-  init.backend = resolve_backend(backend, pick_device(device, init.local_rank));
+  const at::Device dev = pick_device(device, init.local_rank);
+  init.backend = resolve_backend(
+      backend, dev,
+      dev.is_cuda() ? ranks_per_gpu(init.local_world_size, torch::cuda::device_count()) : 1);
   init.timeout = timeout;
   return init;
 }

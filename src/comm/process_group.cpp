@@ -161,9 +161,17 @@ c10::intrusive_ptr<compat::CollectiveBackend> make_backend(const InitOptions& o,
 // "nccl" that cannot work is refused before any peer is contacted.
 std::vector<std::string> backend_names() { return {"auto", "gloo", "nccl"}; }
 
-std::string resolve_backend(const std::string& requested, const c10::Device& device) {
+// Note [A GPU per NCCL rank]
+// NCCL refuses a communicator with two ranks on one GPU ("invalid usage",
+// seen on the H200 when three processes of `dtrain run --nproc-per-node 3`
+// all took cuda:0), so "auto" gives such ranks Gloo, which stages CUDA
+// tensors through the host and works however the GPUs are shared, and an
+// explicit "nccl" is refused before any peer is contacted.
+std::string resolve_backend(const std::string& requested, const c10::Device& device,
+                            int ranks_per_device) {
+  const bool shared = device.is_cuda() && ranks_per_device > 1;
   if (requested == "gloo") return requested;
-  if (requested == "auto") return DTRAIN_HAVE_NCCL && device.is_cuda() ? "nccl" : "gloo";
+  if (requested == "auto") return DTRAIN_HAVE_NCCL && device.is_cuda() && !shared ? "nccl" : "gloo";
   if (requested == "nccl") {
     if (!DTRAIN_HAVE_NCCL) {
       throw InvalidArgument(
@@ -174,10 +182,20 @@ std::string resolve_backend(const std::string& requested, const c10::Device& dev
       throw InvalidArgument(cat("InitOptions::backend nccl needs CUDA tensors but the device is ",
                                 device.str(), "; use InitOptions::backend gloo"));
     }
+    if (shared) {
+      throw InvalidArgument(cat("InitOptions::backend nccl needs a GPU per rank but ",
+                                ranks_per_device, " ranks of this node share ", device.str(),
+                                "; use InitOptions::backend gloo or one process per GPU"));
+    }
     return requested;
   }
   throw InvalidArgument(cat("unknown InitOptions::backend '", requested,
                             "'; valid backends: ", join(backend_names(), ", ")));
+}
+
+int ranks_per_gpu(int local_world_size, int device_count) {
+  if (device_count <= 0) return 1;
+  return std::max(1, (local_world_size + device_count - 1) / device_count);
 }
 
 ProcessGroup::ProcessGroup() : state_(std::make_shared<State>()) {}

@@ -237,21 +237,24 @@ TEST(AmpHorovod, StepWithoutUnscaleAveragesTheGradientsThenStepsLikeTheSinglePro
   }
 }
 
-// fp16 autocast on CUDA, DDP over Gloo with CUDA tensors (both ranks on one
-// GPU), no_sync accumulation and the scaler: the unscaled gradients equal
-// the fp32 single-process reference within fp16's precision.
+// fp16 autocast on CUDA, DDP over Gloo with CUDA tensors (a GPU per rank,
+// as many ranks as GPUs up to two: Note [Thread ranks on one GPU]), no_sync
+// accumulation and the scaler: the unscaled gradients equal the fp32
+// single-process reference within fp16's precision.
 TEST(AmpDdpCuda, Fp16AutocastWithAccumulationGivesTheFp32ReferenceGradients) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
   const Reference ref = single_process();
   const Data d = make_data();
   constexpr int kMicro = 2;
-  const int64_t per_rank = kBatch / kWorld, per_micro = per_rank / kMicro;
-  std::vector<std::vector<at::Tensor>> grads(kWorld);
+  const int world = testing::thread_ranks_on_gpus(kWorld);
+  const int64_t per_rank = kBatch / world, per_micro = per_rank / kMicro;
+  std::vector<std::vector<at::Tensor>> grads(world);
   run_ranks(
-      kWorld,
+      world,
       [&](const ProcessGroup& pg) {
+        const torch::Device dev(torch::kCUDA, static_cast<c10::DeviceIndex>(pg.rank()));
         Mlp net = make_mlp();
-        net->to(torch::kCUDA);
+        net->to(dev);
         DistributedDataParallel ddp(net.ptr(), pg);
         torch::optim::SGD opt(net->parameters(), 0.1);
         GradScalerOptions o;
@@ -264,9 +267,9 @@ TEST(AmpDdpCuda, Fp16AutocastWithAccumulationGivesTheFp32ReferenceGradients) {
           at::Tensor loss;
           {
             AutocastGuard autocast(c10::DeviceType::CUDA, at::kHalf);
-            const at::Tensor out = ddp.forward(rows(d.x, begin, per_micro).cuda());
+            const at::Tensor out = ddp.forward(rows(d.x, begin, per_micro).to(dev));
             EXPECT_EQ(out.scalar_type(), at::kHalf);
-            loss = torch::mse_loss(out, rows(d.y, begin, per_micro).cuda()) / kMicro;
+            loss = torch::mse_loss(out, rows(d.y, begin, per_micro).to(dev)) / kMicro;
           }
           scaler.scale(loss).backward();
         }
@@ -276,7 +279,7 @@ TEST(AmpDdpCuda, Fp16AutocastWithAccumulationGivesTheFp32ReferenceGradients) {
         scaler.update();
       },
       std::chrono::seconds(60), "gloo");
-  for (int r = 0; r < kWorld; ++r) {
+  for (int r = 0; r < world; ++r) {
     expect_close(grads[r], ref.grads, 2e-2, 2e-3, "fp16 grads of rank " + std::to_string(r));
   }
 }

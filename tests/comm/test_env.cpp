@@ -317,6 +317,31 @@ TEST(ResolveBackend, NcclWithoutNcclOrWithoutACudaDeviceIsAnErrorNamingBackendGl
   EXPECT_THROW(resolve_backend("nccl", kCpu), InvalidArgument);
 }
 
+// Note [A GPU per NCCL rank]: NCCL refuses two ranks of one communicator on
+// one GPU, so ranks that share one get Gloo from "auto" and an error from
+// "nccl" (seen on an H200 with three processes on its one GPU).
+TEST(ResolveBackend, RanksSharingAGpuGetGlooFromAutoAndAnErrorFromNccl) {
+  EXPECT_EQ(resolve_backend("auto", kCuda1, 3), "gloo");
+  EXPECT_EQ(resolve_backend("gloo", kCuda1, 3), "gloo");
+  EXPECT_EQ(resolve_backend("auto", kCpu, 3), "gloo");
+  const std::string shared = error_of([] { resolve_backend("nccl", kCuda1, 3); });
+  if (DTRAIN_HAVE_NCCL) {
+    EXPECT_EQ(shared,
+              "InitOptions::backend nccl needs a GPU per rank but 3 ranks of this node share "
+              "cuda:1; use InitOptions::backend gloo or one process per GPU");
+  } else {
+    EXPECT_NE(shared.find("this build is CPU-only"), std::string::npos) << shared;
+  }
+}
+
+TEST(ResolveBackend, RanksPerGpuIsTheCeilingOfRanksOverGpus) {
+  EXPECT_EQ(ranks_per_gpu(1, 1), 1);
+  EXPECT_EQ(ranks_per_gpu(3, 1), 3);
+  EXPECT_EQ(ranks_per_gpu(8, 8), 1);
+  EXPECT_EQ(ranks_per_gpu(9, 8), 2);
+  EXPECT_EQ(ranks_per_gpu(4, 0), 1);  // no GPU: nothing is shared
+}
+
 TEST(ResolveBackend, AnUnknownNameIsAnErrorListingTheBackends) {
   EXPECT_THROW(resolve_backend("mpi", kCpu), InvalidArgument);
   EXPECT_EQ(error_of([] { resolve_backend("mpi", kCpu); }),

@@ -443,7 +443,7 @@ void expect_cuda_matches_cpu_reference(int world, const std::string& backend) {
   run_ranks(
       world,
       [&](const ProcessGroup& pg) {
-        torch::Device dev(torch::kCUDA, pg.rank() % torch::cuda::device_count());
+        torch::Device dev(torch::kCUDA, static_cast<c10::DeviceIndex>(pg.rank()));
         Net& net = nets[pg.rank()];
         net->to(dev);
         DistributedDataParallel ddp(net.ptr(), pg);
@@ -458,9 +458,10 @@ void expect_cuda_matches_cpu_reference(int world, const std::string& backend) {
   }
 }
 
+// A GPU per thread rank, up to two (Note [Thread ranks on one GPU]).
 TEST(DdpCuda, GlooOnCudaTensorsMatchesTheCpuReference) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no GPU visible to LibTorch";
-  expect_cuda_matches_cpu_reference(2, "gloo");
+  expect_cuda_matches_cpu_reference(testing::thread_ranks_on_gpus(2), "gloo");
 }
 
 TEST(DdpCuda, NcclOnOneGpuMatchesTheCpuReference) {

@@ -4,12 +4,15 @@
 
 #include <stdlib.h>
 
+#include <algorithm>
 #include <chrono>
 #include <exception>
 #include <functional>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include <torch/cuda.h>
 
 #include "dtrain/comm.h"
 #include "dtrain/store.h"
@@ -26,6 +29,19 @@ namespace dtrain::testing {
 // has one rank per process, so only the tests turn it off, before the first
 // process group exists; a value the user set is kept.
 inline const bool kFlightRecorderOff = ::setenv("TORCH_FR_BUFFER_SIZE", "0", 0) == 0;
+
+// Note [Thread ranks on one GPU]
+// Ranks as threads of one process share LibTorch's autograd engine, which
+// runs every backward on a CUDA device in that device's one worker thread.
+// DDP waits for its buckets' collectives at the end of backward, in that
+// thread (as PyTorch's Reducer does), so two thread ranks on one GPU
+// deadlock: the first waits for a peer whose backward is queued behind it
+// (seen on an H200: the Gloo allreduce of bucket 0 timed out after 60 s).
+// A real job has one process per rank; the tests give each thread rank a GPU
+// of its own, so they run as many ranks as there are GPUs, up to `wanted`.
+inline int thread_ranks_on_gpus(int wanted) {
+  return std::max(1, std::min<int>(wanted, torch::cuda::device_count()));
+}
 
 /// Calls fn(pg) on `world` threads, each with its own ProcessGroup of rank r
 /// formed over store_of(r) (one store, or views of one), and rethrows the
