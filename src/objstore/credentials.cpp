@@ -325,6 +325,15 @@ Credentials container_credentials(HttpTransport& http, const std::string& uri,
   return from_json(response.body, "Token", what);
 }
 
+// Note [No instance metadata, or a failing one]
+// The instance metadata service is the last source, asked on every machine
+// that has no other: off EC2 nothing answers its address, which means "no
+// credentials anywhere", a configuration error (InvalidArgument, not
+// retried). Once it has answered, an error from it (503 while it is busy,
+// a request that timed out) is a failure of the moment: an ObjectStoreError,
+// which S3Client retries like the request itself (S3Client::Impl::execute).
+// An instance without a role answers 404 (or nothing) for the role list:
+// configuration again.
 Credentials imds_credentials(HttpTransport& http, const std::string& endpoint) {
   const std::string what = cat("EC2 instance metadata (", endpoint, ")");
   HttpRequest request;
@@ -333,11 +342,25 @@ Credentials imds_credentials(HttpTransport& http, const std::string& endpoint) {
   request.method = "PUT";
   request.url = endpoint + "/latest/api/token";
   request.headers = {{"X-aws-ec2-metadata-token-ttl-seconds", "21600"}};
-  const std::string token = checked(http, request, what).body;
+  std::string token;
+  try {
+    token = checked(http, request, what).body;
+  } catch (const ObjectStoreError& e) {
+    if (e.status != 0) throw;  // it answered: a failing service, retried
+    throw InvalidArgument(
+        cat("no AWS credentials: none in the environment, no web identity, no profile keys, no "
+            "container credentials, and no EC2 instance metadata (",
+            e.what(), "); fix: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY or AWS_PROFILE"));
+  }
   request.method = "GET";
   request.headers = {{"X-aws-ec2-metadata-token", token}};
   request.url = endpoint + "/latest/meta-data/iam/security-credentials/";
-  std::string role = first_line(checked(http, request, what).body);
+  std::string role;
+  try {
+    role = first_line(checked(http, request, what).body);
+  } catch (const ObjectStoreError& e) {
+    if (e.status != 404) throw;
+  }
   if (role.empty())
     throw InvalidArgument(cat(what, ": the instance has no IAM role; fix: attach one"));
   request.url += role;
@@ -426,16 +449,7 @@ std::shared_ptr<CredentialsProvider> default_credentials(const AwsEnv& env, cons
   }
   std::string imds = env.ec2_metadata_endpoint.value_or("http://169.254.169.254");
   while (!imds.empty() && imds.back() == '/') imds.pop_back();
-  return refreshing_credentials([http, imds] {
-    try {
-      return imds_credentials(*http, imds);
-    } catch (const ObjectStoreError& e) {
-      throw InvalidArgument(
-          cat("no AWS credentials: none in the environment, no web identity, no profile keys, no "
-              "container credentials, and the EC2 instance metadata failed (",
-              e.what(), "); fix: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY or AWS_PROFILE"));
-    }
-  });
+  return refreshing_credentials([http, imds] { return imds_credentials(*http, imds); });
 }
 
 }  // namespace dtrain::objstore

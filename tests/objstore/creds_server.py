@@ -2,12 +2,14 @@
 """Container credentials and EC2 instance metadata (IMDSv2) on loopback, for
 the credential-provider tests.
 
-  creds_server.py PORT CONTAINER_TOKEN
+  creds_server.py PORT CONTAINER_TOKEN [FAILURES]
 
 GET /creds            container credentials; needs Authorization: CONTAINER_TOKEN
 PUT /latest/api/token IMDSv2 session token; needs X-aws-ec2-metadata-token-ttl-seconds
 GET /latest/meta-data/iam/security-credentials/[ROLE]  needs X-aws-ec2-metadata-token
 (IMDSv1, without a session token, is refused as on instances that require v2)
+FAILURES (default 0): the first FAILURES requests for the role's credentials
+are answered 503, as a busy instance metadata service does.
 """
 import datetime
 import http.server
@@ -15,6 +17,7 @@ import json
 import sys
 
 PORT, CONTAINER_TOKEN = int(sys.argv[1]), sys.argv[2]
+FAILURES = [int(sys.argv[3]) if len(sys.argv) > 3 else 0]
 SESSION = "imds-session-token"
 ROLE = "trainer-role"
 
@@ -53,6 +56,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 return self.answer(401, "IMDSv2 session token required", "text/plain")
             if self.path == base:
                 return self.answer(200, ROLE, "text/plain")
+            if self.path == base + ROLE and FAILURES[0] > 0:
+                FAILURES[0] -= 1
+                return self.answer(503, "busy", "text/plain")
             if self.path == base + ROLE:
                 return self.answer(200, json.dumps({"Code": "Success", "AccessKeyId": "IMDSKEY",
                                                     "SecretAccessKey": "isecret", "Token": "itoken",

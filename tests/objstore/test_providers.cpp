@@ -20,9 +20,10 @@ namespace fs = std::filesystem;
 struct CredsServer {
   int port = testing::free_port();
   testing::ChildProcess process;
-  CredsServer()
+  // failures: the first requests for the role's credentials answered 503.
+  explicit CredsServer(int failures = 0)
       : process({"/usr/bin/python3", DTRAIN_SOURCE_DIR "/tests/objstore/creds_server.py",
-                 std::to_string(port), "Bearer pod-identity-token"}) {}
+                 std::to_string(port), "Bearer pod-identity-token", std::to_string(failures)}) {}
   std::string url(const std::string& path) const {
     return "http://127.0.0.1:" + std::to_string(port) + path;
   }
@@ -86,6 +87,28 @@ TEST(CredentialProviders, InstanceMetadataIsAskedWithAnImdsV2SessionToken) {
   EXPECT_EQ(c.access_key_id, "IMDSKEY");
   EXPECT_EQ(c.session_token, "itoken");
   EXPECT_NE(c.source.find("role trainer-role"), std::string::npos) << c.source;
+}
+
+// Note [No instance metadata, or a failing one]: a service that answered and
+// then failed is an ObjectStoreError, which S3Client retries; the next ask
+// gets the credentials.
+TEST(CredentialProviders, ABusyInstanceMetadataServiceIsARetryableErrorNotAConfigurationOne) {
+  CredsServer server(1);
+  ASSERT_TRUE(testing::wait_for_port(server.port, 30));
+  Scratch scratch;
+  auto provider =
+      s3_options_from_env(lookup({{"HOME", scratch.dir.string()},
+                                  {"AWS_EC2_METADATA_SERVICE_ENDPOINT", server.url("/")}}))
+          .credentials;
+  try {
+    provider->credentials();
+    FAIL() << "a 503 gave credentials";
+  } catch (const InvalidArgument& e) {
+    FAIL() << "a busy service was taken for a configuration error: " << e.what();
+  } catch (const ObjectStoreError& e) {
+    EXPECT_EQ(e.status, 503) << e.what();
+  }
+  EXPECT_EQ(provider->credentials().access_key_id, "IMDSKEY");
 }
 
 TEST(CredentialProviders, NoInstanceMetadataEndsWithOneLineListingTheSources) {
