@@ -41,6 +41,12 @@
 #   DTRAIN_GPU_TESTS    regex of the tests that need a GPU, run first
 #                       (default "Cuda|Gpu|Nccl")
 #   DTRAIN_GPU_SKIP_BENCH=1  stop after the tests
+#   DTRAIN_GPU_BUNDLE   a .tgz path: after every step $OUT's logs are packed
+#                       into it and summary.txt copied beside it. The device
+#                       tool brings back at most 8 files from its $OUT, so
+#                       there: R=$OUT; OUT=/tmp/gc DTRAIN_GPU_BUNDLE=$R/gpu-check.tgz
+#                       timeout 560 bash scripts/gpu-check.sh (a step cut off
+#                       by the timeout still leaves the bundle of those before)
 set -uo pipefail
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -128,6 +134,10 @@ write_summary() {
         grep -E 'tests passed, |The following tests|^[[:space:]]+[0-9]+ - |Total Test time' | sed 's/^/  /'
     done
   } >"$OUT/summary.txt"
+  if [[ -n "${DTRAIN_GPU_BUNDLE:-}" ]]; then
+    tar czf "$DTRAIN_GPU_BUNDLE.tmp" -C "$OUT" . && mv "$DTRAIN_GPU_BUNDLE.tmp" "$DTRAIN_GPU_BUNDLE"
+    cp "$OUT/summary.txt" "$(dirname "$DTRAIN_GPU_BUNDLE")/summary.txt"
+  fi
 }
 
 # ---- download (on the Debian 12 machine) -------------------------------------
