@@ -49,6 +49,7 @@ const FieldFlags& train_field_flags() {
       {"OptimizerOptions::name", "--optimizer"},
       {"InitOptions::backend", "--backend"},
       {"DatasetOptions::image_size", "--image-size"},
+      {"DatasetOptions::data_dir", "--data-dir"},
       {"MetricsOptions::port", "--metrics-port"},
       {"KVStoreOptions::staleness", "--staleness"},
       {"OptimizerOptions::lr", "--lr"},
@@ -88,6 +89,7 @@ const FieldFlags& eval_field_flags() {
       {"EvalOptions::device", "--device"},
       {"InitOptions::backend", "--backend"},
       {"DatasetOptions::image_size", "--image-size"},
+      {"DatasetOptions::data_dir", "--data-dir"},
   };
   return flags;
 }
@@ -97,6 +99,7 @@ const FieldFlags& bench_field_flags() {
       {"PowerSGDOptions::matrix_approximation_rank", "--powersgd-rank"},
       {"InitOptions::backend", "--backend"},
       {"DatasetOptions::image_size", "--image-size"},
+      {"DatasetOptions::data_dir", "--data-dir"},
   };
   return flags;
 }

@@ -35,17 +35,17 @@ DatasetSplits open_idx(const DatasetOptions& options, const IdxDataset& d) {
   std::string dir = options.data_dir.empty() ? d.default_dir : options.data_dir;
   if (dir.empty()) {
     throw InvalidArgument(cat("dataset '", d.name,
-                              "' has no default location; pass --data-dir "
-                              "with the directory holding train-images-idx3-ubyte.gz"));
+                              "' has no default location; set DatasetOptions::data_dir to "
+                              "the directory holding train-images-idx3-ubyte.gz"));
   }
   struct stat st;
   if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
-    std::string fix =
-        d.package && options.data_dir.empty()
-            ? cat("install it with 'apt-get install ", d.package, "' or pass --data-dir")
-            : std::string(
-                  "pass --data-dir with the directory holding "
-                  "train-images-idx3-ubyte.gz");
+    std::string fix = d.package && options.data_dir.empty()
+                          ? cat("install it with 'apt-get install ", d.package,
+                                "' or set DatasetOptions::data_dir")
+                          : std::string(
+                                "set DatasetOptions::data_dir to the directory holding "
+                                "train-images-idx3-ubyte.gz");
     throw DataError(cat("dataset '", d.name, "': directory '", dir, "' does not exist; ", fix));
   }
   IdxSplit train = load_idx_split(dir, /*train=*/true);
@@ -65,7 +65,7 @@ std::vector<DatasetEntry> all_entries() {
   std::vector<DatasetEntry> rows = {
       {"fashion-mnist", "Fashion-MNIST IDX files (default /usr/share/datasets/fashion-mnist)",
        &open_fashion_mnist},
-      {"mnist", "MNIST IDX files (--data-dir required)", &open_mnist},
+      {"mnist", "MNIST IDX files (needs a data directory)", &open_mnist},
   };
   for (const DatasetEntry& e : image_dataset_entries()) rows.push_back(e);
   return rows;

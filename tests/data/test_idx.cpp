@@ -120,7 +120,7 @@ TEST_F(IdxFiles, MissingDatasetDirectoryNamesThePathAndTheFix) {
   o.data_dir = (dir_ / "absent").string();
   std::string e = error_of([&] { open_dataset(o, ProcessGroup()); });
   EXPECT_NE(e.find(o.data_dir), std::string::npos) << e;
-  EXPECT_NE(e.find("--data-dir"), std::string::npos) << e;
+  EXPECT_NE(e.find("DatasetOptions::data_dir"), std::string::npos) << e;
 }
 
 TEST(Datasets, UnknownNameListsTheValidOnes) {

@@ -71,7 +71,7 @@ std::string locate(const std::string& dir, const std::string& sub, const std::st
     }
   }
   throw DataError(cat(dataset, ": '", probe, "' is in neither '", dir, "' nor '", dir, "/", sub,
-                      "'; pass --data-dir with the directory of the binary files"));
+                      "'; set DatasetOptions::data_dir to the directory of the binary files"));
 }
 
 }  // namespace

@@ -23,7 +23,7 @@ bool is_folder(const std::string& location) {
 
 std::string require_dir(const DatasetOptions& o, const char* what) {
   if (o.data_dir.empty()) {
-    throw InvalidArgument(cat("dataset '", o.name, "' needs --data-dir: ", what));
+    throw InvalidArgument(cat("dataset '", o.name, "' needs DatasetOptions::data_dir: ", what));
   }
   if (!is_folder(o.data_dir)) {
     throw DataError(cat("dataset '", o.name, "': directory '", o.data_dir, "' does not exist"));
@@ -118,7 +118,8 @@ std::vector<std::string> webdataset_shards(const DatasetOptions& o, const std::s
 
 DatasetSplits open_webdataset_splits(const DatasetOptions& o) {
   if (o.data_dir.empty()) {
-    throw InvalidArgument(cat("dataset '", o.name, "' needs --data-dir: ", kWebDatasetLayout));
+    throw InvalidArgument(
+        cat("dataset '", o.name, "' needs DatasetOptions::data_dir: ", kWebDatasetLayout));
   }
   std::string train_spec, test_spec;
   const size_t sep = o.data_dir.find("::");
@@ -179,7 +180,7 @@ DatasetSplits open_synthetic(const DatasetOptions& o) {
     if (ok && parts.size() > 1) ok = parse_int(parts[1], &classes) && classes > 0;
     if (ok && parts.size() > 2) ok = parse_int(parts[2], &samples) && samples > 0;
     if (!ok) {
-      throw InvalidArgument(cat("synthetic: --data-dir '", o.data_dir,
+      throw InvalidArgument(cat("synthetic: DatasetOptions::data_dir '", o.data_dir,
                                 "' is not CxHxW[:CLASSES[:SAMPLES]], e.g. 3x224x224:1000:12800"));
     }
   }
@@ -205,7 +206,8 @@ std::vector<DatasetEntry> image_dataset_entries() {
       {"stl10", "STL-10 binary files (stl10_binary/) in DATA_DIR", &open_stl},
       {"cifar10", "CIFAR-10 binary batches (cifar-10-batches-bin/) in DATA_DIR", &open_cifar},
       {"synthetic",
-       "random inputs made once; --data-dir CxHxW[:CLASSES[:SAMPLES]] (3x224x224:1000:12800)",
+       "random inputs made once; the data directory may be a spec CxHxW[:CLASSES[:SAMPLES]] "
+       "(3x224x224:1000:12800)",
        &open_synthetic},
   };
 }
