@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Validates every manifest in deploy/kubernetes strictly against the operators'
-published CRD schemas in <source>/../shared/k8s-crds (see its README).
+published CRD schemas in <source>/../shared/k8s-crds (see its README), or in the
+folder DTRAIN_K8S_CRDS names (a git worktree elsewhere than the main checkout).
 
 Strict, as the API server's field validation is: every object schema that lists
 `properties` gets `additionalProperties: false` (unless it says
@@ -112,7 +113,7 @@ def main():
     typos = "--typos" in sys.argv[1:]
     source = os.environ.get("DTRAIN_SOURCE_DIR") or \
         os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    folder = os.path.join(source, "..", "shared", "k8s-crds")
+    folder = os.environ.get("DTRAIN_K8S_CRDS") or os.path.join(source, "..", "shared", "k8s-crds")
     if not os.path.isdir(folder):
         skip(f"{os.path.normpath(folder)} is absent: the operators' CRD schemas are not "
              "available here (see the README that comes with them)")
