@@ -3,10 +3,17 @@
 // fencing, the commit agreement, generations after a loss, joiners, and
 // the weights against one process running every logical rank.
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
 #include <torch/torch.h>
+#include <unistd.h>
+
+#include <cerrno>
 
 #include <atomic>
 #include <map>
+#include <mutex>
 #include <thread>
 
 #include "dtrain/errors.h"
@@ -112,9 +119,28 @@ TEST(LiveDetector, AMemberTheOthersDeclaredDeadFencesItself) {
       << a.fence_reason();
 }
 
-// A tiny model every member builds identically.
+// Note [One model built at a time]
+// The members of these tests are threads of one process, and they build
+// their models at the same time. Each seeds the process's default CPU
+// generator (torch::manual_seed) and draws its initial weights from it, so
+// one thread's seed could reset another's draws half-way through: under
+// load (two busy cores) about one run in eight gave member 0 -- whose
+// parameters the generation's DDP broadcasts to the others -- other initial
+// weights than the reference's. Every member then agreed with the others
+// and all differed from the failure-free run already after step 0, before
+// any failure (seen in the two-failure test, the one-failure test and the
+// failure-free three-member test alike; the recovery was not at fault). A
+// real job runs one member per process (include/dtrain/live.h), where this
+// cannot happen. So models are built one at a time: seed and draws under one
+// lock give every thread the reference's weights. (A private generator
+// would do too, but these weights are the ones whose fp32 reduction-order
+// differences stay within the tests' tolerance over six steps; others can
+// amplify them beyond it, since sum(BatchNorm(x)^2) has near-zero
+// gradients for fc.)
 struct TinyImpl : torch::nn::Module {
   TinyImpl() {
+    static std::mutex building;
+    std::lock_guard<std::mutex> one_at_a_time(building);
     torch::manual_seed(11);
     fc = register_module("fc", torch::nn::Linear(3, 2));
     norm = register_module("norm", torch::nn::BatchNorm1d(2));
@@ -288,12 +314,7 @@ TEST(LiveGroup, SurvivorsOfAMemberThatVanishedMidStepEndWithTheFailureFreeWeight
   EXPECT_TRUE(store->check({"live/dead/m3"}));
 }
 
-// Disabled: on a loaded machine one run in four to ten ends with survivors
-// whose weights equal each other's but not the failure-free run's (seen on
-// the LibTorch 1.13 build while ctest ran beside it): a race when two members
-// vanish in one step, not yet diagnosed. Run it with
-// --gtest_also_run_disabled_tests --gtest_repeat=20.
-TEST(LiveGroup, DISABLED_TwoMembersLostInOneStepAreSurvivedWithTheFailureFreeWeights) {
+TEST(LiveGroup, TwoMembersLostInOneStepAreSurvivedWithTheFailureFreeWeights) {
   const torch::Tensor expected = reference_weights(4, 6);
   std::vector<torch::Tensor> got(4);
   StorePtr store = make_memory_store();
@@ -316,6 +337,35 @@ TEST(LiveGroup, DISABLED_TwoMembersLostInOneStepAreSurvivedWithTheFailureFreeWei
   }
   EXPECT_TRUE(store->check({"live/dead/m1"}));
   EXPECT_TRUE(store->check({"live/dead/m3"}));
+}
+
+// Note [SIGPIPE] in src/live/live_group.cpp: Gloo writes to a vanished
+// peer's socket with writev(); that must fail with EPIPE, not end the
+// survivor. Checked in a fresh process (threadsafe death-test style) whose
+// SIGPIPE has the default action, as `dtrain run` leaves it: exits 0 when
+// the write failed with EPIPE.
+[[noreturn]] void write_to_a_closed_peer_under_a_live_group() {
+  struct sigaction dfl {};
+  dfl.sa_handler = SIG_DFL;
+  ::sigaction(SIGPIPE, &dfl, nullptr);
+  LiveOptions o = fast_options(1, 1);
+  o.member = "solo";
+  StorePtr store = make_memory_store();
+  LiveGroup live([store] { return store; }, o);
+  int fds[2];
+  if (::socketpair(AF_UNIX, SOCK_STREAM, 0, fds) != 0) std::_Exit(2);
+  ::close(fds[1]);
+  char byte = 0;
+  struct iovec one {};
+  one.iov_base = &byte;
+  one.iov_len = 1;
+  const ssize_t n = ::writev(fds[0], &one, 1);
+  std::_Exit(n == -1 && errno == EPIPE ? 0 : 3);
+}
+
+TEST(LiveGroup, AWriteToAPeerThatClosedItsSocketFailsInsteadOfEndingTheProcess) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(write_to_a_closed_peer_under_a_live_group(), ::testing::ExitedWithCode(0), "");
 }
 
 TEST(LiveGroup, BelowMinWorkersIsATypedErrorNamingTheLostMember) {
