@@ -259,7 +259,10 @@ class ProcessGroup {
 /// Forms the group described by `options` (after resolve_init_options for
 /// env://). Blocks until every rank's backend has connected to its peers
 /// (then a rank may use or destroy its group at once), or throws
-/// TimeoutError after options.store_timeout.
+/// TimeoutError after options.store_timeout. Like every overload, sets
+/// SIGPIPE to ignored for the process unless the program handles it (as
+/// Python does), so that a write to a vanished peer fails the collective
+/// instead of ending the process (Note [SIGPIPE] in src/common/net.cpp).
 ProcessGroup init_process_group(const InitOptions& options);
 
 /// Forms a group over an existing store (a rendezvous result, or a memory

@@ -290,7 +290,7 @@ class LiveGroup {
   /// Connects to options.store_host:store_port (hosting it first when
   /// host_store), starts the heartbeat thread and registers the member.
   /// Sets SIGPIPE to ignored when its action is the default, for good (Gloo
-  /// writes to a vanished peer's socket; Note [SIGPIPE] in src/live/).
+  /// writes to a vanished peer's socket; Note [SIGPIPE] in src/common/net.cpp).
   /// Throws InvalidArgument for inconsistent options, TimeoutError when the
   /// store is not reachable in start_timeout.
   explicit LiveGroup(LiveOptions options);

@@ -287,6 +287,7 @@ void wait_until_every_rank_formed(const ProcessGroup::State& state, const InitOp
 }
 
 void form_group(ProcessGroup::State& state, StorePtr store, const InitOptions& options) {
+  detail::ignore_sigpipe_unless_handled();  // Note [SIGPIPE] in src/common/net.cpp
   state.store = prefix_store("dtrain/pg", std::move(store));
   try {
     state.backend = make_backend(options, state.store);

@@ -5,6 +5,7 @@
 #include <net/if.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -109,6 +110,34 @@ std::string host_name() {
   char name[256] = {};
   if (::gethostname(name, sizeof(name) - 1) != 0) return "";
   return name;
+}
+
+// Note [SIGPIPE]
+// Gloo's TCP transport writes with writev(), which cannot pass MSG_NOSIGNAL:
+// a write to a peer whose socket closed raises SIGPIPE in the writing
+// thread (a pt_gloo_runloop thread, seen under gdb), and SIGPIPE's default
+// action ends the whole process. Python ignores SIGPIPE at start-up, so
+// PyTorch never sees this; a C++ program does, and `dtrain run` resets it
+// to the default in its workers. Under live recovery that turned a peer
+// that vanished into the death of a survivor (`test_live` ended with exit
+// status 141 about once in 50 runs of the vanishing-member tests under
+// load); without it, a rank whose peer crashed died by a signal instead of
+// failing its collective with an error naming the peer, and the launcher
+// could not tell the crash from its consequence. So the process groups
+// (init_process_group) and LiveGroup set SIGPIPE to SIG_IGN, unless the
+// program installed a disposition of its own: the write then fails with
+// EPIPE and Gloo fails the collective. It stays ignored afterwards: a
+// group's threads may outlive it. The cost is Python's: a write to a closed
+// pipe elsewhere in the program returns EPIPE instead of ending it.
+void ignore_sigpipe_unless_handled() {
+  struct sigaction current {};
+  if (::sigaction(SIGPIPE, nullptr, &current) != 0) return;
+  const bool by_default = !(current.sa_flags & SA_SIGINFO) && current.sa_handler == SIG_DFL;
+  if (!by_default) return;
+  struct sigaction ignore {};
+  ignore.sa_handler = SIG_IGN;
+  sigemptyset(&ignore.sa_mask);
+  ::sigaction(SIGPIPE, &ignore, nullptr);
 }
 
 }  // namespace dtrain::detail

@@ -25,4 +25,10 @@ std::string first_interface_addr();
 /// gethostname(), or "" when it fails.
 std::string host_name();
 
+/// Sets SIGPIPE to ignored, for the rest of the process, when its action is
+/// the default; a disposition the program chose is kept (Note [SIGPIPE]).
+/// Called by whatever starts threads that write to peers' sockets with
+/// writev() (Gloo's transport): the process groups and LiveGroup.
+void ignore_sigpipe_unless_handled();
+
 }  // namespace dtrain::detail

@@ -58,31 +58,17 @@
 // interrupt reads them without a lock; the detector's state it reads is
 // behind the detector's own mutex.
 //
-// Note [SIGPIPE]
-// Gloo's TCP transport writes with writev(), which cannot pass MSG_NOSIGNAL:
-// a write to a peer whose socket closed raises SIGPIPE in the writing
-// thread (a pt_gloo_runloop thread of the generation's group, seen under
-// gdb), and SIGPIPE's default action ends the whole process. Python ignores
-// SIGPIPE at start-up, so PyTorch never sees this; a C++ program does, and
-// `dtrain run` resets it to the default in its workers. Under live recovery
-// that turned a peer that vanished (its group destroyed, or its process
-// killed) into the death of a survivor: `test_live` ended with exit status
-// 141 about once in 50 runs of the vanishing-member tests under load. So
-// the first LiveGroup of a process sets SIGPIPE to SIG_IGN, unless the
-// program installed a disposition of its own: the write then fails with
-// EPIPE, Gloo fails the collective, and the member recovers like after any
-// lost peer. It stays ignored after the LiveGroup: abandoned groups'
-// threads are still alive (Note [Abandoned groups]). The cost is Python's:
-// a write to a closed pipe elsewhere in the program returns EPIPE instead
-// of ending it.
+// Note [SIGPIPE] (src/common/net.cpp): the first LiveGroup of a process
+// ignores SIGPIPE, so that a survivor's write to a vanished peer fails the
+// collective instead of ending the survivor; it stays ignored after the
+// LiveGroup, whose abandoned groups' threads are still alive (Note
+// [Abandoned groups]).
 #include <torch/nn/module.h>
 #include <torch/optim/optimizer.h>
 #include <torch/utils.h>
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/core/Generator.h>
-
-#include <signal.h>
 
 #include <algorithm>
 #include <mutex>
@@ -122,18 +108,6 @@ std::shared_ptr<torch::nn::Module> borrowed(torch::nn::Module& m) {
 constexpr const char* kCommit = "commit";
 constexpr const char* kCommitJoin = "commit+join";
 constexpr const char* kAbort = "abort";
-
-// Note [SIGPIPE]: ignored unless the program chose a disposition of its own.
-void ignore_sigpipe_by_default() {
-  struct sigaction current {};
-  if (::sigaction(SIGPIPE, nullptr, &current) != 0) return;
-  const bool by_default = !(current.sa_flags & SA_SIGINFO) && current.sa_handler == SIG_DFL;
-  if (!by_default) return;
-  struct sigaction ignore {};
-  ignore.sa_handler = SIG_IGN;
-  sigemptyset(&ignore.sa_mask);
-  ::sigaction(SIGPIPE, &ignore, nullptr);
-}
 
 }  // namespace
 
@@ -678,7 +652,7 @@ LiveGroup::LiveGroup(std::function<StorePtr()> connect, LiveOptions options)
   if (options.min_workers < 1 || options.max_abandoned_groups < 0) {
     throw InvalidArgument("live: min_workers must be >= 1 and max_abandoned_groups >= 0");
   }
-  ignore_sigpipe_by_default();  // Note [SIGPIPE]
+  detail::ignore_sigpipe_unless_handled();  // Note [SIGPIPE]
   s.opt = options;
   s.keys.prefix = options.key_prefix;
   s.w0 = options.logical_world_size;

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <torch/cuda.h>
 
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <filesystem>
@@ -318,6 +319,32 @@ TEST(NcclGroup, BlockingCollectivesStageCpuTensorsThroughTheGpuAndReturnThemOnTh
         EXPECT_DOUBLE_EQ(all_reduce_sum(pg, 2.0), 2.0 * world);
       },
       std::chrono::seconds(60), "nccl");
+}
+
+// Note [SIGPIPE] (src/common/net.cpp): forming a group ignores SIGPIPE, as
+// Python does, so that a write to a vanished peer fails the collective
+// instead of ending the process; a handler the program installed is kept.
+// (Each test runs in its own process under ctest; the dispositions are put
+// back for a run of the whole binary.)
+void count_sigpipe(int) {}
+
+TEST(ProcessGroup, FormingAGroupIgnoresSigpipeUnlessTheProgramHandlesIt) {
+  struct sigaction saved {
+  }, dfl{}, now{};
+  ASSERT_EQ(::sigaction(SIGPIPE, nullptr, &saved), 0);
+  dfl.sa_handler = SIG_DFL;
+  ::sigaction(SIGPIPE, &dfl, nullptr);
+  testing::run_ranks(1, [](const ProcessGroup&) {});
+  ::sigaction(SIGPIPE, nullptr, &now);
+  EXPECT_EQ(now.sa_handler, SIG_IGN);
+
+  struct sigaction own {};
+  own.sa_handler = count_sigpipe;
+  ::sigaction(SIGPIPE, &own, nullptr);
+  testing::run_ranks(1, [](const ProcessGroup&) {});
+  ::sigaction(SIGPIPE, nullptr, &now);
+  EXPECT_EQ(now.sa_handler, &count_sigpipe);
+  ::sigaction(SIGPIPE, &saved, nullptr);
 }
 
 }  // namespace
