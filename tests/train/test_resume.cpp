@@ -495,13 +495,13 @@ TEST_F(Resume, ACheckpointWithoutADataFingerprintStillResumes) {
 
 TEST_F(Resume, ResumingOnTwoRanksAgainstTheSameDataPassesTheCheck) {
   TrainOptions o = options("run", 1);
-  o.checkpoint_every_steps = 5;
-  run(o);
+  run(o);  // on one rank
   o.epochs = 2;
   const std::string log = run(o, 2);
   EXPECT_NE(log.find("resumed from " + (dir_ / "run" / "checkpoint-00000012.pt").string()),
             std::string::npos)
       << log;
+  EXPECT_EQ(latest("run").step, 18) << "6 steps of 2 ranks x 8";
 }
 
 // ---- The CLI --------------------------------------------------------------------
