@@ -116,10 +116,11 @@ std::string describe_change(const DataFingerprint& saved, const DataFingerprint&
     what.push_back(cat(saved.classes, " classes then, ", now.classes, " now"));
   if (saved.names != now.names) {
     what.push_back(
-        "the samples' names, labels or order differ (files or objects added, removed or renamed)");
+        "the samples' names, labels or order differ (files or objects added, removed or "
+        "renamed)");
   } else if (saved.sizes != now.sizes) {
     what.push_back("the same names, but sizes differ (files or objects rewritten)");
-  } else {
+  } else if (saved.etags != 0 && now.etags != 0 && saved.etags != now.etags) {
     what.push_back("the same names and sizes, but ETags differ (objects replaced)");
   }
   return join(what, "; ");

@@ -122,6 +122,8 @@ TEST(DataFingerprint, WebDatasetShardsAndSyntheticSpecsHaveOne) {
   EXPECT_EQ(s.classes, 10);
   EXPECT_TRUE(s.matches(of_dataset("synthetic", "3x8x8:10:100")));
   EXPECT_FALSE(s.matches(of_dataset("synthetic", "3x8x9:10:100")));
+  // Only the count differs: nothing else is claimed.
+  EXPECT_EQ(describe_change(s, of_dataset("synthetic", "3x8x8:10:80")), "100 samples then, 80 now");
 }
 
 TEST(DataFingerprint, ETagsAreComparedOnlyWhereBothSidesHaveThem) {
