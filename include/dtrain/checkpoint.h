@@ -58,6 +58,12 @@
 //                       error feedback, PyTorch's divided by the world size)
 //                       and "q.<parameter>" ([cols, rank]); else None (absent
 //                       in older checkpoints)
+//   "data_fingerprint": the training split's DataFingerprint (dtrain/data.h):
+//                       {"samples", "classes", "names", "sizes", "etags"}
+//                       (ints; the last three CRC-32s), so that a resume
+//                       against changed data is refused; None when the
+//                       loader gave none (absent in older checkpoints,
+//                       which resume unchecked)
 // The learning-rate schedule has no state of its own: the lr is a function of
 // "step" (dtrain/lr_schedule.h), so "step" restores it.
 //
@@ -86,6 +92,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include "dtrain/data.h"
 #include "dtrain/weights.h"
 
 namespace torch {
@@ -178,6 +185,9 @@ struct Checkpoint {
   /// PowerSGD's error feedback and Qs), keyed "rank<r>.<entry>"; nullopt for
   /// a stateless hook (and in checkpoints written before it existed).
   std::optional<NamedTensors> comm_hook_state;
+  /// The training split's fingerprint (Loader::fingerprint()); nullopt when
+  /// unknown (and in checkpoints written before it existed: not checked).
+  std::optional<DataFingerprint> data_fingerprint;
 };
 
 // ---- State of models, optimizers and generators -------------------------------

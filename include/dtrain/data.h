@@ -31,6 +31,40 @@ struct Batch {
   at::Tensor targets;
 };
 
+/// What identifies a split's samples and their order, from what opening the
+/// split learned -- its listing, index or files' sizes -- without reading the
+/// samples again (Note [Dataset fingerprints] in src/data/fingerprint.cpp).
+/// Independent of where the data lives: names are relative to the split's
+/// folder, so the same files under another path or copied to S3 agree.
+/// Checkpoints record the training split's, and a resume against data whose
+/// fingerprint differs is refused.
+struct DataFingerprint {
+  /// Samples in the split; -1: unknown (a loader that does not tell).
+  int64_t samples = -1;
+  int64_t classes = 0;
+  /// CRC-32 over the class names and each sample's name (path, key or index
+  /// entry, relative to the split) and label, in sample order.
+  uint32_t names = 0;
+  /// CRC-32 over the sizes of the files, objects or index entries the
+  /// samples come from (in-memory sets: over their decoded contents).
+  uint32_t sizes = 0;
+  /// CRC-32 over the S3 listing's ETags; 0 where there are none (local
+  /// files), and then not compared.
+  uint32_t etags = 0;
+
+  bool known() const { return samples >= 0; }
+  /// Equal samples, classes, names and sizes, and equal ETags where both
+  /// have them.
+  bool matches(const DataFingerprint& other) const;
+  /// "1000 samples, 10 classes, names 1a2b3c4d, sizes 5e6f7a8b[, etags ...]".
+  std::string str() const;
+};
+
+/// What differs between `saved` and `now`, in words, as far as the
+/// fingerprints tell (the sample and class counts; the names, labels or
+/// order; the sizes; the ETags); "" when saved.matches(now).
+std::string describe_change(const DataFingerprint& saved, const DataFingerprint& now);
+
 /// Yields this rank's batches of one epoch. Not thread-safe: one thread
 /// iterates a loader (the loader's own worker threads, LoaderOptions::threads,
 /// are internal).
@@ -89,6 +123,11 @@ class Loader {
   virtual int64_t start_sample() const { return 0; }
   /// Samples this rank gets per epoch (sampler share, before batching).
   virtual int64_t samples_per_epoch() const = 0;
+  /// The fingerprint of the split this loader draws from (the same on every
+  /// rank). May touch every file's metadata (a local ImageFolder's sizes),
+  /// so callers compute it once; thread-safe with respect to the loader's
+  /// workers. The default: unknown (samples -1), never refused.
+  virtual DataFingerprint fingerprint() const { return {}; }
 
   /// PyTorch's `sampler.set_epoch(epoch)`: the following loop yields
   /// `epoch`'s batches from the first (the same as start_epoch()).

@@ -233,6 +233,12 @@ class ImageSource {
   virtual void read(int64_t i, SampleData& out) const = 0;
   /// Class names, index = label.
   virtual const std::vector<std::string>& classes() const = 0;
+  /// What identifies the samples and their order (DataFingerprint in
+  /// dtrain/data.h), from what opening learned; no sample is read. Safe to
+  /// call while read() runs on other threads. The default: the classes and
+  /// every sample's name() and label(); the built-in sources add sizes and
+  /// ETags, and name samples relative to their folder.
+  virtual DataFingerprint fingerprint() const;
 };
 
 /// An ImageFolder as torchvision builds it: one subdirectory per class, classes
@@ -336,6 +342,8 @@ class ImageLoader : public Loader {
   int64_t start_sample() const override;
   /// Batches handed out so far in this epoch (the position to checkpoint).
   int64_t position() const override;
+  /// The source's fingerprint (ImageSource::fingerprint).
+  DataFingerprint fingerprint() const override;
   /// Bad samples replaced since construction.
   int64_t skipped_samples() const;
 

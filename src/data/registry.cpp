@@ -5,6 +5,7 @@
 #include <ATen/ATen.h>
 
 #include "common/strings.h"
+#include "data/fingerprint.h"
 #include "data/tensor_loader.h"
 #include "dtrain/comm.h"
 #include "dtrain/errors.h"
@@ -31,6 +32,17 @@ at::Tensor normalise(const at::Tensor& images, const IdxDataset& d) {
   return images.to(at::kFloat).div_(255.0).sub_(d.mean).div_(d.stddev).unsqueeze(1).contiguous();
 }
 
+// Note [Dataset fingerprints]: the labels in order and the pixels, both in
+// memory already. Computed at open (a CRC over 47 MB for MNIST's training
+// split, tens of milliseconds) since the pixels are dropped once normalised.
+DataFingerprint idx_fingerprint(const IdxSplit& split) {
+  FingerprintBuilder b;
+  const at::Tensor labels = split.labels.contiguous(), images = split.images.contiguous();
+  for (int64_t i = 0; i < labels.numel(); ++i) b.add_name(labels.data_ptr<int64_t>()[i]);
+  b.add_bytes(images.data_ptr(), images.nbytes());
+  return b.finish(labels.numel(), 10);
+}
+
 DatasetSplits open_idx(const DatasetOptions& options, const IdxDataset& d) {
   std::string dir = options.data_dir.empty() ? d.default_dir : options.data_dir;
   if (dir.empty()) {
@@ -53,7 +65,8 @@ DatasetSplits open_idx(const DatasetOptions& options, const IdxDataset& d) {
   DatasetSplits s;
   s.num_classes = 10;
   s.sample_shape = {1, train.images.size(1), train.images.size(2)};
-  s.train = std::make_unique<TensorLoader>(normalise(train.images, d), train.labels, options.train);
+  s.train = std::make_unique<TensorLoader>(normalise(train.images, d), train.labels, options.train,
+                                           idx_fingerprint(train));
   s.test = std::make_unique<TensorLoader>(normalise(test.images, d), test.labels, options.test);
   return s;
 }

@@ -7,8 +7,10 @@
 
 namespace dtrain::data {
 
-TensorLoader::TensorLoader(at::Tensor inputs, at::Tensor targets, const LoaderOptions& options)
-    : inputs_(std::move(inputs)),
+TensorLoader::TensorLoader(at::Tensor inputs, at::Tensor targets, const LoaderOptions& options,
+                           DataFingerprint fingerprint)
+    : fingerprint_(fingerprint),
+      inputs_(std::move(inputs)),
       targets_(std::move(targets)),
       options_(options),
       sampler_(inputs_.size(0), sampler_options(options)) {

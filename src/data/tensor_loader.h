@@ -9,7 +9,9 @@ namespace dtrain::data {
 class TensorLoader : public Loader {
  public:
   /// `inputs` [N, ...] float32, `targets` [N] int64; both kept by reference.
-  TensorLoader(at::Tensor inputs, at::Tensor targets, const LoaderOptions& options);
+  /// `fingerprint`: the dataset's (fingerprint() returns it).
+  TensorLoader(at::Tensor inputs, at::Tensor targets, const LoaderOptions& options,
+               DataFingerprint fingerprint = {});
 
   void start_epoch(int64_t epoch) override;
   bool next(Batch& batch) override;
@@ -19,8 +21,10 @@ class TensorLoader : public Loader {
   int64_t position() const override { return next_batch_; }
   int64_t batches_per_epoch() const override;
   int64_t samples_per_epoch() const override { return sampler_.num_samples(); }
+  DataFingerprint fingerprint() const override { return fingerprint_; }
 
  private:
+  DataFingerprint fingerprint_;
   at::Tensor inputs_;
   at::Tensor targets_;
   LoaderOptions options_;

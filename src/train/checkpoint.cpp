@@ -409,6 +409,18 @@ std::vector<char> encode_checkpoint(const Checkpoint& c) {
   } else {
     root.insert("comm_hook", IValue());
   }
+  if (c.data_fingerprint) {
+    // Note [Dataset fingerprints]; the CRCs as non-negative Python ints.
+    GenericDict data = make_dict();
+    data.insert("samples", c.data_fingerprint->samples);
+    data.insert("classes", c.data_fingerprint->classes);
+    data.insert("names", static_cast<int64_t>(c.data_fingerprint->names));
+    data.insert("sizes", static_cast<int64_t>(c.data_fingerprint->sizes));
+    data.insert("etags", static_cast<int64_t>(c.data_fingerprint->etags));
+    root.insert("data_fingerprint", data);
+  } else {
+    root.insert("data_fingerprint", IValue());
+  }
   return encode_torch_save(root);
 }
 
@@ -488,6 +500,25 @@ Checkpoint decode_checkpoint(const std::vector<char>& bytes, const std::string& 
                       tensor_value(item.value(), cat(origin, ": comm_hook entry '", name, "'")));
     }
     c.comm_hook_state = std::move(st);
+  }
+  auto data = root.find("data_fingerprint");  // absent before fingerprints
+  if (data != root.end() && !data->value().isNone()) {
+    const GenericDict d = dict_field(root, "data_fingerprint", origin);
+    const std::string where = cat(origin, ": data_fingerprint");
+    auto crc = [&](const char* key) {
+      const int64_t v = int_field(d, key, where);
+      if (v < 0 || v > int64_t{0xffffffff}) {
+        throw DataError(cat(where, ": '", key, "' is ", v, ", not a CRC-32"));
+      }
+      return static_cast<uint32_t>(v);
+    };
+    DataFingerprint f;
+    f.samples = int_field(d, "samples", where);
+    f.classes = int_field(d, "classes", where);
+    f.names = crc("names");
+    f.sizes = crc("sizes");
+    f.etags = crc("etags");
+    c.data_fingerprint = f;
   }
   if (c.epoch < 0 || c.step < 0 || c.samples_in_epoch < 0 || c.world_size < 1) {
     throw DataError(cat(origin, ": negative counters (epoch ", c.epoch, ", step ", c.step,

@@ -173,10 +173,36 @@ void Trainer::setup() {
   so.process_group = pg_;  // ranks skip overflowed steps together
   scaler_ = std::make_unique<GradScaler>(so);
   if (checkpointing) resume_ = share_checkpoint(std::move(found_), pg_);
+  // Rank 0 records it in each checkpoint; every rank resuming checks its own data.
+  if (checkpointing && (leader_ || resume_)) data_fingerprint_ = splits_.train->fingerprint();
+}
+
+// Note [Refusing changed data]
+// The checkpoint's cursor is a position in the permutation of the training
+// split's sample indices (Note [Sample cursor]); against a split that lists
+// other samples, or the same ones in another order, it would skip or repeat
+// samples without a word. So a checkpoint that records the split's
+// fingerprint (Note [Dataset fingerprints]) resumes only against data that
+// matches it. Every rank checks its own data (each may have its own copy),
+// before any collective of the run. Checkpoints without a fingerprint
+// (written before it existed) resume unchecked.
+void Trainer::check_data() const {
+  if (!resume_->data_fingerprint || !data_fingerprint_.known()) return;
+  const DataFingerprint& saved = *resume_->data_fingerprint;
+  if (saved.matches(data_fingerprint_)) return;
+  const std::string& dir = o_.dataset.data_dir;
+  throw DataError(cat("rank ", pg_.rank(), ": ", origin_, " was saved training on ", saved.samples,
+                      " samples (", saved.str(), ") but dataset '", o_.dataset.name, "'",
+                      dir.empty() ? std::string() : cat(" at '", dir, "'"), " now has ",
+                      data_fingerprint_.samples, " (", data_fingerprint_.str(),
+                      "): ", describe_change(saved, data_fingerprint_),
+                      "; resume against the same data, or start a new run in a fresh "
+                      "checkpoint directory (--checkpoint-dir)"));
 }
 
 void Trainer::resume() {
   if (!resume_) return;
+  check_data();
   load_model_state(*model_, resume_->model, origin_);
   if (o_.channels_last) to_channels_last(*model_);
   load_optimizer_state(*optimizer_, resume_->optimizer, origin_);
@@ -519,6 +545,7 @@ void Trainer::checkpoint(int64_t epoch, int64_t samples_in_epoch) {
   }
   if (kv_) c.server_optimizer = kv_->save_state();  // Note [Keys and resume]
   if (!hook_state.empty()) c.comm_hook_state = std::move(hook_state);
+  if (data_fingerprint_.known()) c.data_fingerprint = data_fingerprint_;
   try {
     save_checkpoint(o_.checkpoint_dir, c, o_.keep_checkpoints);
   } catch (const InvalidArgument&) {

@@ -52,6 +52,7 @@ class Trainer {
   };
   void setup();
   void resume();
+  void check_data() const;  // Note [Refusing changed data]
   void wrap();
   EpochTotals run_epoch(int64_t epoch);
   void resume_epoch(Loader& loader) const;  // Note [Resuming mid-epoch]
@@ -78,6 +79,7 @@ class Trainer {
   std::string origin_;
   std::ofstream metrics_;
   DatasetSplits splits_;
+  DataFingerprint data_fingerprint_;  // the training split's, when checkpointing
   at::Device device_{at::kCPU};
   std::shared_ptr<ImageClassifier> model_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;

@@ -8,6 +8,7 @@ dtrain_test(test_image
     ${CMAKE_CURRENT_LIST_DIR}/test_image_loader.cpp
     ${CMAKE_CURRENT_LIST_DIR}/test_image_prepare.cpp
     ${CMAKE_CURRENT_LIST_DIR}/test_webdataset.cpp
+    ${CMAKE_CURRENT_LIST_DIR}/test_fingerprint.cpp
   DEPS dtrain_data
   LABELS "unit;data")
 target_link_libraries(test_image PRIVATE ${DTRAIN_LIBJPEG})

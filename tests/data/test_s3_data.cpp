@@ -25,17 +25,22 @@ namespace {
 using nlohmann::json;
 using testing::TempDir;
 
+// The peer's "put" takes an object's bytes in hex.
+std::string to_hex(const std::vector<uint8_t>& bytes) {
+  static const char* digits = "0123456789abcdef";
+  std::string hex;
+  for (uint8_t b : bytes) hex += {digits[b >> 4], digits[b & 15]};
+  return hex;
+}
+
 // Uploads every file under `local` to s3://bucket/<prefix>/<relative path>.
 void upload(const testing::MotoServer& moto, const std::string& bucket, const std::string& local,
             const std::string& prefix) {
   json files = json::object();
   for (const auto& e : std::filesystem::recursive_directory_iterator(local)) {
     if (!e.is_regular_file()) continue;
-    const std::vector<uint8_t> bytes = testing::read_bytes(e.path().string());
-    static const char* digits = "0123456789abcdef";
-    std::string hex;
-    for (uint8_t b : bytes) hex += {digits[b >> 4], digits[b & 15]};
-    files[prefix + "/" + e.path().lexically_relative(local).string()] = hex;
+    files[prefix + "/" + e.path().lexically_relative(local).string()] =
+        to_hex(testing::read_bytes(e.path().string()));
   }
   moto.peer("put", bucket, {}, files);
 }
@@ -145,6 +150,33 @@ TEST_F(S3Data, WebDatasetShardsInS3GiveTheBatchesOfTheLocalShards) {
     SCOPED_TRACE(spec);
     expect_equal(batches("webdataset", spec), batches("webdataset", *dir_ / "wds"));
   }
+}
+
+// Note [Dataset fingerprints]: the listing's sizes equal the local files', so
+// both agree; an object replaced by one of the same size shows in its ETag.
+TEST_F(S3Data, AnS3FoldersFingerprintMatchesTheLocalCopyAndAReplacedObjectChangesIt) {
+  upload(*moto_, "data", *dir_ / "folder", "fingerprint");
+  auto fingerprint = [](const std::string& data_dir) {
+    return open_dataset(DatasetOptions().set_name("imagefolder").set_data_dir(data_dir),
+                        ProcessGroup())
+        .train->fingerprint();
+  };
+  const DataFingerprint local = fingerprint(*dir_ / "folder");
+  const DataFingerprint s3 = fingerprint("s3://data/fingerprint");
+  EXPECT_EQ(s3.samples, 18);
+  EXPECT_NE(s3.etags, 0u);
+  EXPECT_TRUE(s3.matches(local)) << s3.str() << " vs " << local.str();
+
+  const std::string file = *dir_ / "folder/train/bee/bee_0.jpg";
+  ASSERT_TRUE(std::filesystem::exists(file));
+  std::vector<uint8_t> bytes = testing::read_bytes(file);
+  bytes[bytes.size() / 2] ^= 1;  // the same size
+  moto_->peer("put", "data", {}, json{{"fingerprint/train/bee/bee_0.jpg", to_hex(bytes)}});
+  const DataFingerprint replaced = fingerprint("s3://data/fingerprint");
+  EXPECT_EQ(replaced.sizes, s3.sizes);
+  EXPECT_EQ(describe_change(s3, replaced),
+            "the same names and sizes, but ETags differ (objects replaced)");
+  EXPECT_TRUE(replaced.matches(local)) << "local files have no ETags to compare";
 }
 
 TEST_F(S3Data, BadLocationsAreOneLineErrorsNamingTheCause) {

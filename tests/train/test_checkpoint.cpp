@@ -137,6 +137,27 @@ TEST_F(Checkpoints, ServersOptimizerStateRoundTripsAndIsNoneWithoutParameterServ
   EXPECT_EQ(loaded->updates, s.updates);
 }
 
+TEST_F(Checkpoints, DataFingerprintRoundTripsAndIsAbsentWhenNotGiven) {
+  Trained t;
+  Checkpoint c = sample_checkpoint(3, t);
+  save_checkpoint(dir_.string(), c);
+  EXPECT_FALSE(load_latest_checkpoint(dir_.string())->checkpoint.data_fingerprint.has_value());
+  DataFingerprint f;
+  f.samples = 1281167;
+  f.classes = 1000;
+  f.names = 0xfedcba98;  // above INT32_MAX: stored as a non-negative int
+  f.sizes = 7;
+  f.etags = 0x80000000;
+  c.data_fingerprint = f;
+  c.step = 4;
+  save_checkpoint(dir_.string(), c);
+  const auto loaded = load_latest_checkpoint(dir_.string())->checkpoint.data_fingerprint;
+  ASSERT_TRUE(loaded.has_value());
+  EXPECT_EQ(loaded->str(), f.str());
+  EXPECT_TRUE(loaded->matches(f));
+  EXPECT_EQ(loaded->etags, f.etags);
+}
+
 TEST_F(Checkpoints, RestoredModelAndMomentumTakeTheSameNextStep) {
   Trained a;
   const Checkpoint c = sample_checkpoint(1, a);

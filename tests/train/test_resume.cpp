@@ -434,6 +434,76 @@ TEST_F(Resume, CheckpointOptionsAreValidatedBeforeTraining) {
   EXPECT_EQ(resume_batch(1000, 8, 1, 12), 12);
 }
 
+// ---- The data's fingerprint (Note [Refusing changed data]) --------------------------
+
+TEST_F(Resume, ResumingAgainstChangedDataIsRefusedNamingTheCheckpointAndBothSampleCounts) {
+  TrainOptions o = options("run", 1);
+  run(o);  // checkpoint at step 12
+  const Checkpoint saved = latest("run");
+  ASSERT_TRUE(saved.data_fingerprint.has_value());
+  EXPECT_EQ(saved.data_fingerprint->samples, 96);
+  EXPECT_EQ(saved.data_fingerprint->classes, 10);
+
+  // Eight more training samples: the cursor would point elsewhere.
+  testing::write_tiny_dataset(dir_ / "data", 104, 32);
+  o.epochs = 2;
+  const std::string error = testing::error_of([&] { run(o); });
+  const std::string ckpt = (dir_ / "run" / "checkpoint-00000012.pt").string();
+  EXPECT_EQ(error.rfind("rank 0: " + ckpt +
+                            " was saved training on 96 samples (96 samples, 10 "
+                            "classes, names ",
+                        0),
+            0u)
+      << error;
+  EXPECT_NE(error.find("but dataset 'mnist' at '" + (dir_ / "data").string() +
+                       "' now has 104 (104 samples, 10 classes"),
+            std::string::npos)
+      << error;
+  EXPECT_NE(error.find("96 samples then, 104 now"), std::string::npos) << error;
+  EXPECT_NE(error.find("; resume against the same data, or start a new run in a fresh checkpoint "
+                       "directory (--checkpoint-dir)"),
+            std::string::npos)
+      << error;
+  EXPECT_EQ(error.find('\n'), std::string::npos) << "one line";
+  EXPECT_EQ(latest("run").step, 12) << "nothing trained, nothing written";
+
+  // The same count with other labels and pixels is refused too; the original data resumes.
+  testing::write_tiny_dataset(dir_ / "data", 96, 32, /*size=*/12, /*seed=*/99);
+  EXPECT_NE(
+      testing::error_of([&] { run(o); }).find("): the samples' names, labels or order differ"),
+      std::string::npos);
+  testing::write_tiny_dataset(dir_ / "data", 96, 32);
+  EXPECT_NE(run(o).find("resumed from " + ckpt), std::string::npos);
+  EXPECT_EQ(latest("run").step, 24);
+}
+
+TEST_F(Resume, ACheckpointWithoutADataFingerprintStillResumes) {
+  TrainOptions o = options("run", 1);
+  run(o);
+  // As written before fingerprints existed: the entry is absent.
+  const std::string path = (dir_ / "run" / "checkpoint-00000012.pt").string();
+  Checkpoint c = latest("run");
+  c.data_fingerprint.reset();
+  fs::remove(path);
+  fs::remove(path + ".crc32");
+  save_checkpoint((dir_ / "run").string(), c);
+  testing::write_tiny_dataset(dir_ / "data", 104, 32);  // not checked, so not refused
+  o.epochs = 2;
+  EXPECT_NE(run(o).find("resumed from " + path + " (epoch 2, step 12)"), std::string::npos);
+  EXPECT_TRUE(latest("run").data_fingerprint.has_value()) << "the next one records it";
+}
+
+TEST_F(Resume, ResumingOnTwoRanksAgainstTheSameDataPassesTheCheck) {
+  TrainOptions o = options("run", 1);
+  run(o);  // on one rank
+  o.epochs = 2;
+  const std::string log = run(o, 2);
+  EXPECT_NE(log.find("resumed from " + (dir_ / "run" / "checkpoint-00000012.pt").string()),
+            std::string::npos)
+      << log;
+  EXPECT_EQ(latest("run").step, 18) << "6 steps of 2 ranks x 8";
+}
+
 // ---- The CLI --------------------------------------------------------------------
 
 using Shell = testing::ShellRun;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/strings.h"
+#include "data/fingerprint.h"
 #include "data/image/io.h"
 #include "dtrain/errors.h"
 #include "dtrain/image.h"
@@ -33,6 +34,15 @@ class RawSource : public ImageSource {
     std::copy(p, p + bytes_per_image(), out.image.pixels.begin());
   }
   const std::vector<std::string>& classes() const override { return classes_; }
+  // Note [Dataset fingerprints]: labels in order, and the decoded pixels
+  // (held in memory already).
+  DataFingerprint fingerprint() const override {
+    data::FingerprintBuilder b;
+    for (const std::string& c : classes_) b.add_name(c);
+    for (int64_t label : labels_) b.add_name(label);
+    b.add_bytes(pixels_.data(), pixels_.size());
+    return b.finish(size(), static_cast<int64_t>(classes_.size()));
+  }
 
   size_t bytes_per_image() const { return static_cast<size_t>(side_) * side_ * 3; }
   /// Appends one image whose channel c, row y, column x is at

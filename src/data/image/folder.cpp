@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "common/strings.h"
+#include "data/fingerprint.h"
 #include "data/image/io.h"
 #include "data/image/location.h"
 #include "dtrain/errors.h"
@@ -132,6 +133,7 @@ FolderIndex scan_image_folder(Storage& storage, const std::string& root,
       for (auto& [name, o] : s3_files[c]) {
         files.push_back(name);
         index.etags.push_back(o.etag);
+        index.sizes.push_back(o.size);
       }
     } else {
       files = sorted_images(root, cls);
@@ -162,6 +164,25 @@ class FolderSource : public ImageSource {
     storage_->read_all(name(i), out.bytes, index_.etags.empty() ? "" : index_.etags[i]);
   }
   const std::vector<std::string>& classes() const override { return index_.classes; }
+  // Note [Dataset fingerprints]: paths below the root, labels, sizes, ETags.
+  DataFingerprint fingerprint() const override {
+    data::FingerprintBuilder b;
+    for (const std::string& c : index_.classes) b.add_name(c);
+    for (size_t i = 0; i < index_.files.size(); ++i) {
+      b.add_name(index_.files[i]);
+      b.add_name(index_.labels[i]);
+      if (!index_.sizes.empty()) {
+        b.add_size(index_.sizes[i]);
+        b.add_etag(index_.etags[i]);
+      } else {
+        // A file gone since the scan counts as size -1: a difference, not an error.
+        std::error_code ec;
+        const auto bytes = std::filesystem::file_size(name(i), ec);
+        b.add_size(ec ? -1 : static_cast<int64_t>(bytes));
+      }
+    }
+    return b.finish(size(), static_cast<int64_t>(index_.classes.size()));
+  }
 
  private:
   std::shared_ptr<Storage> storage_;

@@ -17,6 +17,9 @@ struct FolderIndex {
   std::vector<int32_t> labels;
   /// S3: each file's ETag from the listing (reads send If-Match); empty locally.
   std::vector<std::string> etags;
+  /// S3: each file's size from the listing; empty locally (the fingerprint
+  /// stats the files when it is asked for, not every open).
+  std::vector<int64_t> sizes;
 };
 
 /// True for .jpg, .jpeg and .png in any case.

@@ -21,6 +21,8 @@ class ByteSource {
   virtual void pread_exact(void* dst, size_t length, int64_t offset) const = 0;
   /// Where the bytes come from, for messages.
   virtual const std::string& path() const = 0;
+  /// The object's ETag (reads are pinned to it); "" for local files.
+  virtual std::string etag() const { return ""; }
 };
 
 /// An open file descriptor, closed on destruction. pread() is safe to call

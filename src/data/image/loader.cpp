@@ -80,6 +80,7 @@ class ImageLoader::Impl {
   int64_t samples_per_epoch() const { return sampler_.num_samples(); }
   int64_t position() const { return next_batch_; }
   int64_t skipped() const { return skipped_; }
+  const std::shared_ptr<const ImageSource>& source() const { return source_; }
   int64_t epoch() const { return epoch_; }
 
   // Stops the workers, positions the epoch at `batch` counted from global
@@ -333,5 +334,6 @@ void ImageLoader::skip_to(int64_t batch_index) {
 }
 int64_t ImageLoader::position() const { return impl_->position(); }
 int64_t ImageLoader::skipped_samples() const { return impl_->skipped(); }
+DataFingerprint ImageLoader::fingerprint() const { return impl_->source()->fingerprint(); }
 
 }  // namespace dtrain

@@ -58,6 +58,7 @@ class S3Object : public ByteSource {
     std::memcpy(dst, r.data.data(), length);
   }
   const std::string& path() const override { return path_; }
+  std::string etag() const override { return etag_; }
 
  private:
   std::shared_ptr<S3Client> s3_;

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "common/strings.h"
+#include "data/fingerprint.h"
 #include "data/image/folder.h"
 #include "data/image/io.h"
 #include "data/image/location.h"
@@ -104,6 +105,25 @@ class PackedSource : public ImageSource {
     shards_[e.shard]->pread_exact(out.bytes.data(), e.size, static_cast<int64_t>(e.offset));
   }
   const std::vector<std::string>& classes() const override { return classes_; }
+  // Note [Dataset fingerprints]: the index's entries, the shards' sizes and ETags.
+  DataFingerprint fingerprint() const override {
+    data::FingerprintBuilder b;
+    for (const std::string& c : classes_) b.add_name(c);
+    for (size_t i = 0; i < entries_.size(); ++i) {
+      const Entry& e = entries_[i];
+      b.add_name(std::string_view(names_).substr(name_offsets_[i],
+                                                 name_offsets_[i + 1] - name_offsets_[i]));
+      b.add_name(e.label);
+      b.add_size(e.shard);
+      b.add_size(static_cast<int64_t>(e.offset));
+      b.add_size(e.size);
+    }
+    for (const auto& shard : shards_) {
+      b.add_size(shard->size());
+      b.add_etag(shard->etag());
+    }
+    return b.finish(size(), static_cast<int64_t>(classes_.size()));
+  }
 
  private:
   void parse(Reader r, const std::string& path, const std::vector<std::string>& class_names) {

@@ -7,6 +7,7 @@
 
 #include "common/random.h"
 #include "common/strings.h"
+#include "data/fingerprint.h"
 #include "dtrain/errors.h"
 #include "dtrain/image.h"
 
@@ -23,6 +24,9 @@ class SyntheticLoader : public Loader {
                                 "), class count (", num_classes, ") and sample count (", samples,
                                 ") and a {C, H, W} shape"));
     }
+    data::FingerprintBuilder spec;
+    for (int64_t d : shape) spec.add_name(d);
+    fingerprint_ = spec.finish(samples, num_classes);
     // Samples of this rank, as DistributedSampler would pad them.
     samples_ = DistributedSampler(samples, sampler_options(o)).num_samples();
     SplitMix64 rng(mix_seed(o.seed, static_cast<uint64_t>(o.rank), 0x5e7417c));
@@ -62,9 +66,11 @@ class SyntheticLoader : public Loader {
     return options_.drop_last ? samples_ / b : (samples_ + b - 1) / b;
   }
   int64_t samples_per_epoch() const override { return samples_; }
+  DataFingerprint fingerprint() const override { return fingerprint_; }
 
  private:
   LoaderOptions options_;
+  DataFingerprint fingerprint_;  // of the spec (Note [Dataset fingerprints])
   int64_t samples_ = 0;
   int64_t cursor_ = 0;
   at::Tensor inputs_;

@@ -17,6 +17,7 @@
 #include <utility>
 
 #include "common/strings.h"
+#include "data/fingerprint.h"
 #include "data/image/location.h"
 #include "data/image/tar.h"
 #include "dtrain/errors.h"
@@ -138,6 +139,26 @@ class WebDatasetSource : public ImageSource {
     shards_[shard]->pread_exact(out.bytes.data(), out.bytes.size(), s.offset);
   }
   const std::vector<std::string>& classes() const override { return classes_; }
+  // Note [Dataset fingerprints]: each shard's file name, size and ETag, then
+  // its samples' keys, labels, offsets and sizes.
+  DataFingerprint fingerprint() const override {
+    data::FingerprintBuilder b;
+    for (const std::string& c : classes_) b.add_name(c);
+    for (const auto& shard : shards_) {
+      const std::string& path = shard->path();
+      b.add_name(std::string_view(path).substr(path.rfind('/') + 1));
+      b.add_size(shard->size());
+      b.add_etag(shard->etag());
+    }
+    for (const auto& [shard, s] : samples_) {
+      b.add_name(shard);
+      b.add_name(s.key);
+      b.add_name(s.label);
+      b.add_size(s.offset);
+      b.add_size(s.size);
+    }
+    return b.finish(size(), static_cast<int64_t>(classes_.size()));
+  }
 
  private:
   Storage storage_;
