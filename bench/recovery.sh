@@ -221,8 +221,9 @@ run_case() {
     MAIN_PID=$!
     deadline=$((SECONDS + TIMEOUT))
     case $c in
-        *-kill|*-stop)
-            fault=${c##*-}
+        *-kill|*-kill-*|*-stop)
+            fault="kill"
+            [[ $c == *-stop ]] && fault=stop
             # the worker is looked up a few steps early, so the fault follows
             # the commit of --kill-step by one poll (20 ms), not by a /proc scan
             while ! committed "$log" $((KILL_STEP - 3)); do
