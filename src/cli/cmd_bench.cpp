@@ -220,9 +220,7 @@ void add_train(CLI::App& bench, int* exit_code) {
                                 InvalidArgument(name_flags(e.what(), train_field_flags())), 2);
     } catch (const std::exception& e) {
       // A runtime error naming a field (a checkpoint's model) names the flag too.
-      const std::string message = name_flags(e.what(), train_field_flags());
-      *exit_code = message == e.what() ? report_error("dtrain bench train", e)
-                                       : report_error("dtrain bench train", Error(message));
+      *exit_code = report_runtime_error("dtrain bench train", e, train_field_flags());
     }
   });
 }

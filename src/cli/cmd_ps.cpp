@@ -55,9 +55,7 @@ int serve(const std::string& role, const PsFlags& f) {
     return report_error("dtrain ps " + role,
                         InvalidArgument(name_flags(e.what(), ps_field_flags())), 2);
   } catch (const std::exception& e) {
-    const std::string message = name_flags(e.what(), ps_field_flags());
-    return message == e.what() ? report_error("dtrain ps " + role, e)
-                               : report_error("dtrain ps " + role, Error(message));
+    return report_runtime_error("dtrain ps " + role, e, ps_field_flags());
   }
 }
 

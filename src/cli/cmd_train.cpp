@@ -164,10 +164,8 @@ int run_train(const TrainFlags& f) {
                         2);
   } catch (const std::exception& e) {
     // A runtime error naming a field (a checkpoint's model, the checkpoint
-    // directory) names the flag too; others pass unchanged.
-    const std::string message = name_flags(e.what(), train_field_flags());
-    return message == e.what() ? report_error("dtrain train", e)
-                               : report_error("dtrain train", Error(message));
+    // directory, the data directory) names the flag too.
+    return report_runtime_error("dtrain train", e, train_field_flags());
   }
 }
 
@@ -182,10 +180,8 @@ int run_eval(const EvalFlags& f) {
                         2);
   } catch (const std::exception& e) {
     // A runtime error naming a field (the checkpoint directory, the logits
-    // file) names the flag too; others pass unchanged.
-    const std::string message = name_flags(e.what(), eval_field_flags());
-    return message == e.what() ? report_error("dtrain eval", e)
-                               : report_error("dtrain eval", Error(message));
+    // file, the data directory) names the flag too.
+    return report_runtime_error("dtrain eval", e, eval_field_flags());
   }
 }
 

@@ -9,6 +9,8 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "dtrain/comm.h"
 #include "dtrain/kvstore.h"
@@ -33,6 +35,13 @@ void add_timeline_command(CLI::App& root, int* exit_code);  // cmd_timeline.cpp
 /// TORCHELASTIC_ERROR_FILE when the launcher set it (dtrain/elastic.h), and
 /// returns `exit_code`: 1 for a runtime failure, 2 for a usage error.
 int report_error(const std::string& who, const std::exception& e, int exit_code = 1);
+
+/// report_error for a runtime failure whose message may name option fields:
+/// they become the flags of `fields` (option_flags.h), and the error keeps
+/// its dtrain type (DataError, TimeoutError, ...), which the error file
+/// records for the launcher. Returns 1.
+int report_runtime_error(const std::string& who, const std::exception& e,
+                         const std::vector<std::pair<std::string, std::string>>& fields);
 
 /// --kvstore's text as a type (empty: nullopt); an unknown name is
 /// InvalidArgument "unknown --kvstore 'X'; valid types: ...". cmd_ps.cpp.

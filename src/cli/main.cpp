@@ -13,8 +13,10 @@
 #include <CLI/CLI.hpp>
 
 #include "cli/commands.h"
+#include "cli/option_flags.h"
 #include "common/strings.h"
 #include "dtrain/elastic.h"
+#include "dtrain/errors.h"
 #include "dtrain/version.h"
 
 namespace dtrain::cli {
@@ -39,6 +41,20 @@ int report_error(const std::string& who, const std::exception& e, int exit_code)
   // without TORCHELASTIC_ERROR_FILE it does nothing.
   record_error(e);
   return exit_code;
+}
+
+// The message with flags for fields, in an error of the same dtrain type
+// (most derived first), so that a DataError stays one in the error file.
+int report_runtime_error(const std::string& who, const std::exception& e,
+                         const std::vector<std::pair<std::string, std::string>>& fields) {
+  const std::string m = name_flags(e.what(), fields);
+  if (m == e.what()) return report_error(who, e);
+  if (dynamic_cast<const DataError*>(&e)) return report_error(who, DataError(m));
+  if (dynamic_cast<const TimeoutError*>(&e)) return report_error(who, TimeoutError(m));
+  if (dynamic_cast<const PeerLostError*>(&e)) return report_error(who, PeerLostError(m));
+  if (dynamic_cast<const StoreError*>(&e)) return report_error(who, StoreError(m));
+  if (dynamic_cast<const DistError*>(&e)) return report_error(who, DistError(m));
+  return report_error(who, Error(m));
 }
 
 }  // namespace dtrain::cli
