@@ -302,9 +302,12 @@ TEST(Reducer, GradientDivisorAveragesAccumulatedMicroBatchesOverTheLogicalWorld)
     std::vector<torch::Tensor> expected;
     for (auto& p : ref->parameters()) expected.push_back(p.grad().clone());
 
+    // Built here, not in the rank threads: make_chain seeds the process-wide
+    // generator, and two threads seeding and drawing at once interleave.
+    std::vector<Chain> nets{make_chain(), make_chain()};
     std::vector<std::vector<torch::Tensor>> got(2);
     run_ranks(2, [&](const ProcessGroup& pg) {
-      Chain net = make_chain();
+      Chain& net = nets[pg.rank()];
       DdpOptions o;
       o.gradient_divisor = 4;
       o.gradient_as_bucket_view = view;
