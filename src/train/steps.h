@@ -1,7 +1,8 @@
 #pragma once
-// Pieces shared by train() (trainer.cpp) and evaluate() (eval.cpp): the
-// device, the model for a dataset, moving a batch to the device, and one
-// pass over an evaluation split.
+// Pieces shared by train() (trainer.cpp, live_trainer.cpp) and evaluate()
+// (eval.cpp): the device check (device.cpp), the model for a dataset, moving
+// a batch to the device, one pass over an evaluation split, the optimizer
+// step. What only the two training drivers share is in training_state.h.
 
 #include <memory>
 #include <string>
