@@ -8,6 +8,7 @@ include(${DTRAIN_ROOT}/src/data/image/sources.cmake)  # DTRAIN_IMAGE_LIBS
 # make this target wait for all of dtrain_comm, whose target owns it.
 add_library(fuzz_data_parsers STATIC
   ${DTRAIN_ROOT}/src/data/idx.cpp
+  ${DTRAIN_ROOT}/src/data/fingerprint.cpp
   ${DTRAIN_ROOT}/src/data/image/io.cpp
   ${DTRAIN_ROOT}/src/data/image/decode.cpp
   ${DTRAIN_ROOT}/src/data/image/transform.cpp
