@@ -30,9 +30,10 @@ DeviceChoice parse_device_choice(const std::string& text) {
   if (text == "cpu") return DeviceChoice::cpu();
   if (text == "cuda") return DeviceChoice::cuda();
   const std::string digits = text.rfind("cuda:", 0) == 0 ? text.substr(5) : "";
-  const bool decimal =
-      !digits.empty() && digits.size() <= 9 && (digits == "0" || digits[0] != '0') &&
-      std::all_of(digits.begin(), digits.end(), [](char c) { return std::isdigit(c) != 0; });
+  const bool decimal = !digits.empty() && digits.size() <= 9 &&
+                       (digits == "0" || digits[0] != '0') &&
+                       std::all_of(digits.begin(), digits.end(),
+                                   [](unsigned char c) { return std::isdigit(c) != 0; });
   if (!decimal) {
     throw InvalidArgument(cat("device '", text, "' is not one of auto, cpu, cuda, cuda:N"));
   }

@@ -19,6 +19,7 @@
 
 #include "dtrain/comm.h"
 #include "dtrain/data.h"
+#include "dtrain/errors.h"
 #include "dtrain/models.h"
 #include "dtrain/train.h"
 #include "support/ranks.h"
@@ -147,6 +148,9 @@ TEST(TypedOptions, EveryNameParsesToTheValueThatSpellsIt) {
   EXPECT_EQ(to_string(DeviceChoice::cuda(3)), "cuda:3");
   EXPECT_EQ(testing::error_of([] { parse_device_choice("cuda:x"); }),
             "device 'cuda:x' is not one of auto, cpu, cuda, cuda:N");
+  for (const std::string bad : {"", "CPU", "cuda:", "cuda:01", "cuda:-1", "cuda:1 ", "cpu:0"}) {
+    EXPECT_THROW(parse_device_choice(bad), InvalidArgument) << "'" << bad << "'";
+  }
   for (const std::string& name : comm_hook_names()) {
     EXPECT_NE(comm_hook_by_name(name), nullptr) << name;
   }
