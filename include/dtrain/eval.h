@@ -21,6 +21,7 @@
 
 #include "dtrain/comm.h"
 #include "dtrain/data.h"
+#include "dtrain/device.h"
 #include "dtrain/options.h"
 
 namespace dtrain {
@@ -44,8 +45,9 @@ struct EvalOptions {
   /// When not empty, rank 0 writes the logits of every sample, in dataset
   /// order, as one float32 tensor [N, classes] that torch.load returns.
   std::string logits_file;
-  /// As TrainOptions: device, intra-op threads, loader threads, memory format.
-  std::string device = "auto";
+  /// As TrainOptions: device (dtrain/device.h; default automatic()),
+  /// intra-op threads, loader threads, memory format.
+  DeviceChoice device;
   int threads = 0;
   int loader_threads = 0;
   bool channels_last = false;

@@ -35,6 +35,7 @@
 #include "dtrain/comm.h"
 #include "dtrain/data.h"
 #include "dtrain/ddp.h"
+#include "dtrain/device.h"
 #include "dtrain/kvstore.h"
 #include "dtrain/lr_schedule.h"
 #include "dtrain/optim.h"
@@ -134,9 +135,11 @@ struct TrainOptions {
   /// Intra-op threads per process; 0 keeps LibTorch's default (which
   /// follows OMP_NUM_THREADS).
   int threads = 0;
-  /// "auto" (cuda:<local rank> when LibTorch has a usable GPU, else cpu),
-  /// "cpu", "cuda" (cuda:<local rank>) or an explicit "cuda:N".
-  std::string device = "auto";
+  /// Where this rank trains (dtrain/device.h): automatic() (the default:
+  /// cuda:<local rank> when LibTorch has a usable GPU, else cpu), cpu(),
+  /// cuda() (cuda:<local rank>) or cuda(N); parse_device_choice() reads the
+  /// text form "auto", "cpu", "cuda", "cuda:N".
+  DeviceChoice device;
   /// Loader worker threads (0: load on the training thread).
   int loader_threads = 0;
   /// Gradients of this many consecutive batches are accumulated (no_sync)
@@ -434,17 +437,6 @@ at::Tensor classification_loss(const at::Tensor& logits, const at::Tensor& targe
 /// to channels-last memory format in place, as
 /// model.to(memory_format=torch.channels_last) does.
 void to_channels_last(torch::nn::Module& module);
-
-/// The device a --device value names for this rank: "auto" (cuda:<local rank mod GPUs> when a
-/// GPU is visible, else cpu), "cpu", "cuda" (cuda:<local rank mod GPUs>) or "cuda:N"; a CUDA
-/// device also becomes the current one (c10::cuda::set_device), whatever the backend. Throws
-/// InvalidArgument naming `--device cpu` when no GPU is visible for it, or for another name.
-at::Device pick_device(const std::string& name, const ProcessGroup& pg);
-
-/// The same for a rank whose local rank is known before its group forms
-/// (`dtrain train` picks the device, then the backend from it:
-/// resolve_backend, dtrain/backend.h).
-at::Device pick_device(const std::string& name, int local_rank);
 
 /// Whether the optimizer runs on the parameter servers for `options`
 /// (TrainOptions::kvstore_optimizer with kAuto resolved: the servers for

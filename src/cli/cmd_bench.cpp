@@ -29,7 +29,7 @@ namespace {
 // Runs `body` with the process group from the environment, its backend
 // chosen from --backend and the rank's device (join_group); errors become
 // exit codes (2 for bad arguments, 1 otherwise).
-int with_group(const char* name, const std::string& backend, const std::string& device,
+int with_group(const char* name, const std::string& backend, const DeviceChoice& device,
                const std::function<void(const ProcessGroup&)>& body) {
   try {
     ProcessGroup pg = join_group(backend, device);
@@ -101,7 +101,7 @@ void add_ddp(CLI::App& bench, int* exit_code) {
                    "refused)");
   cmd->add_flag("--json", f->json, "Print one JSON object (rank 0)");
   cmd->callback([f, exit_code] {
-    *exit_code = with_group("ddp", f->backend, "cpu", [&](const ProcessGroup& pg) {
+    *exit_code = with_group("ddp", f->backend, DeviceChoice::cpu(), [&](const ProcessGroup& pg) {
       f->o.comm_hook = f->hook.name;
       f->o.powersgd = powersgd_options_from_flags(f->hook);
       DdpBenchResult r = run_ddp_bench(f->o, pg);
@@ -124,7 +124,8 @@ void add_ddp(CLI::App& bench, int* exit_code) {
 void add_train(CLI::App& bench, int* exit_code) {
   struct Flags {
     TrainBenchOptions o;
-    std::string amp = "none";  // parsed once, into o.train.amp
+    std::string amp = "none";     // parsed once, into o.train.amp
+    std::string device = "auto";  // parsed once, into o.train.device
     CommHookFlags hook;
     std::string kvstore, kvstore_optimizer = "auto";  // parsed into o.train
     std::string backend = "auto";
@@ -161,8 +162,7 @@ void add_train(CLI::App& bench, int* exit_code) {
       ->check(positive());
   cmd->add_option("--seed", t.seed, "Seed for initialisation and the synthetic data")
       ->capture_default_str();
-  cmd->add_option("--device", t.device, "auto, cpu, cuda (cuda:<local rank>) or cuda:N")
-      ->capture_default_str();
+  add_device_flag(cmd, f->device);
   add_backend_flag(cmd, f->backend);
   cmd->add_option("--bucket-cap-mb", t.ddp.bucket_cap_mb, "DDP bucket size in MiB")
       ->capture_default_str()
@@ -195,9 +195,13 @@ void add_train(CLI::App& bench, int* exit_code) {
     try {
       TrainBenchOptions o = f->o;
       o.train.amp = parse_amp_mode(f->amp);
+      o.train.device = parse_device_flag(f->device);
       o.train.ddp.comm_hook = comm_hook_from_flags(f->hook, nullptr);
       o.train.kvstore = parse_kvstore_flag(f->kvstore);
       o.train.kvstore_optimizer = parse_kvstore_optimizer_flag(f->kvstore_optimizer);
+      // Bad flags (a CUDA device without a GPU among them) fail before the
+      // group forms, naming the flag, as in dtrain train.
+      validate(train_options_for(o, 1));
       // Note [One route] in src/ps/job/route.cpp, as cmd_train.cpp.
       TrainingRoute route = open_training_route(o.train.kvstore, o.train.kvstore_options,
                                                 group_options(f->backend, o.train.device));
@@ -261,22 +265,23 @@ void add_collective(CLI::App& bench, int* exit_code) {
       return;
     }
     f->o.check = f->check != 0;
-    *exit_code = with_group("collective", f->backend, "auto", [&](const ProcessGroup& pg) {
-      auto rows = run_collective_bench(f->o, pg);
-      if (pg.rank() == 0) {
-        std::fputs(format_collective_table(f->o, rows, pg.size(), pg.backend_name()).c_str(),
-                   stdout);
-        std::fflush(stdout);
-      }
-      // As nccl-tests, a wrong result fails the run (every rank knows the sum).
-      int64_t wrong = 0;
-      for (const auto& r : rows)
-        wrong +=
-            std::max<int64_t>(r.out_of_place.wrong, 0) + std::max<int64_t>(r.in_place.wrong, 0);
-      if (wrong > 0)
-        throw Error(
-            cat(f->o.op, ": ", wrong, " result element(s) differ from the expected values"));
-    });
+    *exit_code = with_group(
+        "collective", f->backend, DeviceChoice::automatic(), [&](const ProcessGroup& pg) {
+          auto rows = run_collective_bench(f->o, pg);
+          if (pg.rank() == 0) {
+            std::fputs(format_collective_table(f->o, rows, pg.size(), pg.backend_name()).c_str(),
+                       stdout);
+            std::fflush(stdout);
+          }
+          // As nccl-tests, a wrong result fails the run (every rank knows the sum).
+          int64_t wrong = 0;
+          for (const auto& r : rows)
+            wrong +=
+                std::max<int64_t>(r.out_of_place.wrong, 0) + std::max<int64_t>(r.in_place.wrong, 0);
+          if (wrong > 0)
+            throw Error(
+                cat(f->o.op, ": ", wrong, " result element(s) differ from the expected values"));
+        });
   });
 }
 

@@ -24,6 +24,7 @@ namespace {
 
 // How a worker joins its group (shared by train and eval).
 struct GroupFlags {
+  std::string device = "auto";  // parsed once, into the options' DeviceChoice
   std::string backend = "auto";
   double timeout_s = 1800;
 };
@@ -60,7 +61,7 @@ std::chrono::milliseconds group_timeout(const GroupFlags& f) {
   return std::chrono::milliseconds(static_cast<int64_t>(f.timeout_s * 1000));
 }
 
-ProcessGroup join_group(const GroupFlags& f, const std::string& device) {
+ProcessGroup join_group(const GroupFlags& f, const DeviceChoice& device) {
   return cli::join_group(f.backend, device, group_timeout(f));
 }
 
@@ -121,6 +122,7 @@ int run_train(const TrainFlags& f) {
     o.amp = parse_amp_mode(f.amp);
     o.lr_scaling = parse_lr_scaling(f.lr_scaling);
     o.lr_schedule = parse_lr_schedule(f.lr_schedule);
+    o.device = parse_device_flag(f.group.device);
     if (!f.checkpoint_every.empty() && o.checkpoint_dir.empty()) {
       throw InvalidArgument("--checkpoint-every needs --checkpoint-dir");
     }
@@ -171,9 +173,11 @@ int run_train(const TrainFlags& f) {
 
 int run_eval(const EvalFlags& f) {
   try {
-    validate(f.options);
-    ProcessGroup pg = join_group(f.group, f.options.device);
-    evaluate(f.options, pg, &std::cout);
+    EvalOptions o = f.options;
+    o.device = parse_device_flag(f.group.device);
+    validate(o);
+    ProcessGroup pg = join_group(f.group, o.device);
+    evaluate(o, pg, &std::cout);
     return 0;
   } catch (const InvalidArgument& e) {
     return report_error("dtrain eval", InvalidArgument(name_flags(e.what(), eval_field_flags())),
@@ -186,8 +190,8 @@ int run_eval(const EvalFlags& f) {
 }
 
 // Flags `dtrain train` and `dtrain eval` share: model, data, device, group.
-void add_common_flags(CLI::App* cmd, std::string& model, DatasetOptions& data, std::string& device,
-                      int& threads, int& loader_threads, bool& channels_last, GroupFlags& group) {
+void add_common_flags(CLI::App* cmd, std::string& model, DatasetOptions& data, int& threads,
+                      int& loader_threads, bool& channels_last, GroupFlags& group) {
   cmd->add_option("--model", model, "Model: " + join(model_names(), ", "))->capture_default_str();
   cmd->add_option("--dataset", data.name, "Dataset: " + join(dataset_names(), ", "))
       ->capture_default_str();
@@ -209,8 +213,7 @@ void add_common_flags(CLI::App* cmd, std::string& model, DatasetOptions& data, s
       ->check(non_negative());
   cmd->add_flag("--channels-last", channels_last,
                 "Parameters and inputs in channels-last (NHWC) memory format");
-  cmd->add_option("--device", device, "auto, cpu, cuda (cuda:<local rank>) or cuda:N")
-      ->capture_default_str();
+  add_device_flag(cmd, group.device);
   add_backend_flag(cmd, group.backend);
   cmd->add_option("--timeout", group.timeout_s, "Seconds a collective may take before failing")
       ->capture_default_str()
@@ -224,7 +227,7 @@ void add_train_command(CLI::App& root, int* exit_code) {
   TrainOptions& o = flags->options;
   CLI::App* cmd = root.add_subcommand(
       "train", "Train an image classifier data-parallel (start it with 'dtrain run')");
-  add_common_flags(cmd, o.model, o.dataset, o.device, o.threads, o.loader_threads, o.channels_last,
+  add_common_flags(cmd, o.model, o.dataset, o.threads, o.loader_threads, o.channels_last,
                    flags->group);
   cmd->add_option("--init-weights", o.init_weights,
                   "Start from these weights: torch.save(dict(model.state_dict()), PATH)");
@@ -388,7 +391,7 @@ void add_eval_command(CLI::App& root, int* exit_code) {
       root.add_subcommand("eval",
                           "Evaluate a model on a dataset's evaluation split, each sample once, "
                           "data-parallel (start it with 'dtrain run')");
-  add_common_flags(cmd, o.model, o.dataset, o.device, o.threads, o.loader_threads, o.channels_last,
+  add_common_flags(cmd, o.model, o.dataset, o.threads, o.loader_threads, o.channels_last,
                    flags->group);
   cmd->add_option("--checkpoint", o.checkpoint_dir,
                   "Weights: the model of the newest valid checkpoint in this directory");

@@ -1,4 +1,4 @@
-// join_group() and --backend (group.h).
+// join_group(), --backend and --device (group.h).
 #include "cli/group.h"
 
 #include <torch/cuda.h>
@@ -6,7 +6,8 @@
 
 #include "common/strings.h"
 #include "dtrain/backend.h"
-#include "dtrain/train.h"
+#include "dtrain/device.h"
+#include "dtrain/errors.h"
 
 namespace dtrain::cli {
 
@@ -19,7 +20,20 @@ void add_backend_flag(CLI::App* cmd, std::string& backend, const std::string& he
       ->capture_default_str();
 }
 
-InitOptions group_options(const std::string& backend, const std::string& device,
+void add_device_flag(CLI::App* cmd, std::string& device) {
+  cmd->add_option("--device", device, "auto, cpu, cuda (cuda:<local rank>) or cuda:N")
+      ->capture_default_str();
+}
+
+DeviceChoice parse_device_flag(const std::string& text) {
+  try {
+    return parse_device_choice(text);
+  } catch (const InvalidArgument&) {
+    throw InvalidArgument(cat("--device '", text, "' is not one of auto, cpu, cuda, cuda:N"));
+  }
+}
+
+InitOptions group_options(const std::string& backend, const DeviceChoice& device,
                           std::chrono::milliseconds timeout) {
   InitOptions init = resolve_init_options({}, process_env());
   // Before the group forms: the rank's GPU becomes the current device, and a
@@ -32,7 +46,7 @@ InitOptions group_options(const std::string& backend, const std::string& device,
   return init;
 }
 
-ProcessGroup join_group(const std::string& backend, const std::string& device,
+ProcessGroup join_group(const std::string& backend, const DeviceChoice& device,
                         std::chrono::milliseconds timeout) {
   InitOptions init = group_options(backend, device, timeout);
   return init.init_method == "env://" ? ProcessGroup() : init_process_group(init);

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "dtrain/comm.h"
+#include "dtrain/device.h"
 
 namespace CLI {
 class App;
@@ -20,21 +21,30 @@ namespace dtrain::cli {
 /// `help` replaces the description where a command allows less (bench ddp).
 void add_backend_flag(CLI::App* cmd, std::string& backend, const std::string& help = "");
 
+/// Adds `--device auto|cpu|cuda|cuda:N` (default "auto"), stored as text in
+/// `device` for parse_device_flag.
+void add_device_flag(CLI::App* cmd, std::string& device);
+
+/// The DeviceChoice --device names (parse_device_choice, dtrain/device.h);
+/// InvalidArgument naming --device otherwise ("--device 'tpu' is not one of
+/// auto, cpu, cuda, cuda:N").
+DeviceChoice parse_device_flag(const std::string& text);
+
 /// Resolves env:// (resolve_init_options), picks this rank's device from
-/// `device` (pick_device, dtrain/train.h: a CUDA device becomes the current
+/// `device` (pick_device, dtrain/device.h: a CUDA device becomes the current
 /// one) and the backend from `backend` and that device (resolve_backend,
 /// dtrain/backend.h), then forms the
 /// group with `timeout` per collective; without a launcher's variables the
 /// single-process group. Bad names throw InvalidArgument before any peer is
 /// contacted, also without a launcher. Blocks until every rank joined (the
 /// store timeout bounds it).
-ProcessGroup join_group(const std::string& backend, const std::string& device,
+ProcessGroup join_group(const std::string& backend, const DeviceChoice& device,
                         std::chrono::milliseconds timeout = InitOptions{}.timeout);
 
 /// What join_group forms the group with (the same steps, without forming
 /// it): for callers that form it another way, e.g. join_training_group
 /// (commands.h) in an MXJob pod.
-InitOptions group_options(const std::string& backend, const std::string& device,
+InitOptions group_options(const std::string& backend, const DeviceChoice& device,
                           std::chrono::milliseconds timeout = InitOptions{}.timeout);
 
 }  // namespace dtrain::cli

@@ -35,8 +35,8 @@
 #include "common/strings.h"
 #include "dtrain/bench.h"
 #include "dtrain/comm.h"
+#include "dtrain/device.h"
 #include "dtrain/errors.h"
-#include "dtrain/train.h"
 
 namespace dtrain {
 namespace {
@@ -127,7 +127,7 @@ class Runner {
     dtype_ = scalar_type(o.dtype);
     // NCCL's buffers live on this rank's GPU, cuda:<local rank> (the device
     // join_group picked); Gloo's on the CPU.
-    if (pg.backend_name() == "nccl") device_ = pick_device("cuda", pg);
+    if (pg.backend_name() == "nccl") device_ = pick_device(DeviceChoice::cuda(), pg);
     const int64_t big = chunked(o.op) ? count * n_ : count;
     auto make = [&](int64_t numel) {
       return at::zeros({numel}, at::TensorOptions(dtype_).device(device_));

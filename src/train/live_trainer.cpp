@@ -24,14 +24,21 @@
 // "trainer": the loss scaler's state and the CPU generator. The schedule is a
 // function of the step (Note [Closed-form schedules]).
 //
+// What a step does is train()'s, one copy of it (Note [Two drivers, one step]
+// in training_state.cpp): the data options, model, optimizer, autocast dtype
+// and loss scaler (make_training_state, after the same manual_seed), a
+// micro-batch's forward and scaled backward (train_micro_batch), the
+// optimizer step (scaled_optimizer_step), the schedule and the epoch's
+// evaluation. This driver keeps its own loop because its position is the
+// LiveGroup's committed step, not a step counter and checkpoint of its own.
+//
 // What differs from train(): accumulation_steps must be 1 (a logical rank's
-// micro-batch is one batch); no checkpoints are read or written (the state
-// lives in the members; a job that falls below the minimum ends); evaluation
-// runs the whole test split on every member without collectives (the models
-// are identical), and train_loss is this member's mean over the micro-batches
-// it ran; no per-bucket timeline spans (each generation has its own reducer).
-// Every member ends with a line naming its member id and the sum of its
-// parameters, so the replacement's weights can be compared with the others'.
+// micro-batch is one batch); dataset.train.exact is not used; no checkpoints are read or written
+// (the state lives in the members; a job that falls below the minimum ends); evaluation runs the
+// whole test split on every member without collectives (the models are identical), and train_loss
+// is this member's mean over the micro-batches it ran; no per-bucket timeline spans (each
+// generation has its own reducer). Every member ends with a line naming its member id and the sum
+// of its parameters, so the replacement's weights can be compared with the others'.
 
 #include "train/live_trainer.h"
 
@@ -41,29 +48,32 @@
 
 #include <ATen/Parallel.h>
 #include <torch/serialize.h>
-#include <torch/utils.h>
 
 #include "common/strings.h"
 #include "dtrain/checkpoint.h"
 #include "dtrain/errors.h"
 #include "dtrain/optim.h"
 #include "train/steps.h"
+#include "train/training_state.h"
 
 namespace dtrain::detail {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
-LoaderOptions share(const TrainOptions& o, bool train, int rank, int world) {
-  LoaderOptions l;
-  l.batch_size = train ? o.batch_size : o.eval_batch_size;
-  l.shuffle = train;
-  l.pad = train;
-  l.seed = o.seed;
-  l.threads = o.loader_threads;
-  l.rank = rank;
-  l.world_size = world;
-  return l;
+// Logical rank r of w0's data (Note [Live training]): DistributedSampler
+// rank r of w0's share of the training split, padded (dataset.train.exact is
+// not used: every logical rank has a batch at every step), and the whole test
+// split.
+DatasetSplits open_logical_rank(const TrainOptions& o, at::Device device, int r, int w0) {
+  LoaderOptions train = loader_options(o, /*train=*/true);
+  train.exact = false;
+  train.rank = r;
+  train.world_size = w0;
+  LoaderOptions test = loader_options(o, /*train=*/false);
+  test.rank = 0;
+  test.world_size = 1;
+  return open_dataset(dataset_options(o, device, train, test));
 }
 
 int local_rank_from_env() {
@@ -87,7 +97,7 @@ void LiveTrainer::setup() {
             " under live recovery: a logical rank's micro-batch is one batch; use 1"));
   }
   if (o_.threads > 0) at::set_num_threads(o_.threads);
-  device_ = pick_device(o_.device, local_rank_from_env());
+  const at::Device device = pick_device(o_.device, local_rank_from_env());
   auto user_event = live_options_.on_event;
   live_options_.on_event = [this, user_event](const RecoveryEvent& e) {
     pending_events_.push_back(e);
@@ -100,37 +110,23 @@ void LiveTrainer::setup() {
   data_.resize(static_cast<size_t>(w0));
   at_.assign(static_cast<size_t>(w0), {-1, -1});
 
-  DatasetOptions d = o_.dataset;
-  d.uint8_inputs = d.uint8_inputs || device_.is_cuda();
-  d.device = device_;
-  d.train = share(o_, true, 0, w0);
-  d.test = share(o_, false, 0, 1);  // the whole test split (Note [Live training])
-  shapes_ = open_dataset(d);
+  // Note [Two drivers, one step] (training_state.cpp): data, model, optimizer
+  // and scaler are built as the Trainer builds them.
+  shapes_ = open_logical_rank(o_, device, 0, w0);
   steps_per_epoch_ = shapes_.train->batches_per_epoch();
   schedule_ = lr_schedule_for(o_, steps_per_epoch_, w0);
   validate(schedule_);
 
-  torch::manual_seed(o_.seed);
-  model_ = build_model(o_.model, shapes_, device_, o_.channels_last, o_.init_weights);
-  optimizer_ = make_optimizer(*model_, o_.optimizer);
-  for (const auto& group : optimizer_->param_groups()) {
-    params_.insert(params_.end(), group.params().begin(), group.params().end());
-  }
-  GradScalerOptions so;
-  so.enabled = false;
-  if (o_.amp != AmpMode::kNone) {
-    amp_dtype_ = amp_dtype(o_.amp);
-    check_autocast(device_.type(), *amp_dtype_);
-    so.enabled = needs_grad_scaler(*amp_dtype_);
-  }
-  scaler_ = std::make_unique<GradScaler>(so);
+  // The scaler needs no group: after the reduction every member has the
+  // same gradients, so all skip an overflowed step alike.
+  state_ = make_training_state(o_, shapes_, device);
 
-  live_->register_module(*model_);
-  live_->register_optimizer(*optimizer_);
+  live_->register_module(*state_.model);
+  live_->register_optimizer(*state_.optimizer);
   live_->register_state(
       "trainer", [this] { return save_position(); },
       [this](const std::string& bytes) { load_position(bytes); });
-  live_->wrap_ddp(*model_, o_.ddp);
+  live_->wrap_ddp(*state_.model, o_.ddp);
 }
 
 // The scaler's state and the CPU generator, for a joiner.
@@ -138,9 +134,9 @@ std::string LiveTrainer::save_position() const {
   std::ostringstream out;
   torch::serialize::OutputArchive a;
   a.write("rng", cpu_rng_state());
-  a.write("scale", at::tensor({scaler_->is_enabled() ? scaler_->get_scale() : 0.0}));
-  if (scaler_->is_enabled()) {
-    const c10::impl::GenericDict sd = scaler_->state_dict();
+  a.write("scale", at::tensor({state_.scaler->is_enabled() ? state_.scaler->get_scale() : 0.0}));
+  if (state_.scaler->is_enabled()) {
+    const c10::impl::GenericDict sd = state_.scaler->state_dict();
     a.write("growth_tracker", at::tensor({sd.at("_growth_tracker").toInt()}));
   }
   a.save_to(out);
@@ -155,23 +151,18 @@ void LiveTrainer::load_position(const std::string& bytes) {
   a.read("rng", rng);
   set_cpu_rng_state(rng);
   a.read("scale", scale);
-  if (scaler_->is_enabled() && a.try_read("growth_tracker", tracker)) {
-    c10::impl::GenericDict d = scaler_->state_dict();
+  if (state_.scaler->is_enabled() && a.try_read("growth_tracker", tracker)) {
+    c10::impl::GenericDict d = state_.scaler->state_dict();
     d.insert_or_assign("scale", scale.item<double>());
     d.insert_or_assign("_growth_tracker", tracker.item<int64_t>());
-    scaler_->load_state_dict(d);
+    state_.scaler->load_state_dict(d);
   }
 }
 
 Loader& LiveTrainer::loader_of(int r, int64_t epoch, int64_t batch) {
   DatasetSplits& split = data_[static_cast<size_t>(r)];
   if (!split.train) {
-    DatasetOptions d = o_.dataset;
-    d.uint8_inputs = d.uint8_inputs || device_.is_cuda();
-    d.device = device_;
-    d.train = share(o_, true, r, static_cast<int>(data_.size()));
-    d.test = share(o_, false, 0, 1);
-    split = open_dataset(d);
+    split = open_logical_rank(o_, state_.device, r, static_cast<int>(data_.size()));
   }
   auto& [at_epoch, at_batch] = at_[static_cast<size_t>(r)];
   if (at_epoch != epoch) {
@@ -187,25 +178,14 @@ Loader& LiveTrainer::loader_of(int r, int64_t epoch, int64_t batch) {
 bool LiveTrainer::train_step(const LiveStep& s, int64_t epoch, int64_t batch, double* loss_sum,
                              double* samples) {
   double step_loss = 0, step_samples = 0;
-  optimizer_->zero_grad();
+  state_.optimizer->zero_grad();
   const bool ok = live_->run_logical([&](int r) {
     Batch b;
     if (!loader_of(r, epoch, batch).next(b)) {
       throw Error(cat("logical rank ", r, ": no batch ", batch, " in epoch ", epoch + 1));
     }
-    at::Tensor loss;
-    {
-      TimelineSpan span(obs_ ? obs_->timeline() : nullptr, "forward");
-      std::optional<AutocastGuard> autocast;
-      if (amp_dtype_) autocast.emplace(device_.type(), *amp_dtype_);
-      s.ddp->prepare_forward();
-      at::Tensor logits =
-          model_->forward(device_inputs(b.inputs, device_, o_.channels_last, shapes_.normalize));
-      s.ddp->finish_forward({logits});
-      loss = classification_loss(logits, b.targets.to(device_), o_.label_smoothing);
-    }
-    TimelineSpan span(obs_ ? obs_->timeline() : nullptr, "backward");
-    scaler_->scale(loss).backward();
+    const at::Tensor loss = train_micro_batch(state_, *s.ddp, b, shapes_.normalize, o_,
+                                              obs_ ? obs_->timeline() : nullptr);
     const double n = static_cast<double>(b.targets.size(0));
     step_loss += loss.item<double>() * n;
     step_samples += n;
@@ -220,7 +200,7 @@ bool LiveTrainer::train_step(const LiveStep& s, int64_t epoch, int64_t batch, do
 void LiveTrainer::optimizer_step(int64_t step) {
   TimelineSpan span(obs_ ? obs_->timeline() : nullptr, "optimizer step");
   lr_ = lr_at(schedule_, step);
-  scaled_optimizer_step(*optimizer_, *scaler_, params_, lr_, o_.clip_grad_norm);
+  scaled_optimizer_step(*state_.optimizer, *state_.scaler, state_.params, lr_, o_.clip_grad_norm);
 }
 
 // Events queued by on_event while begin_step() ran; the observers exist from
@@ -237,15 +217,8 @@ EpochMetrics LiveTrainer::end_epoch(int64_t epoch, double loss_sum, double sampl
   EpochMetrics m;
   m.epoch = epoch + 1;
   m.train_loss = samples > 0 ? loss_sum / samples : 0;
-  if (o_.evaluate_every_epoch) {
-    const ClassificationCounts c = evaluate_split(*model_, *shapes_.test, device_, o_.channels_last,
-                                                  nullptr, shapes_.normalize);
-    m.test_acc = c.samples > 0 ? static_cast<double>(c.top1) / c.samples : 0;
-    m.test_top5 = c.samples > 0 ? static_cast<double>(c.top5) / c.samples : 0;
-    m.test_loss = c.samples > 0 ? c.loss_sum / c.samples : 0;
-  }
+  fill_epoch_metrics(state_, evaluate_epoch(state_, o_, shapes_), &m);
   m.lr = lr_;
-  m.loss_scale = scaler_->is_enabled() ? scaler_->get_scale() : 0;
   m.world_size = static_cast<int>(s.members.size());
   m.images_per_sec = seconds > 0 ? samples / seconds * s.pg.size() : 0;
   m.epoch_seconds = seconds;
@@ -291,7 +264,7 @@ std::vector<EpochMetrics> LiveTrainer::run() {
   if (obs_) obs_->finish();
   if (log_) {  // every member: a replacement's weights can be compared with the others'
     double sum = 0;
-    for (const auto& p : model_->parameters())
+    for (const auto& p : state_.model->parameters())
       sum += p.detach().to(at::kDouble).sum().item<double>();
     std::ostringstream line;
     line.precision(17);

@@ -15,6 +15,7 @@
 #include "dtrain/models.h"
 #include "dtrain/train.h"
 #include "train/observers.h"
+#include "train/training_state.h"
 
 namespace dtrain::detail {
 
@@ -41,7 +42,6 @@ class LiveTrainer {
   std::ostream* log_;
   std::unique_ptr<LiveGroup> live_;
   std::vector<RecoveryEvent> pending_events_;
-  at::Device device_{at::kCPU};
   int64_t steps_per_epoch_ = 0;
   LrSchedule schedule_;
   /// Logical rank r's training loader (DistributedSampler rank r of W0),
@@ -49,11 +49,7 @@ class LiveTrainer {
   std::vector<DatasetSplits> data_;
   std::vector<std::pair<int64_t, int64_t>> at_;  // (epoch, next batch) per logical rank
   DatasetSplits shapes_;                         // logical rank 0's: model shape, test split
-  std::shared_ptr<ImageClassifier> model_;
-  std::unique_ptr<torch::optim::Optimizer> optimizer_;
-  std::vector<at::Tensor> params_;
-  std::optional<at::ScalarType> amp_dtype_;
-  std::unique_ptr<GradScaler> scaler_;
+  TrainingState state_;  // device, model, optimizer, scaler (training_state.h)
   std::unique_ptr<TrainObservers> obs_;
   double lr_ = 0;
 };

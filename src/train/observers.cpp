@@ -47,7 +47,7 @@ std::string config_markdown(const TrainOptions& o, int world_size) {
       {"clip grad norm", cat(o.clip_grad_norm)},
       {"amp", to_string(o.amp)},
       {"channels last", o.channels_last ? "yes" : "no"},
-      {"device", o.device},
+      {"device", to_string(o.device)},
       {"bucket cap MB", cat(o.ddp.bucket_cap_mb)},
       {"seed", std::to_string(o.seed)},
   };

@@ -6,18 +6,13 @@
 #include <algorithm>
 
 #include <ATen/ATen.h>
-#include <torch/cuda.h>
 #include <torch/nn/functional/loss.h>
 #include <torch/nn/module.h>
 
 #include "common/strings.h"
-#include "dtrain/config.h"
 #include "dtrain/errors.h"
 #include "dtrain/optim.h"
 #include "dtrain/weights.h"
-#if DTRAIN_HAVE_CUDA
-#include <c10/cuda/CUDAFunctions.h>
-#endif
 
 namespace dtrain {
 
@@ -67,21 +62,6 @@ void to_channels_last(torch::nn::Module& module) {
 }
 
 namespace detail {
-
-void check_device(const std::string& name, const std::string& option) {
-  if (name == "auto" || name == "cpu") return;
-  if (name.rfind("cuda", 0) == 0) {
-    if (!torch::cuda::is_available()) {
-      throw InvalidArgument(
-          cat(option, " ", name, ": no GPU is visible to this LibTorch; use ", option, " cpu"));
-    }
-    try {
-      if (name == "cuda" || at::Device(name).is_cuda()) return;
-    } catch (const c10::Error&) {
-    }
-  }
-  throw InvalidArgument(cat(option, " '", name, "' is not one of auto, cpu, cuda, cuda:N"));
-}
 
 std::shared_ptr<ImageClassifier> build_model(const std::string& name, const DatasetSplits& splits,
                                              at::Device device, bool channels_last,
@@ -135,27 +115,5 @@ void scaled_optimizer_step(torch::optim::Optimizer& optimizer, GradScaler& scale
 }
 
 }  // namespace detail
-
-at::Device pick_device(const std::string& name, int local_rank) {
-  detail::check_device(name, "device");
-  if (name == "cpu" || (name == "auto" && !torch::cuda::is_available())) {
-    return at::Device(at::kCPU);
-  }
-  const at::Device device =
-      name == "auto" || name == "cuda"
-          ? at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(std::max(local_rank, 0) %
-                                                                torch::cuda::device_count()))
-          : at::Device(name);
-#if DTRAIN_HAVE_CUDA
-  // The rank's GPU becomes the current one whatever the backend, so that no
-  // rank creates a context on GPU 0 (Gloo with CUDA tensors, cuBLAS handles).
-  c10::cuda::set_device(device.index());
-#endif
-  return device;
-}
-
-at::Device pick_device(const std::string& name, const ProcessGroup& pg) {
-  return pick_device(name, pg.local_rank());
-}
 
 }  // namespace dtrain

@@ -1,7 +1,8 @@
 #pragma once
-// Pieces shared by train() (trainer.cpp) and evaluate() (eval.cpp): the
-// device, the model for a dataset, moving a batch to the device, and one
-// pass over an evaluation split.
+// Pieces shared by train() (trainer.cpp, live_trainer.cpp) and evaluate()
+// (eval.cpp): the device check (device.cpp), the model for a dataset, moving
+// a batch to the device, one pass over an evaluation split, the optimizer
+// step. What only the two training drivers share is in training_state.h.
 
 #include <memory>
 #include <string>
@@ -13,6 +14,7 @@
 #include "dtrain/amp.h"
 #include "dtrain/comm.h"
 #include "dtrain/data.h"
+#include "dtrain/device.h"
 #include "dtrain/models.h"
 #include "dtrain/train.h"
 
@@ -22,9 +24,6 @@ class Optimizer;
 
 namespace dtrain::detail {
 
-/// Throws InvalidArgument naming `option` (the field that holds `name`, e.g.
-/// "TrainOptions::device") when `name` is not auto, cpu, cuda or cuda:N, or
-/// names CUDA while no GPU is visible (the message says to use cpu).
 /// The optimizer step of train() and the live trainer (Note [Mixed precision
 /// step]): sets `lr`; with clip_grad_norm > 0 unscales and clips `params`;
 /// steps through the scaler (which skips an overflowed step), updates it and
@@ -32,7 +31,15 @@ namespace dtrain::detail {
 void scaled_optimizer_step(torch::optim::Optimizer& optimizer, GradScaler& scaler,
                            const std::vector<at::Tensor>& params, double lr, double clip_grad_norm);
 
-void check_device(const std::string& name, const std::string& option);
+/// Throws InvalidArgument naming `option` (the field that holds `choice`,
+/// e.g. "TrainOptions::device") when `choice` is malformed (an index other
+/// than -1 on auto or cpu, below -1 on cuda), names CUDA while no GPU is
+/// visible (the message says to use cpu), or a GPU index that is not visible.
+void check_device(const DeviceChoice& choice, const std::string& option);
+
+/// Whether `choice` resolves to a CUDA device: cuda, or auto while a GPU is
+/// visible.
+bool uses_cuda(const DeviceChoice& choice);
 
 /// make_model(name) sized for `splits` (channels, image size, classes),
 /// initialised from the current CPU generator, then from `init_weights` when

@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <cstdio>
 
-#include <torch/cuda.h>
 #include <nlohmann/json.hpp>
 
 #include "common/strings.h"
@@ -104,7 +103,7 @@ void validate(const TrainOptions& o) {
     throw InvalidArgument(cat("TrainOptions::threads must be >= 0, got ", o.threads));
   detail::check_device(o.device, "TrainOptions::device");
   if (o.amp != AmpMode::kNone) {
-    const bool cuda = o.device != "cpu" && (o.device != "auto" || torch::cuda::is_available());
+    const bool cuda = detail::uses_cuda(o.device);
     if (o.amp == AmpMode::kFp16 && !cuda) {
       throw InvalidArgument(
           "TrainOptions::amp fp16 needs a CUDA device; use TrainOptions::amp bf16 on the CPU");

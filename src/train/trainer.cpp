@@ -11,13 +11,13 @@
 #include <map>
 
 #include <ATen/Parallel.h>
-#include <torch/utils.h>
 
 #include "common/strings.h"
 #include "dtrain/errors.h"
 #include "dtrain/object_store.h"
 #include "dtrain/powersgd.h"
 #include "train/steps.h"
+#include "train/training_state.h"
 
 namespace dtrain::detail {
 namespace {
@@ -26,17 +26,6 @@ using Clock = std::chrono::steady_clock;
 
 double since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
-}
-
-LoaderOptions loader_options(const TrainOptions& o, bool train) {
-  LoaderOptions l;
-  l.batch_size = train ? o.batch_size : o.eval_batch_size;
-  l.shuffle = train;
-  l.pad = train;                             // evaluation sees every test sample exactly once
-  l.exact = train && o.dataset.train.exact;  // --exactly-once
-  l.seed = o.seed;
-  l.threads = o.loader_threads;
-  return l;
 }
 
 void print_stats(std::ostream& log, const DdpStats& s) {
@@ -144,34 +133,18 @@ void Trainer::setup() {
   origin_ = found_ ? found_->path : std::string("the checkpoint");
   obs_ = std::make_unique<TrainObservers>(o_, pg_, rank_log_);  // before any data or collective
 
-  device_ = pick_device(o_.device, pg_);
-  DatasetOptions data = o_.dataset;
-  data.uint8_inputs = data.uint8_inputs || device_.is_cuda();  // normalised on the GPU
-  data.device = device_;  // synthetic batches are made there once
-  data.train = loader_options(o_, /*train=*/true);
-  data.test = loader_options(o_, /*train=*/false);
-  splits_ = open_dataset(data, pg_);
+  // Note [Two drivers, one step] (training_state.cpp): data, model, optimizer
+  // and scaler are built as the live trainer builds them.
+  const at::Device device = pick_device(o_.device, pg_);
+  splits_ = open_dataset(dataset_options(o_, device, loader_options(o_, /*train=*/true),
+                                         loader_options(o_, /*train=*/false)),
+                         pg_);
   const int64_t batches = splits_.train->batches_per_epoch();
   steps_per_epoch_ = (batches + o_.accumulation_steps - 1) / o_.accumulation_steps;
   schedule_ = lr_schedule_for(o_, steps_per_epoch_, pg_.size());
   validate(schedule_);  // every rank alike, before any collective
 
-  torch::manual_seed(o_.seed);
-  model_ = build_model(o_.model, splits_, device_, o_.channels_last, o_.init_weights);
-  optimizer_ = make_optimizer(*model_, o_.optimizer);
-  for (const auto& group : optimizer_->param_groups()) {
-    params_.insert(params_.end(), group.params().begin(), group.params().end());
-  }
-  GradScalerOptions so;
-  if (o_.amp != AmpMode::kNone) {
-    amp_dtype_ = amp_dtype(o_.amp);
-    check_autocast(device_.type(), *amp_dtype_);
-    so.enabled = needs_grad_scaler(*amp_dtype_);
-  } else {
-    so.enabled = false;  // a pass-through: one training loop for every precision
-  }
-  so.process_group = pg_;  // ranks skip overflowed steps together
-  scaler_ = std::make_unique<GradScaler>(so);
+  state_ = make_training_state(o_, splits_, device, /*scaler_group=*/pg_);
   if (checkpointing) resume_ = share_checkpoint(std::move(found_), pg_);
   // Rank 0 records it in each checkpoint; every rank resuming checks its own data.
   if (checkpointing && (leader_ || resume_)) data_fingerprint_ = splits_.train->fingerprint();
@@ -203,18 +176,18 @@ void Trainer::check_data() const {
 void Trainer::resume() {
   if (!resume_) return;
   check_data();
-  load_model_state(*model_, resume_->model, origin_);
-  if (o_.channels_last) to_channels_last(*model_);
-  load_optimizer_state(*optimizer_, resume_->optimizer, origin_);
+  load_model_state(*state_.model, resume_->model, origin_);
+  if (o_.channels_last) to_channels_last(*state_.model);
+  load_optimizer_state(*state_.optimizer, resume_->optimizer, origin_);
   if (resume_->rng_state.defined()) set_cpu_rng_state(resume_->rng_state);
-  if (resume_->scaler && scaler_->is_enabled()) {
+  if (resume_->scaler && state_.scaler->is_enabled()) {
     c10::impl::GenericDict d(c10::StringType::get(), c10::AnyType::get());
     d.insert("scale", resume_->scaler->scale);
     d.insert("growth_factor", resume_->scaler->growth_factor);
     d.insert("backoff_factor", resume_->scaler->backoff_factor);
     d.insert("growth_interval", resume_->scaler->growth_interval);
     d.insert("_growth_tracker", resume_->scaler->growth_tracker);
-    scaler_->load_state_dict(d);
+    state_.scaler->load_state_dict(d);
   }
   first_epoch_ = resume_->epoch;
   global_step_ = resume_->step;
@@ -223,14 +196,14 @@ void Trainer::resume() {
 
 void Trainer::wrap() {
   DdpOptions d = obs_->ddp_options(o_.ddp);
-  kv_ = KvSync::open(o_, std::move(kvstore_), pg_, *model_, schedule_.base_lr);
+  kv_ = KvSync::open(o_, std::move(kvstore_), pg_, *state_.model, schedule_.base_lr);
   if (kv_ && resume_) kv_->restore_state(resume_->server_optimizer, origin_, leader_, log_);
   if (kv_) d.comm_hook = kv_->hook();
-  check_powersgd_rank(d.comm_hook.get(), *model_, o_.model,
+  check_powersgd_rank(d.comm_hook.get(), *state_.model, o_.model,
                       "PowerSGDOptions::matrix_approximation_rank");
   if (resume_ && d.comm_hook) restore_hook_state(*d.comm_hook);
-  ddp_ = std::make_unique<DistributedDataParallel<ImageClassifier>>(model_, pg_, d);
-  obs_->attach(*ddp_, *scaler_, *model_,
+  ddp_ = std::make_unique<DistributedDataParallel<ImageClassifier>>(state_.model, pg_, d);
+  obs_->attach(*ddp_, *state_.scaler, *state_.model,
                resume_ ? cat("\nresumed from ", origin_, " at step ", global_step_) : "",
                global_step_);
 }
@@ -240,13 +213,13 @@ void Trainer::log_start() const {
   *log_ << "dtrain train: model " << o_.model << ", dataset " << o_.dataset.name << ", "
         << pg_.size() << " rank(s) x batch " << o_.batch_size << ", "
         << splits_.train->batches_per_epoch() << " steps per epoch, " << at::get_num_threads()
-        << " thread(s) per rank on " << device_.str() << std::endl;
+        << " thread(s) per rank on " << state_.device.str() << std::endl;
   *log_ << "  optimizer " << o_.optimizer.name << ", lr " << schedule_.base_lr
         << (o_.lr_scaling == LrScaling::kLinear ? " (linear scaling)" : "") << ", schedule "
         << to_string(schedule_.kind);
   if (schedule_.warmup_steps > 0) *log_ << " after " << schedule_.warmup_steps << " warm-up steps";
   *log_ << (o_.channels_last ? ", channels-last" : "")
-        << (amp_dtype_ ? ", amp " + to_string(o_.amp) : std::string()) << std::endl;
+        << (state_.amp_dtype ? ", amp " + to_string(o_.amp) : std::string()) << std::endl;
   if (kv_) *log_ << "  " << kv_->describe() << std::endl;
   if (!resume_) return;
   *log_ << "resumed from " << origin_ << " (epoch " << first_epoch_ + 1 << ", step " << global_step_
@@ -270,33 +243,12 @@ void Trainer::log_start() const {
   }
 }
 
-// Note [Mixed precision step]
-// As PyTorch's AMP recipe: autocast covers the forward pass and the loss
-// only (the guard's end clears the cast cache, so the next step's weights
-// are cast afresh); backward runs outside it on the scaled loss; DDP
-// averages the scaled gradients; before clipping they are unscaled, and
-// GradScaler::step skips the optimizer step on every rank when any rank saw
-// inf/NaN. Without fp16 the scaler is disabled and each call passes through.
+// Note [Mixed precision step] in training_state.cpp; accumulated batches
+// skip DDP's reduction (no_sync) until the step's last one.
 at::Tensor Trainer::forward_backward(const Batch& batch, bool sync_step) {
   auto no_sync = sync_step ? std::optional<DataParallel::NoSync>()
                            : std::optional<DataParallel::NoSync>(ddp_->no_sync());
-  at::Tensor loss;
-  {
-    TimelineSpan span(obs_->timeline(), "forward");
-    std::optional<AutocastGuard> autocast;
-    if (amp_dtype_) autocast.emplace(device_.type(), *amp_dtype_);
-    at::Tensor logits =
-        ddp_->forward(device_inputs(batch.inputs, device_, o_.channels_last, splits_.normalize));
-    // An exact loader's rank may get no sample at an epoch's last step; it
-    // still takes part in the step (DDP's collectives) with a zero loss.
-    loss = batch.targets.size(0) == 0
-               ? logits.sum() * 0
-               : classification_loss(logits, batch.targets.to(device_, /*non_blocking=*/true),
-                                     o_.label_smoothing);
-  }
-  TimelineSpan span(obs_->timeline(), "backward");
-  scaler_->scale(o_.accumulation_steps > 1 ? loss / o_.accumulation_steps : loss).backward();
-  return loss.detach();
+  return train_micro_batch(state_, *ddp_, batch, splits_.normalize, o_, obs_->timeline());
 }
 
 void Trainer::optimizer_step() {  // Note [Mixed precision step]
@@ -304,11 +256,11 @@ void Trainer::optimizer_step() {  // Note [Mixed precision step]
   lr_ = lr_at(schedule_, global_step_);
   if (kv_ && kv_->updates_on_servers()) {  // Note [Where the optimizer runs]
     kv_->step();
-    optimizer_->zero_grad();
+    state_.optimizer->zero_grad();
     ++global_step_;
     return;
   }
-  scaled_optimizer_step(*optimizer_, *scaler_, params_, lr_, o_.clip_grad_norm);
+  scaled_optimizer_step(*state_.optimizer, *state_.scaler, state_.params, lr_, o_.clip_grad_norm);
   ++global_step_;
 }
 
@@ -346,7 +298,7 @@ Trainer::EpochTotals Trainer::run_epoch(int64_t epoch) {
   int pending = 0;  // batches accumulated since the last optimizer step
   bool save_after_epoch = false;
   Batch batch;
-  optimizer_->zero_grad();
+  state_.optimizer->zero_grad();
   obs_->epoch_start(epoch);
   obs_->wait_for_batch();
   while (splits_.train->next(batch)) {
@@ -389,10 +341,7 @@ Trainer::EpochTotals Trainer::run_epoch(int64_t epoch) {
 EpochMetrics Trainer::evaluate(int64_t epoch, const EpochTotals& t) {
   TimelineSpan span(obs_->timeline(), "evaluate");
   const double train_seconds = t.seconds;
-  const ClassificationCounts c = o_.evaluate_every_epoch
-                                     ? evaluate_split(*model_, *splits_.test, device_,
-                                                      o_.channels_last, nullptr, splits_.normalize)
-                                     : ClassificationCounts{};
+  const ClassificationCounts c = evaluate_epoch(state_, o_, splits_);
   // Ranks step in lockstep (DDP), so the sum of the ranks' rates is the
   // group's throughput.
   std::vector<double> sums =
@@ -402,12 +351,14 @@ EpochMetrics Trainer::evaluate(int64_t epoch, const EpochTotals& t) {
   EpochMetrics m;
   m.epoch = epoch + 1;
   m.train_loss = sums[1] > 0 ? sums[0] / sums[1] : 0;
-  m.test_acc = sums[5] > 0 ? sums[2] / sums[5] : 0;
-  m.test_top5 = sums[5] > 0 ? sums[3] / sums[5] : 0;
-  m.test_loss = sums[5] > 0 ? sums[4] / sums[5] : 0;
+  ClassificationCounts all;  // every rank's: sums of integers, exact in doubles
+  all.top1 = static_cast<int64_t>(sums[2]);
+  all.top5 = static_cast<int64_t>(sums[3]);
+  all.loss_sum = sums[4];
+  all.samples = static_cast<int64_t>(sums[5]);
+  fill_epoch_metrics(state_, all, &m);
   m.images_per_sec = sums[6];
   m.lr = lr_ > 0 ? lr_ : lr_at(schedule_, global_step_);
-  m.loss_scale = scaler_->is_enabled() ? scaler_->get_scale() : 0;
   m.world_size = pg_.size();
   return m;
 }
@@ -524,8 +475,8 @@ void Trainer::checkpoint(int64_t epoch, int64_t samples_in_epoch) {
   if (!leader_) return;
   TimelineSpan span(obs_->timeline(), "checkpoint");
   Checkpoint c;
-  c.model = model_state(*model_);
-  c.optimizer = optimizer_state(*optimizer_);
+  c.model = model_state(*state_.model);
+  c.optimizer = optimizer_state(*state_.optimizer);
   c.epoch = epoch;
   c.step = global_step_;
   c.samples_in_epoch = samples_in_epoch;
@@ -533,8 +484,8 @@ void Trainer::checkpoint(int64_t epoch, int64_t samples_in_epoch) {
   c.batch_size = o_.batch_size;
   c.seed = o_.seed;
   c.rng_state = cpu_rng_state();
-  if (scaler_->is_enabled()) {
-    const c10::impl::GenericDict d = scaler_->state_dict();
+  if (state_.scaler->is_enabled()) {
+    const c10::impl::GenericDict d = state_.scaler->state_dict();
     ScalerState st;
     st.scale = d.at("scale").toDouble();
     st.growth_factor = d.at("growth_factor").toDouble();

@@ -11,7 +11,9 @@
 //   report()     epoch line, metrics file
 //   checkpoint() rank 0 writes one
 // TensorBoard, timeline and metrics are TrainObservers' (observers.h): the
-// steps only mark its points.
+// steps only mark its points. Data options, model, optimizer, loss scaler, a
+// micro-batch's forward and backward and the evaluation are shared with the
+// live trainer (training_state.h, Note [Two drivers, one step]).
 // One Trainer per train() call; not thread-safe.
 
 #include <fstream>
@@ -30,6 +32,7 @@
 #include "train/kv_sync.h"
 #include "train/observers.h"
 #include "train/progress.h"
+#include "train/training_state.h"
 
 namespace dtrain::detail {
 
@@ -80,16 +83,11 @@ class Trainer {
   std::ofstream metrics_;
   DatasetSplits splits_;
   DataFingerprint data_fingerprint_;  // the training split's, when checkpointing
-  at::Device device_{at::kCPU};
-  std::shared_ptr<ImageClassifier> model_;
-  std::unique_ptr<torch::optim::Optimizer> optimizer_;
-  std::vector<at::Tensor> params_;
+  TrainingState state_;               // device, model, optimizer, scaler (training_state.h)
   LrSchedule schedule_;
   std::unique_ptr<DistributedDataParallel<ImageClassifier>> ddp_;
-  std::shared_ptr<KVStore> kvstore_;         // as given, until wrap() hands it to kv_
-  std::unique_ptr<KvSync> kv_;               // with options.kvstore (kv_sync.h)
-  std::optional<at::ScalarType> amp_dtype_;  // autocast dtype, when on
-  std::unique_ptr<GradScaler> scaler_;       // enabled under fp16 only
+  std::shared_ptr<KVStore> kvstore_;  // as given, until wrap() hands it to kv_
+  std::unique_ptr<KvSync> kv_;        // with options.kvstore (kv_sync.h)
   ProgressLine progress_;
   std::unique_ptr<TrainObservers> obs_;  // from setup()
   // Position.

@@ -24,7 +24,7 @@ int count(const std::vector<std::string>& lines, const std::string& what) {
 TEST(TrainBenchLoop, TakesTheStepsOfDtrainTrainOnSyntheticDataWithTheSameLosses) {
   TrainBenchOptions b;
   b.train.model = "cnn";
-  b.train.device = "cpu";
+  b.train.device = DeviceChoice::cpu();
   b.train.batch_size = 4;
   b.train.threads = 1;
   b.train.seed = 7;
@@ -49,7 +49,7 @@ TEST(TrainBenchLoop, TakesTheStepsOfDtrainTrainOnSyntheticDataWithTheSameLosses)
   t.batch_size = 4;
   t.epochs = 1;
   t.seed = 7;
-  t.device = "cpu";
+  t.device = DeviceChoice::cpu();
   t.threads = 1;
   t.progress = TrainOptions::Progress::kNone;
   std::vector<double> train_losses;
@@ -72,7 +72,7 @@ TEST(TrainBenchLoop, TakesTheStepsOfDtrainTrainOnSyntheticDataWithTheSameLosses)
 TEST(TrainBenchLoop, BadBenchmarkOptionsNameTheirField) {
   TrainBenchOptions b;
   b.train.model = "cnn";
-  b.train.device = "cpu";
+  b.train.device = DeviceChoice::cpu();
   b.steps = 0;
   EXPECT_EQ(testing::error_of([&] { run_train_bench(b, ProcessGroup()); }),
             "TrainBenchOptions::steps must be positive, got 0");

@@ -33,7 +33,7 @@ class Eval : public testing::ScratchDir {
     t.epochs = 1;
     t.batch_size = 8;
     t.threads = 1;
-    t.device = "cpu";
+    t.device = DeviceChoice::cpu();
     t.progress = TrainOptions::Progress::kNone;
     t.checkpoint_dir = (dir_ / "ckpt").string();
     train(t, ProcessGroup(), nullptr);
@@ -48,7 +48,7 @@ class Eval : public testing::ScratchDir {
     o.checkpoint_dir = (dir_ / "ckpt").string();
     o.logits_file = (dir_ / logits).string();
     o.threads = 1;
-    o.device = "cpu";
+    o.device = DeviceChoice::cpu();
     return o;
   }
 

@@ -58,7 +58,7 @@ class KVStoreTraining : public testing::ScratchDir {
     o.optimizer.lr = 0.05;
     o.optimizer.momentum = 0.9;
     o.threads = 1;
-    o.device = "cpu";
+    o.device = DeviceChoice::cpu();
     o.checkpoint_dir = (dir_ / ckpt).string();
     o.init_weights = (dir_ / "init.pt").string();
     o.progress = TrainOptions::Progress::kNone;

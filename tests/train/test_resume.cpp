@@ -45,7 +45,7 @@ class Resume : public testing::ScratchDir {
     o.optimizer.lr = 0.05;
     o.optimizer.momentum = 0.9;
     o.threads = 1;
-    o.device = "cpu";
+    o.device = DeviceChoice::cpu();
     o.checkpoint_dir = (dir_ / ckpt).string();
     return o;
   }
@@ -173,7 +173,7 @@ NamedTensors Resume::adamw_cosine_resume_equals_straight(const std::string& amp,
                                                          const std::string& device) {
   TrainOptions o = options(amp + "-straight", 2);
   o.amp = parse_amp_mode(amp);
-  o.device = device;
+  o.device = parse_device_choice(device);
   o.optimizer.name = "adamw";
   o.optimizer.lr = 2e-3;
   o.optimizer.weight_decay = 0.05;

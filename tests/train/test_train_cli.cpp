@@ -19,6 +19,7 @@
 
 #include "dtrain/comm.h"
 #include "dtrain/data.h"
+#include "dtrain/errors.h"
 #include "dtrain/models.h"
 #include "dtrain/train.h"
 #include "support/ranks.h"
@@ -113,13 +114,19 @@ TEST_F(TrainCli, ABadOptionNamesTheFieldInTheLibraryAndTheFlagOnTheCommandLine) 
             "needs --kvstore-optimizer server (or auto)\n");
 
   o = TrainOptions();
-  o.device = "tpu";
+  o.device = DeviceChoice{DeviceChoice::Kind::kCpu, 3};  // only cuda has an index
   EXPECT_EQ(testing::error_of([&] { validate(o); }),
-            "TrainOptions::device 'tpu' is not one of auto, cpu, cuda, cuda:N");
-  r = dtrain_cli("train --dataset mnist --data-dir " + (dir_ / "data").string() + " --device tpu");
-  EXPECT_EQ(r.code, 2);
-  EXPECT_EQ(r.output,
-            "dtrain train: error: --device 'tpu' is not one of auto, cpu, cuda, cuda:N\n");
+            "TrainOptions::device 'cpu:3' is not one of auto, cpu, cuda, cuda:N");
+  for (const std::string bad : {"tpu", "cuda:x", "cuda:-1"}) {
+    for (const std::string command :
+         {"train --dataset mnist", "eval --dataset mnist --checkpoint x", "bench train"}) {
+      r = dtrain_cli(command + " --device " + bad);
+      const std::string name = command.substr(0, command.find(" --"));
+      EXPECT_EQ(r.code, 2) << command << " --device " << bad;
+      EXPECT_EQ(r.output, "dtrain " + name + ": error: --device '" + bad +
+                              "' is not one of auto, cpu, cuda, cuda:N\n");
+    }
+  }
 }
 
 TEST(TypedOptions, EveryNameParsesToTheValueThatSpellsIt) {
@@ -134,6 +141,16 @@ TEST(TypedOptions, EveryNameParsesToTheValueThatSpellsIt) {
             "(CUDA)");
   EXPECT_EQ(testing::error_of([] { parse_lr_scaling("sqrt"); }),
             "unknown lr scaling 'sqrt'; valid rules: none, linear");
+  for (DeviceChoice d : {DeviceChoice::automatic(), DeviceChoice::cpu(), DeviceChoice::cuda(),
+                         DeviceChoice::cuda(0), DeviceChoice::cuda(12)}) {
+    EXPECT_EQ(parse_device_choice(to_string(d)), d) << to_string(d);
+  }
+  EXPECT_EQ(to_string(DeviceChoice::cuda(3)), "cuda:3");
+  EXPECT_EQ(testing::error_of([] { parse_device_choice("cuda:x"); }),
+            "device 'cuda:x' is not one of auto, cpu, cuda, cuda:N");
+  for (const std::string bad : {"", "CPU", "cuda:", "cuda:01", "cuda:-1", "cuda:1 ", "cpu:0"}) {
+    EXPECT_THROW(parse_device_choice(bad), InvalidArgument) << "'" << bad << "'";
+  }
   for (const std::string& name : comm_hook_names()) {
     EXPECT_NE(comm_hook_by_name(name), nullptr) << name;
   }
@@ -193,9 +210,10 @@ TEST_F(TrainCli, PowerSGDTrainsAndSaysSoInItsStatistics) {
 
 TEST_F(TrainCli, CudaWithoutAGpuIsAUsageErrorNamingDeviceCpu) {
   if (torch::cuda::is_available()) GTEST_SKIP() << "a GPU is visible";
-  for (auto [name, args] :
-       {std::pair<std::string, std::string>{"train", ""}, {"eval", " --checkpoint x"}}) {
-    Shell r = dtrain_cli(name + args + " --dataset mnist --device cuda");
+  for (auto [name, args] : {std::pair<std::string, std::string>{"train", " --dataset mnist"},
+                            {"eval", " --checkpoint x --dataset mnist"},
+                            {"bench train", ""}}) {
+    Shell r = dtrain_cli(name + args + " --device cuda");
     EXPECT_EQ(r.code, 2) << r.output;
     EXPECT_EQ(r.output, "dtrain " + name +
                             ": error: --device cuda: no GPU is visible to this LibTorch; use "
@@ -451,7 +469,7 @@ class OnGpu : public testing::ScratchDir {
     o.dataset.data_dir = (dir_ / "data").string();
     o.epochs = 2;
     o.batch_size = 8;
-    o.device = "cuda";
+    o.device = DeviceChoice::cuda();
     o.amp = parse_amp_mode(amp);
     o.channels_last = channels_last;
     o.clip_grad_norm = 1.0;

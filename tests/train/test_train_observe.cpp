@@ -65,7 +65,7 @@ class TrainObserve : public testing::ScratchDir {
     o.batch_size = 8;
     o.eval_batch_size = 32;
     o.threads = 1;
-    o.device = "cpu";
+    o.device = DeviceChoice::cpu();
     o.progress = TrainOptions::Progress::kNone;
     return o;
   }
