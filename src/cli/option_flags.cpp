@@ -115,6 +115,13 @@ const FieldFlags& ps_field_flags() {
   return flags;
 }
 
+const FieldFlags& data_field_flags() {
+  static const FieldFlags flags = {
+      {"synsets_file", "--synsets FILE"},
+  };
+  return flags;
+}
+
 const FieldFlags& launch_field_flags() {
   static const FieldFlags flags = {
       {"LaunchOptions::nproc_per_node", "--nproc-per-node"},

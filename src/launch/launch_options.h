@@ -21,8 +21,8 @@ struct RendezvousConfig;
 LaunchOptions resolve_launch_options(const LaunchOptions& options);
 
 /// The rendezvous settings of resolved options (endpoint, MIN:MAX, node
-/// rank, --rdzv-conf, --local-addr). Throws InvalidArgument for a bad
-/// --rdzv-conf, or a local_addr= in it that differs from --local-addr.
+/// rank, rdzv_conf, local_addr). Throws InvalidArgument for a bad
+/// rdzv_conf, or a local_addr= in it that differs from local_addr.
 RendezvousConfig rendezvous_config(const LaunchOptions& options);
 
 /// Bits of torchrun's Std: which of a worker's streams a --redirects or
