@@ -60,15 +60,16 @@ void check_live(const LaunchOptions& o) {
 LaunchOptions resolve_launch_options(const LaunchOptions& options) {
   LaunchOptions o = options;
   if (o.nproc_per_node < 1) {
-    throw InvalidArgument(cat("nproc_per_node must be at least 1, got ", o.nproc_per_node));
+    throw InvalidArgument(
+        cat("LaunchOptions::nproc_per_node must be at least 1, got ", o.nproc_per_node));
   }
   o.command = program_command(o);
   o.program_mode = LaunchOptions::ProgramMode::kExec;
   if (o.stop_grace_period.count() < 0 || o.monitor_interval.count() < 0 ||
       o.exit_barrier_timeout.count() < 0 || o.linger_timeout.count() < 0) {
     throw InvalidArgument(
-        "stop_grace_period, monitor_interval, exit_barrier_timeout and linger_timeout must not be "
-        "negative");
+        "LaunchOptions' stop_grace_period, monitor_interval, exit_barrier_timeout and "
+        "linger_timeout must not be negative");
   }
   if (o.standalone) {
     o.master_addr = "127.0.0.1";
@@ -84,9 +85,10 @@ LaunchOptions resolve_launch_options(const LaunchOptions& options) {
     throw InvalidArgument("LaunchOptions::role must not be empty (torchrun's: default)");
   std_streams_for(o.redirects, 0, "LaunchOptions::redirects");  // checks the syntax
   std_streams_for(o.tee, 0, "LaunchOptions::tee");
-  if (o.master_addr.empty()) throw InvalidArgument("master_addr must not be empty");
+  if (o.master_addr.empty()) throw InvalidArgument("LaunchOptions::master_addr must not be empty");
   if (o.master_port < 0 || o.master_port > 65535) {
-    throw InvalidArgument(cat("master_port ", o.master_port, " is out of range 0-65535"));
+    throw InvalidArgument(
+        cat("LaunchOptions::master_port ", o.master_port, " is out of range 0-65535"));
   }
   if (o.max_restarts < 0) {
     throw InvalidArgument(
