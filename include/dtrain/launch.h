@@ -162,7 +162,7 @@ struct LaunchOptions {
   /// log_dir: launch() creates a directory under $TMPDIR for the logs
   /// (dtrain-logs-XXXXXX, kept; its path is written to stderr_fd), as
   /// torchrun does. Malformed: launch() throws InvalidArgument naming the
-  /// flag.
+  /// field ("LaunchOptions::redirects").
   std::string redirects = "0";
   std::string tee = "0";
 
@@ -333,11 +333,13 @@ struct LaunchResult {
 /// ended. Blocks; every internal wait is bounded (rendezvous by its join
 /// timeout, workers by the grace period after a failure or signal). Worker
 /// failures are results, not exceptions. Throws InvalidArgument for bad
-/// options or a program that cannot be found, StoreError when the store
-/// cannot be hosted or reached (naming host:port), TimeoutError when a round
-/// cannot complete (naming the endpoint and the nodes that arrived), and
-/// Error when a worker cannot be started (workers already started are
-/// stopped first) or the rendezvous was closed by another node.
+/// options (naming the field: "LaunchOptions::max_restarts must not be
+/// negative, got -1") or a program that cannot be found, StoreError when
+/// the store cannot be hosted or reached (naming host:port), TimeoutError
+/// when a round cannot complete (naming the endpoint and the nodes that
+/// arrived), and Error when a worker cannot be started (workers already
+/// started are stopped first) or the rendezvous was closed by another node.
+/// `dtrain run` reports the same errors with its flags for the fields.
 LaunchResult launch(const LaunchOptions& options);
 
 }  // namespace dtrain

@@ -10,6 +10,7 @@
 #include <CLI/CLI.hpp>
 
 #include "cli/commands.h"
+#include "cli/option_flags.h"
 #include "cli/validators.h"
 #include "common/strings.h"
 #include "dtrain/errors.h"
@@ -31,7 +32,8 @@ int run_step(const char* what, const std::function<PrepareStats()>& step) {
               << " classes (" << s.bytes / (1 << 20) << " MiB)" << std::endl;
     return 0;
   } catch (const InvalidArgument& e) {
-    return report_error("dtrain data", e, 2);
+    return report_error("dtrain data", InvalidArgument(name_flags(e.what(), data_field_flags())),
+                        2);
   } catch (const std::exception& e) {
     return report_error("dtrain data", e);
   }

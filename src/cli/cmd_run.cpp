@@ -29,6 +29,7 @@
 #include <thread>
 
 #include "cli/commands.h"
+#include "cli/option_flags.h"
 #include "cli/validators.h"
 #include "common/strings.h"
 #include "dtrain/errors.h"
@@ -119,16 +120,21 @@ void parse_nnodes(const std::string& text, int* min_nodes, int* max_nodes) {
   *max_nodes = static_cast<int>(hi);
 }
 
+/// launch()'s result or error, with flags for the LaunchOptions fields it
+/// names (a failure another node recorded may name them too).
 int run_launcher(const LaunchOptions& options) {
+  const FieldFlags& fields = launch_field_flags();
   try {
     LaunchResult result = launch(options);
-    for (const auto& line : result.summary()) std::cerr << "dtrain run: " << line << "\n";
+    for (const auto& line : result.summary()) {
+      std::cerr << "dtrain run: " << name_flags(line, fields) << "\n";
+    }
     return result.exit_code();
   } catch (const InvalidArgument& e) {
-    std::cerr << "dtrain run: error: " << first_line(e.what()) << "\n";
+    std::cerr << "dtrain run: error: " << name_flags(first_line(e.what()), fields) << "\n";
     return 2;  // a usage error, like a bad flag
   } catch (const std::exception& e) {
-    std::cerr << "dtrain run: error: " << first_line(e.what()) << "\n";
+    std::cerr << "dtrain run: error: " << name_flags(first_line(e.what()), fields) << "\n";
     return 1;
   }
 }

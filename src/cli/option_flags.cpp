@@ -44,12 +44,15 @@ const FieldFlags& train_field_flags() {
       {"TrainOptions::lr_schedule", "--lr-schedule"},
       {"TrainOptions::kvstore", "--kvstore"},
       {"TrainOptions::kvstore_optimizer", "--kvstore-optimizer"},
+      // DTRAIN_RECOVERY=live comes from `dtrain run --recovery live`.
+      {"TrainOptions::Recovery::kRestart", "--recovery restart"},
       {"TrainOptions::ddp.comm_hook", "--comm-hook"},
       {"PowerSGDOptions::matrix_approximation_rank", "--powersgd-rank"},
       {"OptimizerOptions::name", "--optimizer"},
       {"InitOptions::backend", "--backend"},
       {"DatasetOptions::image_size", "--image-size"},
       {"DatasetOptions::data_dir", "--data-dir"},
+      {"DatasetOptions::strict", "--strict"},
       {"MetricsOptions::port", "--metrics-port"},
       {"KVStoreOptions::staleness", "--staleness"},
       {"OptimizerOptions::lr", "--lr"},
@@ -90,6 +93,7 @@ const FieldFlags& eval_field_flags() {
       {"InitOptions::backend", "--backend"},
       {"DatasetOptions::image_size", "--image-size"},
       {"DatasetOptions::data_dir", "--data-dir"},
+      {"DatasetOptions::strict", "--strict"},
   };
   return flags;
 }
@@ -107,6 +111,45 @@ const FieldFlags& bench_field_flags() {
 const FieldFlags& ps_field_flags() {
   static const FieldFlags flags = {
       {"KVStoreOptions::snapshot_dir", "--snapshot-dir"},
+  };
+  return flags;
+}
+
+const FieldFlags& data_field_flags() {
+  static const FieldFlags flags = {
+      {"synsets_file", "--synsets FILE"},
+  };
+  return flags;
+}
+
+const FieldFlags& launch_field_flags() {
+  static const FieldFlags flags = {
+      {"LaunchOptions::nproc_per_node", "--nproc-per-node"},
+      // The pair is one flag, --nnodes MIN:MAX.
+      {"LaunchOptions::min_nodes:max_nodes", "--nnodes"},
+      {"LaunchOptions::max_nodes", "--nnodes"},
+      {"LaunchOptions::rdzv_backend", "--rdzv-backend"},
+      {"LaunchOptions::rdzv_endpoint", "--rdzv-endpoint"},
+      {"LaunchOptions::rdzv_conf", "--rdzv-conf"},
+      {"LaunchOptions::node_rank", "--node-rank"},
+      {"LaunchOptions::max_restarts", "--max-restarts"},
+      {"LaunchOptions::master_addr", "--master-addr"},
+      {"LaunchOptions::master_port", "--master-port"},
+      {"LaunchOptions::local_addr", "--local-addr"},
+      {"LaunchOptions::role", "--role"},
+      {"LaunchOptions::command", "the worker command after '--'"},
+      {"LaunchOptions::run_id", "--rdzv-id"},
+      {"LaunchOptions::log_dir", "--log-dir"},
+      {"LaunchOptions::redirects/tee", "--redirects/--tee"},
+      {"LaunchOptions::redirects", "--redirects"},
+      {"LaunchOptions::tee", "--tee"},
+      {"LaunchOptions::ps_servers > 0", "--ps-servers S"},
+      {"LaunchOptions::ps_servers", "--ps-servers"},
+      {"LaunchOptions::PsWorkerPer::kNode", "--ps-worker-per node"},
+      {"LaunchOptions::Recovery::kLive", "--recovery live"},
+      {"LaunchOptions::Recovery::kRestart", "--recovery restart"},
+      {"LaunchOptions::live_min_workers", "--live-min-workers"},
+      {"LaunchOptions::live_register_timeout", "--live-register-timeout"},
   };
   return flags;
 }

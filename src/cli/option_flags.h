@@ -33,4 +33,13 @@ const FieldFlags& bench_field_flags();
 /// flags.
 const FieldFlags& ps_field_flags();
 
+/// The parameters of the preparation functions (dtrain/image.h) named by
+/// their errors, with `dtrain data`'s flags.
+const FieldFlags& data_field_flags();
+
+/// The LaunchOptions fields `dtrain run` sets, with their flags: what
+/// launch() throws (its rendezvous's errors included) and the failure lines
+/// of its summary are reported with these.
+const FieldFlags& launch_field_flags();
+
 }  // namespace dtrain::cli

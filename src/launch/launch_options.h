@@ -16,12 +16,13 @@ struct RendezvousConfig;
 /// standalone → a single static node on 127.0.0.1 at a free port; empty
 /// run_id → generated (standalone) or "none"; backend names lowercased;
 /// command → program_command() (program_mode then kExec).
-/// Throws InvalidArgument naming the option (by its dtrain run flag).
+/// Throws InvalidArgument naming the option as LaunchOptions spells it
+/// ("LaunchOptions::max_restarts"); `dtrain run` names its flag instead.
 LaunchOptions resolve_launch_options(const LaunchOptions& options);
 
 /// The rendezvous settings of resolved options (endpoint, MIN:MAX, node
-/// rank, --rdzv-conf, --local-addr). Throws InvalidArgument for a bad
-/// --rdzv-conf, or a local_addr= in it that differs from --local-addr.
+/// rank, rdzv_conf, local_addr). Throws InvalidArgument for a bad
+/// rdzv_conf, or a local_addr= in it that differs from local_addr.
 RendezvousConfig rendezvous_config(const LaunchOptions& options);
 
 /// Bits of torchrun's Std: which of a worker's streams a --redirects or
@@ -31,9 +32,9 @@ constexpr int kStdErr = 2;
 
 /// The streams `spec` (LaunchOptions::redirects or tee, torchrun's syntax:
 /// "0".."3", or "R:V,R:V" by local rank) names for `local_rank`: 0 to 3.
-/// Throws InvalidArgument naming `flag` and the expected form when `spec`
-/// is malformed.
-int std_streams_for(const std::string& spec, int local_rank, const std::string& flag);
+/// Throws InvalidArgument naming `field` ("LaunchOptions::redirects") and
+/// the expected form when `spec` is malformed.
+int std_streams_for(const std::string& spec, int local_rank, const std::string& field);
 
 /// When redirects or tee name a stream and log_dir is unset: a fresh
 /// directory $TMPDIR/dtrain-logs-XXXXXX (kept after the run, as torchrun's

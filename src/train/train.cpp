@@ -61,7 +61,8 @@ void validate(const TrainOptions& o) {
     throw InvalidArgument(
         "TrainOptions::kvstore under live recovery (TrainOptions::recovery, DTRAIN_RECOVERY=live "
         "from dtrain run --recovery live): a parameter-server job recovers by its own mechanism "
-        "(DMLC_PS_SNAPSHOT_DIR, docs/ps.md); drop --kvstore or use --recovery restart");
+        "(DMLC_PS_SNAPSHOT_DIR, docs/ps.md); drop TrainOptions::kvstore or use "
+        "TrainOptions::Recovery::kRestart");
   }
   validate(o.optimizer);
   if (o.lr_warmup_epochs > 0 && o.lr_warmup_steps > 0) {

@@ -170,7 +170,7 @@ void Trainer::check_data() const {
                       data_fingerprint_.samples, " (", data_fingerprint_.str(),
                       "): ", describe_change(saved, data_fingerprint_),
                       "; resume against the same data, or start a new run in a fresh "
-                      "checkpoint directory (--checkpoint-dir)"));
+                      "checkpoint directory (TrainOptions::checkpoint_dir)"));
 }
 
 void Trainer::resume() {

@@ -77,6 +77,19 @@ TEST_F(Cli, UnknownFlagIsAUsageErrorNamingIt) {
   EXPECT_NE(r.output.find("--bogus"), std::string::npos) << r.output;
 }
 
+// launch() names LaunchOptions::max_restarts (test_launch_options.cpp); on
+// the command line the same mistake names the flag and exits 2, whether
+// CLI11 or the library catches it.
+TEST_F(Cli, ANegativeMaxRestartsOrAnEmptyRoleOnDtrainRunNamesTheFlagAndExitsTwo) {
+  Result r = dtrain("run --max-restarts -1 -- true");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("--max-restarts"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("LaunchOptions"), std::string::npos) << r.output;
+  r = dtrain("run --role '' -- true");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_EQ(r.output, "dtrain run: error: --role must not be empty (torchrun's: default)\n");
+}
+
 TEST_F(Cli, ZeroOrNegativeSizesAreUsageErrors) {
   for (const char* flags : {"--epochs 0", "--batch-size -4", "--lr 0", "--threads -1"}) {
     Result r = dtrain(std::string("train ") + flags);

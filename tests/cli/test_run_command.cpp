@@ -74,6 +74,27 @@ TEST(RunCommand, UnknownFlagOrMissingProgramIsAUsageError) {
   EXPECT_THROW(parse({"--max-restarts", "-1", "--", "true"}), CLI::ValidationError);
 }
 
+// launch() names LaunchOptions' fields (its rendezvous's errors too);
+// `dtrain run` reports them with its flags (cli/option_flags.h).
+TEST(RunCommand, LauncherErrorsNameTheFlagsNotTheLaunchOptionsFields) {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--role", "", "--", "true"},
+       "dtrain run: error: --role must not be empty (torchrun's: default)\n"},
+      {{"--rdzv-id", "a/b", "--", "true"},
+       "dtrain run: error: --rdzv-id 'a/b' must be non-empty without '/', tabs or newlines\n"},
+      {{"--rdzv-conf", "join_timeout=soon", "--", "true"},
+       "dtrain run: error: --rdzv-conf join_timeout=soon: expected a positive number of "
+       "seconds\n"},
+  };
+  for (const auto& [args, message] : cases) {
+    ::testing::internal::CaptureStderr();
+    const int rc = parse(args);
+    const std::string err = ::testing::internal::GetCapturedStderr();
+    EXPECT_EQ(rc, 2) << err;
+    EXPECT_EQ(err, message);
+  }
+}
+
 TEST(RunCommand, ExitBarrierAndLingerTimeoutsAreSecondsAndNegativeOnesAreUsageErrors) {
   // What the times do is tested on dtrain::launch() (LaunchOptions, test_restarts.cpp).
   ::testing::internal::CaptureStdout();

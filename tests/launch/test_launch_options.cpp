@@ -18,6 +18,7 @@ namespace {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 TEST(ResolveLaunchOptions, DefaultsToRunIdNoneAndStandaloneGeneratesOne) {
   LaunchOptions o;
@@ -61,10 +62,26 @@ TEST(ResolveLaunchOptions, PsWorkerPerNodeWithoutPsServersIsRefusedNamingPsServe
   o.ps_worker_per = LaunchOptions::PsWorkerPer::kNode;
   EXPECT_THAT([&] { resolve_launch_options(o); },
               ::testing::ThrowsMessage<InvalidArgument>(
-                  HasSubstr("--ps-worker-per node sets what a parameter-server job's "
-                            "DMLC_NUM_WORKER counts: add --ps-servers S")));
+                  HasSubstr("LaunchOptions::PsWorkerPer::kNode sets what a parameter-server "
+                            "job's DMLC_NUM_WORKER counts: add LaunchOptions::ps_servers > 0")));
   o.ps_servers = 1;
   EXPECT_EQ(resolve_launch_options(o).ps_worker_per, LaunchOptions::PsWorkerPer::kNode);
+}
+
+// Library users set fields, not flags: launch() names the field as
+// LaunchOptions spells it (`dtrain run` maps it to --max-restarts,
+// tests/cli/test_run_command.cpp).
+TEST(ResolveLaunchOptions, ANegativeMaxRestartsIsRefusedByLaunchNamingTheFieldNotTheFlag) {
+  LaunchOptions o;
+  o.command = {"true"};
+  o.max_restarts = -1;
+  try {
+    launch(o);
+    FAIL() << "no error";
+  } catch (const InvalidArgument& e) {
+    EXPECT_EQ(std::string(e.what()), "LaunchOptions::max_restarts must not be negative, got -1");
+    EXPECT_THAT(e.what(), Not(HasSubstr("--")));
+  }
 }
 
 TEST(ResolveLaunchOptions, ExitBarrierAndLingerDefaultToTorchrunsAgentAndOneMinute) {
@@ -105,29 +122,30 @@ TEST(ResolveLaunchOptions, ResolvesTheProgramModeIntoTheCommandOnce) {
 }
 
 TEST(StdStreamsFor, ReadsTorchrunsValueAndPerLocalRankForms) {
-  EXPECT_EQ(std_streams_for("0", 5, "--tee"), 0);
-  EXPECT_EQ(std_streams_for("3", 5, "--tee"), kStdOut | kStdErr);
-  EXPECT_EQ(std_streams_for("0:1,1:2", 0, "--redirects"), kStdOut);
-  EXPECT_EQ(std_streams_for("0:1,1:2", 1, "--redirects"), kStdErr);
-  EXPECT_EQ(std_streams_for("0:1,1:2", 2, "--redirects"), 0);  // not listed: none
+  EXPECT_EQ(std_streams_for("0", 5, "LaunchOptions::tee"), 0);
+  EXPECT_EQ(std_streams_for("3", 5, "LaunchOptions::tee"), kStdOut | kStdErr);
+  EXPECT_EQ(std_streams_for("0:1,1:2", 0, "LaunchOptions::redirects"), kStdOut);
+  EXPECT_EQ(std_streams_for("0:1,1:2", 1, "LaunchOptions::redirects"), kStdErr);
+  EXPECT_EQ(std_streams_for("0:1,1:2", 2, "LaunchOptions::redirects"), 0);  // not listed: none
   for (const char* bad : {"4", "", "all", "0:1,", "a:1", "0:4", "-1:1", "1:"}) {
-    EXPECT_THAT([&] { std_streams_for(bad, 0, "--redirects"); },
-                ::testing::ThrowsMessage<InvalidArgument>(
-                    HasSubstr("--redirects '" + std::string(bad) + "' is not a stream set 0-3")))
+    EXPECT_THAT([&] { std_streams_for(bad, 0, "LaunchOptions::redirects"); },
+                ::testing::ThrowsMessage<InvalidArgument>(HasSubstr(
+                    "LaunchOptions::redirects '" + std::string(bad) + "' is not a stream set 0-3")))
         << bad;
   }
 }
 
-TEST(ResolveLaunchOptions, MalformedRedirectsOrTeeOrAnEmptyRoleAreRefusedNamingTheFlag) {
+TEST(ResolveLaunchOptions, MalformedRedirectsOrTeeOrAnEmptyRoleAreRefusedNamingTheField) {
   LaunchOptions o;
   o.command = {"x"};
   o.tee = "0:9";
   EXPECT_THAT([&] { resolve_launch_options(o); },
-              ::testing::ThrowsMessage<InvalidArgument>(HasSubstr("--tee '0:9'")));
+              ::testing::ThrowsMessage<InvalidArgument>(HasSubstr("LaunchOptions::tee '0:9'")));
   o.tee = "0";
   o.role.clear();
   EXPECT_THAT([&] { resolve_launch_options(o); },
-              ::testing::ThrowsMessage<InvalidArgument>(HasSubstr("--role must not be empty")));
+              ::testing::ThrowsMessage<InvalidArgument>(
+                  HasSubstr("LaunchOptions::role must not be empty")));
 }
 
 TEST(LogDirForStreams, IsANewKeptDirectoryOnlyWhenAStreamIsRedirectedOrTeedWithoutLogDir) {
@@ -159,7 +177,8 @@ TEST(RendezvousConfigOfOptions, LocalAddrIsTheAdvertisedAddressAndMustAgreeWithR
   o.rdzv_conf = "local_addr=10.0.0.8";
   EXPECT_THAT([&] { rendezvous_config(resolve_launch_options(o)); },
               ::testing::ThrowsMessage<InvalidArgument>(
-                  HasSubstr("--local-addr 10.0.0.7 and --rdzv-conf local_addr=10.0.0.8 disagree")));
+                  HasSubstr("LaunchOptions::local_addr 10.0.0.7 and LaunchOptions::rdzv_conf "
+                            "local_addr=10.0.0.8 disagree")));
 }
 
 WorkerExit exit_of(int rank, int pid, int code, int signal, bool stopped) {

@@ -198,7 +198,7 @@ TEST(LiveLaunch, OneWorkerInAllHasNothingToSurviveWith) {
     FAIL() << "no error";
   } catch (const InvalidArgument& e) {
     EXPECT_THAT(e.what(), HasSubstr("has nothing to survive with"));
-    EXPECT_THAT(e.what(), HasSubstr("--recovery restart"));
+    EXPECT_THAT(e.what(), HasSubstr("LaunchOptions::Recovery::kRestart"));
   }
 }
 

@@ -461,7 +461,7 @@ TEST_F(Resume, ResumingAgainstChangedDataIsRefusedNamingTheCheckpointAndBothSamp
       << error;
   EXPECT_NE(error.find("96 samples then, 104 now"), std::string::npos) << error;
   EXPECT_NE(error.find("; resume against the same data, or start a new run in a fresh checkpoint "
-                       "directory (--checkpoint-dir)"),
+                       "directory (TrainOptions::checkpoint_dir)"),
             std::string::npos)
       << error;
   EXPECT_EQ(error.find('\n'), std::string::npos) << "one line";

@@ -273,8 +273,8 @@ class ImageLoader::Impl {
     for (int64_t r = 0; r < rows; ++r) {
       if (slot.errors[r].empty()) continue;
       if (options_.strict) {
-        throw DataError(
-            cat("unreadable image ", slot.errors[r], " (run without --strict to skip bad images)"));
+        throw DataError(cat("unreadable image ", slot.errors[r],
+                            " (run without DatasetOptions::strict to skip bad images)"));
       }
       std::cerr << "dtrain: warning: skipping unreadable image " << slot.errors[r] << "\n";
       ++skipped_;

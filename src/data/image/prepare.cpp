@@ -80,7 +80,7 @@ std::vector<std::pair<std::string, std::string>> val_labels(const std::string& l
   if (synsets_file.empty()) {
     throw InvalidArgument(cat("'", labels_file,
                               "' is a ground-truth list of class ids; pass "
-                              "--synsets FILE with one wnid per line in ILSVRC2012_ID order"));
+                              "synsets_file with one wnid per line in ILSVRC2012_ID order"));
   }
   std::vector<std::string> synsets;
   for (const std::string& line : read_lines(synsets_file)) {

@@ -482,14 +482,14 @@ void Agent::settle_live_round(RoundOutcome& outcome, const RendezvousInfo& info,
 /// and throws InvalidArgument (`dtrain run` exits 2).
 void Agent::never_registered(const RendezvousInfo& info) {
   const std::string line =
-      cat("--recovery live: the program '", o_.command[0], "' never registered with live ",
-          "recovery (no worker created a dtrain::LiveGroup ",
+      cat("LaunchOptions::Recovery::kLive: the program '", o_.command[0],
+          "' never registered with live ", "recovery (no worker created a dtrain::LiveGroup ",
           o_.live_register_timeout.count() > 0
-              ? cat("within --live-register-timeout ", o_.live_register_timeout.count() / 1000.0,
-                    " s or ")
+              ? cat("within LaunchOptions::live_register_timeout ",
+                    o_.live_register_timeout.count() / 1000.0, " s or ")
               : std::string(),
           "before its workers exited): call dtrain/live.h's per-step API (LiveGroup, "
-          "should_commit()) in the training loop, or use --recovery restart");
+          "should_commit()) in the training loop, or use LaunchOptions::Recovery::kRestart");
   best_effort([&] { rdzv_->record_failure(line); });
   if (info.num_nodes > 1) best_effort([&] { rdzv_->set_closed(); });
   best_effort([&] { rdzv_->linger(o_.linger_timeout); });

@@ -70,7 +70,7 @@ TempDir::TempDir() {
   std::string pattern = (fs::temp_directory_path() / "dtrain-run-XXXXXX").string();
   if (!::mkdtemp(pattern.data())) {
     throw Error(cat("cannot create a temporary directory for the workers' error files under ",
-                    fs::temp_directory_path().string(), ": set TMPDIR or --log-dir"));
+                    fs::temp_directory_path().string(), ": set TMPDIR or LaunchOptions::log_dir"));
   }
   path_ = pattern;
 }
@@ -127,7 +127,7 @@ RoundPlan plan_round(const LaunchOptions& o, const std::string& program,
     spec.process.argv = o.command;
     spec.process.env = worker_environment(base, who, job);
     // torchrun --redirects: those streams go to the log files only.
-    const int redirected = std_streams_for(o.redirects, local_rank, "--redirects");
+    const int redirected = std_streams_for(o.redirects, local_rank, "LaunchOptions::redirects");
     spec.relay_stdout = (redirected & kStdOut) == 0;
     spec.relay_stderr = (redirected & kStdErr) == 0;
     if (o.recovery == LaunchOptions::Recovery::kLive) {

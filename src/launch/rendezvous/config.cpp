@@ -29,8 +29,8 @@ std::string trim(const std::string& s) {
 std::chrono::milliseconds parse_seconds(const std::string& key, const std::string& value) {
   double s = 0;
   if (!parse_double(value, &s) || !std::isfinite(s) || s <= 0 || s > 1e7) {
-    throw InvalidArgument(
-        cat("--rdzv-conf ", key, "=", value, ": expected a positive number of seconds"));
+    throw InvalidArgument(cat("LaunchOptions::rdzv_conf ", key, "=", value,
+                              ": expected a positive number of seconds"));
   }
   return std::chrono::milliseconds(std::max<long long>(1, std::llround(s * 1000)));
 }
@@ -38,7 +38,8 @@ std::chrono::milliseconds parse_seconds(const std::string& key, const std::strin
 bool parse_bool(const std::string& key, const std::string& value) {
   if (value == "true" || value == "1" || value == "yes" || value == "True") return true;
   if (value == "false" || value == "0" || value == "no" || value == "False") return false;
-  throw InvalidArgument(cat("--rdzv-conf ", key, "=", value, ": expected true or false"));
+  throw InvalidArgument(
+      cat("LaunchOptions::rdzv_conf ", key, "=", value, ": expected true or false"));
 }
 
 /// The local address of the route to host:port, else this host's name.
@@ -81,25 +82,28 @@ void validate(const RendezvousConfig& c) {
         cat("unknown rendezvous backend '", c.backend, "'; use static, c10d or etcd"));
   }
   if (c.run_id.empty() || c.run_id.find_first_of("\t\n/") != std::string::npos) {
-    throw InvalidArgument(
-        cat("--rdzv-id '", c.run_id, "' must be non-empty without '/', tabs or newlines"));
+    throw InvalidArgument(cat("LaunchOptions::run_id '", c.run_id,
+                              "' must be non-empty without '/', tabs or newlines"));
   }
   if (c.min_nodes < 1 || c.max_nodes < c.min_nodes) {
-    throw InvalidArgument(
-        cat("--nnodes ", c.min_nodes, ":", c.max_nodes, ": need 1 <= MIN <= MAX"));
+    throw InvalidArgument(cat("LaunchOptions::min_nodes:max_nodes ", c.min_nodes, ":", c.max_nodes,
+                              ": need 1 <= MIN <= MAX"));
   }
   if (c.local_world_size < 1) {
-    throw InvalidArgument(cat("--nproc-per-node ", c.local_world_size, ": must be at least 1"));
+    throw InvalidArgument(
+        cat("LaunchOptions::nproc_per_node ", c.local_world_size, ": must be at least 1"));
   }
   if (c.backend == "static") {
     if (c.min_nodes != c.max_nodes) {
-      throw InvalidArgument(cat("the static rendezvous needs a fixed --nnodes, got ", c.min_nodes,
-                                ":", c.max_nodes,
-                                "; use --rdzv-backend c10d for an elastic range"));
+      throw InvalidArgument(
+          cat("the static rendezvous needs a fixed "
+              "LaunchOptions::min_nodes:max_nodes, got ",
+              c.min_nodes, ":", c.max_nodes,
+              "; use LaunchOptions::rdzv_backend c10d for an elastic range"));
     }
     if (c.node_rank < 0 || c.node_rank >= c.max_nodes) {
-      throw InvalidArgument(cat("--node-rank ", c.node_rank, " is not in 0..", c.max_nodes - 1,
-                                " (--nnodes ", c.max_nodes, ")"));
+      throw InvalidArgument(cat("LaunchOptions::node_rank ", c.node_rank, " is not in 0..",
+                                c.max_nodes - 1, " (LaunchOptions::max_nodes ", c.max_nodes, ")"));
     }
   }
   using ms = std::chrono::milliseconds;
@@ -117,7 +121,7 @@ void RendezvousConfig::apply_conf(const std::string& rdzv_conf) {
     if (item.empty()) continue;
     size_t eq = item.find('=');
     if (eq == std::string::npos) {
-      throw InvalidArgument(cat("--rdzv-conf '", item, "': expected key=value"));
+      throw InvalidArgument(cat("LaunchOptions::rdzv_conf '", item, "': expected key=value"));
     }
     std::string key = trim(item.substr(0, eq));
     std::string value = trim(item.substr(eq + 1));
@@ -133,7 +137,7 @@ void RendezvousConfig::apply_conf(const std::string& rdzv_conf) {
       long long n = 0;
       if (!parse_int(value, &n) || n < 1 || n > 1000) {
         throw InvalidArgument(
-            cat("--rdzv-conf ", key, "=", value, ": expected an integer in 1..1000"));
+            cat("LaunchOptions::rdzv_conf ", key, "=", value, ": expected an integer in 1..1000"));
       }
       missed_heartbeats = static_cast<int>(n);
     } else if (key == "timeout" || key == "read_timeout") {
@@ -141,13 +145,15 @@ void RendezvousConfig::apply_conf(const std::string& rdzv_conf) {
     } else if (key == "is_host") {
       is_host = parse_bool(key, value);
     } else if (key == "local_addr") {
-      if (value.empty()) throw InvalidArgument("--rdzv-conf local_addr= needs an address");
+      if (value.empty())
+        throw InvalidArgument("LaunchOptions::rdzv_conf local_addr= needs an address");
       local_addr = value;
     } else if (key == "etcd_prefix") {
-      if (value.empty()) throw InvalidArgument("--rdzv-conf etcd_prefix= needs a prefix");
+      if (value.empty())
+        throw InvalidArgument("LaunchOptions::rdzv_conf etcd_prefix= needs a prefix");
       etcd_prefix = value;
     } else {
-      throw InvalidArgument(cat("--rdzv-conf: unknown key '", key,
+      throw InvalidArgument(cat("LaunchOptions::rdzv_conf: unknown key '", key,
                                 "'; known: join_timeout, "
                                 "last_call_timeout, close_timeout, heartbeat_interval, "
                                 "missed_heartbeats, timeout, is_host, local_addr, etcd_prefix"));
@@ -238,7 +244,7 @@ std::unique_ptr<Rendezvous> make_rendezvous(const RendezvousConfig& config) {
   validate(config);
   if (config.endpoint.empty()) {
     throw InvalidArgument(
-        cat("--rdzv-endpoint is required for the ", config.backend, " rendezvous"));
+        cat("LaunchOptions::rdzv_endpoint is required for the ", config.backend, " rendezvous"));
   }
   int default_port = config.backend == "etcd"     ? kEtcdDefaultPort
                      : config.backend == "static" ? kStaticDefaultPort
@@ -275,10 +281,11 @@ std::unique_ptr<Rendezvous> make_rendezvous(const RendezvousConfig& config) {
       try {
         store = connect_tcp_store(host, port, config.backend_timeout);
       } catch (const Error& e) {
-        throw TimeoutError(cat(
-            "rendezvous '", config.run_id, "': cannot reach the ", config.backend, " store at ",
-            host, ":", port, " within ", config.backend_timeout.count() / 1000.0, " s (",
-            first_line(e.what()), "); check --rdzv-endpoint and that the node hosting it is up"));
+        throw TimeoutError(
+            cat("rendezvous '", config.run_id, "': cannot reach the ", config.backend, " store at ",
+                host, ":", port, " within ", config.backend_timeout.count() / 1000.0, " s (",
+                first_line(e.what()),
+                "); check LaunchOptions::rdzv_endpoint and that the node hosting it is up"));
       }
     }
     backend = make_store_backend(store, cat(config.backend, " store at ", host, ":", port));

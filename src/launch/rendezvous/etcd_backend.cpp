@@ -159,8 +159,9 @@ std::shared_ptr<RendezvousBackend> make_etcd_backend(const std::string& host, in
                                                      std::string key_prefix,
                                                      std::chrono::milliseconds timeout) {
   if (host.empty() || port <= 0 || port > 65535) {
-    throw InvalidArgument(
-        cat("etcd endpoint '", host, ":", port, "' is not a valid host:port (--rdzv-endpoint)"));
+    throw InvalidArgument(cat("etcd endpoint '", host, ":", port,
+                              "' is not a valid host:port "
+                              "(LaunchOptions::rdzv_endpoint)"));
   }
   if (timeout.count() <= 0) {
     throw InvalidArgument(cat("etcd at ", host, ":", port, ": the timeout must be positive, not ",

@@ -27,7 +27,7 @@ using Clock = std::chrono::steady_clock;
 
 /// A reply larger than this is not from etcd (single-key reads only).
 constexpr size_t kMaxResponseBytes = 64 << 20;
-constexpr const char* kHint = ": is etcd running and is --rdzv-endpoint right?";
+constexpr const char* kHint = ": is etcd running and is LaunchOptions::rdzv_endpoint right?";
 
 std::string endpoint(const std::string& host, int port) { return cat(host, ":", port); }
 
@@ -229,7 +229,8 @@ HttpResponse http_post(const std::string& host, int port, const std::string& pat
   const std::string where = cat("etcd at ", hp, ", ", what);
   const std::string late =
       cat("etcd at ", hp, " did not answer ", what, " within ", timeout.count(),
-          " ms: is etcd healthy (a leader elected) and is --rdzv-endpoint right?");
+          " ms: is etcd healthy (a leader elected) and is LaunchOptions::rdzv_endpoint "
+          "right?");
   Fd fd = connect_with_deadline(host, port, deadline, timeout, what);
 
   std::string request = cat("POST ", path, " HTTP/1.1\r\nHost: ", hp,

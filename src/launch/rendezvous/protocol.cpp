@@ -102,7 +102,7 @@ DynamicRendezvous::StateView DynamicRendezvous::read_state() {
 Error DynamicRendezvous::closed_error() const {
   return Error(cat(where(),
                    " is closed: the job finished or gave up; start a new job (or use a "
-                   "new --rdzv-id) to train again"));
+                   "new LaunchOptions::run_id) to train again"));
 }
 
 RendezvousInfo DynamicRendezvous::next_rendezvous() {

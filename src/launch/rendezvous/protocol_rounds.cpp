@@ -47,10 +47,10 @@ std::optional<RendezvousInfo> DynamicRendezvous::finish_round(const StateView& s
       if (table[i].fixed_rank != static_cast<int>(i)) {
         throw InvalidArgument(cat(where(), ": round ", round,
                                   " has nodes with duplicate or missing "
-                                  "--node-rank (",
+                                  "LaunchOptions::node_rank (",
                                   node_name(table[i]), " has node rank ", table[i].fixed_rank,
                                   ", expected ", i, " of 0..", table.size() - 1,
-                                  "); give every node a distinct --node-rank"));
+                                  "); give every node a distinct LaunchOptions::node_rank"));
       }
     }
   }
@@ -375,7 +375,8 @@ void DynamicRendezvous::throw_timeout(const StateView& sv) {
   }
   throw TimeoutError(cat(where(), ": node ", self_.node_id, " at ", self_.addr, " timed out after ",
                          config_.join_timeout.count() / 1000.0, " s (join_timeout) — ", what,
-                         "; check that every node uses the same --rdzv-endpoint and --rdzv-id and "
+                         "; check that every node uses the same LaunchOptions::rdzv_endpoint and "
+                         "LaunchOptions::run_id and "
                          "that enough nodes were started"));
 }
 

@@ -14,7 +14,7 @@ namespace {
                           const std::string& where) {
   throw StoreError(cat("rendezvous ", what, " '", printable(text), "' at ", where,
                        " is malformed; another program (or an incompatible dtrain) wrote the "
-                       "rendezvous keys — use a fresh --rdzv-id"));
+                       "rendezvous keys — use a fresh LaunchOptions::run_id"));
 }
 
 bool to_int(const std::string& text, int64_t* out) {

@@ -128,7 +128,8 @@ class StoreBackend : public RendezvousBackend {
   std::string decode(const std::string& raw, const std::string& key) const {
     if (raw.empty() || raw[0] != kValueTag) {
       throw StoreError(cat("key '", key, "' in the ", description_,
-                           " holds a value the rendezvous did not write; use a fresh --rdzv-id"));
+                           " holds a value the rendezvous did not write; use a fresh "
+                           "LaunchOptions::run_id"));
     }
     return raw.substr(1);
   }

@@ -257,25 +257,26 @@ TEST(Restarts, ElasticOptionsAreCheckedBeforeAnythingStarts) {
   o.command = {"true"};
   o.min_nodes = 1;
   o.max_nodes = 2;
-  EXPECT_THAT([&] { launch(o); },
-              ::testing::ThrowsMessage<InvalidArgument>(HasSubstr("--rdzv-backend c10d")));
+  EXPECT_THAT([&] { launch(o); }, ::testing::ThrowsMessage<InvalidArgument>(
+                                      HasSubstr("LaunchOptions::rdzv_backend c10d")));
   o.rdzv_backend = "c10d";
-  EXPECT_THAT([&] { launch(o); },
-              ::testing::ThrowsMessage<InvalidArgument>(HasSubstr("needs --rdzv-endpoint")));
+  EXPECT_THAT([&] { launch(o); }, ::testing::ThrowsMessage<InvalidArgument>(
+                                      HasSubstr("needs LaunchOptions::rdzv_endpoint")));
   o.rdzv_backend = "zookeeper";
   EXPECT_THAT([&] { launch(o); }, ::testing::ThrowsMessage<InvalidArgument>(
                                       HasSubstr("'zookeeper' is not one of static, c10d, etcd")));
   o.rdzv_backend = "static";
   o.min_nodes = o.max_nodes = 2;
   o.node_rank = 2;
-  EXPECT_THAT([&] { launch(o); },
-              ::testing::ThrowsMessage<InvalidArgument>(HasSubstr("--node-rank 2 is outside")));
-  o.node_rank = 1;
   EXPECT_THAT([&] { launch(o); }, ::testing::ThrowsMessage<InvalidArgument>(
-                                      HasSubstr("needs --master-addr and --master-port")));
+                                      HasSubstr("LaunchOptions::node_rank 2 is outside")));
+  o.node_rank = 1;
+  EXPECT_THAT([&] { launch(o); },
+              ::testing::ThrowsMessage<InvalidArgument>(
+                  HasSubstr("needs LaunchOptions::master_addr and LaunchOptions::master_port")));
   o.max_restarts = -1;
   EXPECT_THAT([&] { launch(o); },
-              ::testing::ThrowsMessage<InvalidArgument>(HasSubstr("--max-restarts")));
+              ::testing::ThrowsMessage<InvalidArgument>(HasSubstr("LaunchOptions::max_restarts")));
 }
 
 // --- a lost node, seen by a real agent --------------------------------------

@@ -63,7 +63,7 @@ TEST(EtcdBackendErrors, UnreachableEndpointIsAStoreErrorNamingHostPort) {
   } catch (const StoreError& e) {
     EXPECT_THAT(e.what(), HasSubstr("cannot reach etcd at 127.0.0.1:" + std::to_string(port)));
     EXPECT_THAT(e.what(), HasSubstr("onnection refused"));
-    EXPECT_THAT(e.what(), HasSubstr("is etcd running and is --rdzv-endpoint right?"));
+    EXPECT_THAT(e.what(), HasSubstr("is etcd running and is LaunchOptions::rdzv_endpoint right?"));
   }
   EXPECT_LT(std::chrono::steady_clock::now() - start, 2s);
 }

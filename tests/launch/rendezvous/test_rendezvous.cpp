@@ -395,10 +395,10 @@ TEST(MakeRendezvousTest, RejectsABadConfigNamingTheProblem) {
   EXPECT_NE(message(bad).find("3:2"), std::string::npos);
   bad = c;
   bad.backend = "static";
-  EXPECT_NE(message(bad).find("--node-rank -1"), std::string::npos);
+  EXPECT_NE(message(bad).find("LaunchOptions::node_rank -1"), std::string::npos);
   bad = c;
   bad.endpoint = "";
-  EXPECT_NE(message(bad).find("--rdzv-endpoint"), std::string::npos);
+  EXPECT_NE(message(bad).find("LaunchOptions::rdzv_endpoint"), std::string::npos);
 }
 
 TEST(MakeRendezvousTest, StaticBackendKeepsConfiguredNodeRanksAcrossRestarts) {

@@ -41,7 +41,7 @@ TEST(RendezvousState, ControlBytesInAValueAreQuotedSoTheMessageKeepsWhereAndTheF
   const std::string with_nul("\n\0003 open", 8);
   const std::string error = error_of(with_nul, 0);
   EXPECT_THAT(error, HasSubstr("'\\x0a\\x003 open' at etcd key x is malformed"));
-  EXPECT_THAT(error, HasSubstr("use a fresh --rdzv-id"));
+  EXPECT_THAT(error, HasSubstr("use a fresh LaunchOptions::run_id"));
   EXPECT_THAT(error, Not(HasSubstr("\n")));
 }
 
