@@ -46,7 +46,7 @@ const FieldFlags& train_field_flags() {
       {"TrainOptions::kvstore_optimizer", "--kvstore-optimizer"},
       {"TrainOptions::ddp.comm_hook", "--comm-hook"},
       {"PowerSGDOptions::matrix_approximation_rank", "--powersgd-rank"},
-      {"OptimizerOptions::name", "--optimizer"},
+      {"OptimizerOptions::type", "--optimizer"},
       {"InitOptions::backend", "--backend"},
       {"DatasetOptions::image_size", "--image-size"},
       {"DatasetOptions::data_dir", "--data-dir"},

@@ -21,6 +21,7 @@
 #include "dtrain/data.h"
 #include "dtrain/errors.h"
 #include "dtrain/models.h"
+#include "dtrain/optim.h"
 #include "dtrain/train.h"
 #include "support/ranks.h"
 #include "support/shell.h"
@@ -154,6 +155,12 @@ TEST(TypedOptions, EveryNameParsesToTheValueThatSpellsIt) {
   for (const std::string& name : comm_hook_names()) {
     EXPECT_NE(comm_hook_by_name(name), nullptr) << name;
   }
+  for (OptimizerType t : {OptimizerType::kSgd, OptimizerType::kAdamW}) {
+    EXPECT_EQ(parse_optimizer_type(to_string(t)), t);
+  }
+  EXPECT_EQ(optimizer_names(), (std::vector<std::string>{"sgd", "adamw"}));
+  EXPECT_EQ(testing::error_of([] { parse_optimizer_type("AdamW"); }),
+            "unknown optimizer 'AdamW'; valid optimizers: sgd, adamw");
 }
 
 TEST_F(TrainCli, BadPowerSGDFlagsAreOneLineUsageErrorsNamingTheFlagAndTheFix) {
@@ -474,7 +481,7 @@ class OnGpu : public testing::ScratchDir {
     o.channels_last = channels_last;
     o.clip_grad_norm = 1.0;
     o.progress = TrainOptions::Progress::kNone;
-    o.optimizer.name = "adamw";
+    o.optimizer.type = OptimizerType::kAdamW;
     o.optimizer.lr = 1e-3;
     return o;
   }
