@@ -17,6 +17,7 @@
 #include <torch/nn/module.h>
 #include <torch/utils.h>
 
+#include "dtrain/bench.h"
 #include "dtrain/comm.h"
 #include "dtrain/data.h"
 #include "dtrain/errors.h"
@@ -161,6 +162,17 @@ TEST(TypedOptions, EveryNameParsesToTheValueThatSpellsIt) {
   EXPECT_EQ(optimizer_names(), (std::vector<std::string>{"sgd", "adamw"}));
   EXPECT_EQ(testing::error_of([] { parse_optimizer_type("AdamW"); }),
             "unknown optimizer 'AdamW'; valid optimizers: sgd, adamw");
+  for (CollectiveOp op :
+       {CollectiveOp::kAllreduce, CollectiveOp::kAllgather, CollectiveOp::kReduceScatter,
+        CollectiveOp::kBroadcast, CollectiveOp::kReduce, CollectiveOp::kAlltoall}) {
+    EXPECT_EQ(parse_collective_op(to_string(op)), op);
+  }
+  EXPECT_EQ(collective_bench_ops(),
+            (std::vector<std::string>{"allreduce", "allgather", "reduce_scatter", "broadcast",
+                                      "reduce", "alltoall"}));
+  EXPECT_EQ(testing::error_of([] { parse_collective_op("reducescatter"); }),
+            "unknown collective 'reducescatter'; use allreduce, allgather, reduce_scatter, "
+            "broadcast, reduce, alltoall");
 }
 
 TEST_F(TrainCli, BadPowerSGDFlagsAreOneLineUsageErrorsNamingTheFlagAndTheFix) {
