@@ -21,6 +21,7 @@
 #include "dtrain/comm.h"
 #include "dtrain/data.h"
 #include "dtrain/errors.h"
+#include "dtrain/kvstore.h"
 #include "dtrain/models.h"
 #include "dtrain/optim.h"
 #include "dtrain/train.h"
@@ -173,6 +174,13 @@ TEST(TypedOptions, EveryNameParsesToTheValueThatSpellsIt) {
   EXPECT_EQ(testing::error_of([] { parse_collective_op("reducescatter"); }),
             "unknown collective 'reducescatter'; use allreduce, allgather, reduce_scatter, "
             "broadcast, reduce, alltoall");
+  for (GradientCompressionType t :
+       {GradientCompressionType::kNone, GradientCompressionType::k2Bit}) {
+    EXPECT_EQ(parse_gradient_compression_type(to_string(t)), t);
+  }
+  EXPECT_EQ(to_string(GradientCompressionType::k2Bit), "2bit");  // MXNet's {'type': '2bit'}
+  EXPECT_EQ(testing::error_of([] { parse_gradient_compression_type("1bit"); }),
+            "unknown gradient compression '1bit'; use none or 2bit");
 }
 
 TEST_F(TrainCli, BadPowerSGDFlagsAreOneLineUsageErrorsNamingTheFlagAndTheFix) {
