@@ -234,9 +234,18 @@ std::string to_string(CollectiveReduceOp op);
 /// the value and listing the valid ones otherwise.
 CollectiveReduceOp parse_collective_reduce_op(const std::string& name);
 
+/// Collectives of `dtrain bench collective`, in nccl-tests' order.
+enum class CollectiveOp { kAllreduce, kAllgather, kReduceScatter, kBroadcast, kReduce, kAlltoall };
+/// "allreduce", "allgather", "reduce_scatter", "broadcast", "reduce",
+/// "alltoall".
+std::string to_string(CollectiveOp op);
+/// The collective to_string() spells `name` as; throws InvalidArgument naming
+/// the value and listing the valid ones otherwise.
+CollectiveOp parse_collective_op(const std::string& name);
+
 struct CollectiveBenchOptions {
-  /// allreduce, allgather, reduce_scatter, broadcast, reduce or alltoall.
-  std::string op = "allreduce";
+  /// The collective to time (the command's positional argument).
+  CollectiveOp op = CollectiveOp::kAllreduce;
   /// Message sizes in bytes, as nccl-tests' -b/-e/-f: min_bytes, then times
   /// step_factor while <= max_bytes. The size is nccl-tests' "size" column:
   /// the whole buffer (allgather's output, reduce_scatter's input, the
@@ -386,13 +395,12 @@ std::string to_json(const ScalingTable& table);
 /// plotted figures.
 std::string scaling_svg(const ScalingTable& table);
 
-/// The collectives run_collective_bench knows, in nccl-tests' order.
+/// to_string() of every CollectiveOp, in nccl-tests' order.
 std::vector<std::string> collective_bench_ops();
 
 /// nccl-tests' bus-bandwidth factor: 2(n-1)/n for allreduce; (n-1)/n for
 /// allgather, reduce_scatter and alltoall; 1 for broadcast and reduce.
-/// Throws InvalidArgument for an unknown op.
-double bus_bandwidth_factor(const std::string& op, int world_size);
+double bus_bandwidth_factor(CollectiveOp op, int world_size);
 
 /// Parses a byte size as nccl-tests does: a number with an optional K, M or
 /// G suffix (powers of 1024). Throws InvalidArgument naming `text`.
@@ -400,8 +408,8 @@ int64_t parse_byte_size(const std::string& text);
 
 /// Times the collective for each size, out-of-place and in-place, and checks
 /// the results (see Note [Collectives as nccl-tests runs them] in
-/// src/measure/collective_bench.cpp). Collective. Throws InvalidArgument for an
-/// unknown op, type or reduction, a bad size range or root.
+/// src/measure/collective_bench.cpp). Collective. Throws InvalidArgument for a
+/// bad size range or root.
 std::vector<CollectiveBenchRow> run_collective_bench(const CollectiveBenchOptions& options,
                                                      const ProcessGroup& pg);
 

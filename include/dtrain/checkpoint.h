@@ -93,6 +93,7 @@
 #include <ATen/core/Tensor.h>
 
 #include "dtrain/data.h"
+#include "dtrain/optim.h"
 #include "dtrain/weights.h"
 
 namespace torch {
@@ -127,9 +128,9 @@ struct ParamGroupState {
 /// An optimizer's state in torch.optim's state_dict() layout (see the top of
 /// this header).
 struct OptimizerState {
-  /// "sgd" or "adamw" (optimizer_names()); in the file, AdamW's groups have
-  /// "betas" and SGD's do not.
-  std::string type = "sgd";
+  /// SGD or AdamW; in the file, AdamW's groups have "betas" and SGD's do
+  /// not (the type itself is not written).
+  OptimizerType type = OptimizerType::kSgd;
   std::vector<ParamGroupState> groups;
   /// One entry per parameter, in optimizer order (group after group): the
   /// state tensors by name (SGD "momentum_buffer"; AdamW "step", a float

@@ -127,9 +127,20 @@ struct OptimizerSpec {
 /// MXNet's 2-bit gradient compression with error feedback: each worker keeps
 /// a residual per key and sends only +threshold, −threshold or 0 per value
 /// (16 values per float); what is not sent stays in the residual.
+enum class GradientCompressionType {
+  kNone,  ///< "none": pushes as they are
+  k2Bit,  ///< "2bit": MXNet's {'type': '2bit'}
+};
+/// "none" or "2bit" (MXNet's names; the servers learn the type as MXNet's
+/// number, Note [2-bit compression] in src/ps/wire/compression.h).
+std::string to_string(GradientCompressionType type);
+/// The type to_string() spells `name` as; throws InvalidArgument naming the
+/// value and listing the valid ones otherwise.
+GradientCompressionType parse_gradient_compression_type(const std::string& name);
+
 struct GradientCompression {
-  std::string type = "none";  ///< "none" or "2bit"
-  float threshold = 0.5f;     ///< > 0
+  GradientCompressionType type = GradientCompressionType::kNone;
+  float threshold = 0.5f;  ///< > 0 (with k2Bit)
 };
 
 /// The processes of one node, as dist_device_sync reduces through them
@@ -351,8 +362,8 @@ class KVStore {
   /// once). Blocks and throws as pull_optimizer_state.
   virtual void push_optimizer_state(int key, ConstValues momentum, uint64_t updates);
   /// Compresses every later push (dist stores; set before the first init).
-  /// Throws InvalidArgument for an unknown type, a threshold <= 0, a call
-  /// after init, or a local store.
+  /// Throws InvalidArgument for a 2-bit threshold <= 0, a call after init,
+  /// or a local store.
   virtual void set_gradient_compression(const GradientCompression& spec) = 0;
   /// Leaves the job: the servers and the scheduler stop counting this
   /// worker (so workers that run longer, e.g. an uneven last epoch, are not

@@ -8,7 +8,7 @@
 /// ```
 /// void adamw_step(torch::nn::Module& model, const dtrain::LrSchedule& schedule, int64_t step) {
 ///   dtrain::OptimizerOptions o;
-///   o.name = "adamw";
+///   o.type = dtrain::OptimizerType::kAdamW;
 ///   o.lr = 1e-3;
 ///   o.weight_decay = 0.05;
 ///   o.norm_weight_decay = 0.0;  // no decay on BatchNorm/LayerNorm/GroupNorm parameters
@@ -41,10 +41,19 @@ class Optimizer;
 
 namespace dtrain {
 
+/// The optimizers: torch.optim.SGD and torch.optim.AdamW (LibTorch's AdamW
+/// computes the same update).
+enum class OptimizerType { kSgd, kAdamW };
+/// "sgd", "adamw": the names of --optimizer, of the training log and of the
+/// metrics file's "optimizer".
+std::string to_string(OptimizerType type);
+/// The optimizer to_string() spells `name` as; throws InvalidArgument naming
+/// the value and listing the valid ones otherwise.
+OptimizerType parse_optimizer_type(const std::string& name);
+
 struct OptimizerOptions {
-  /// One of optimizer_names(): "sgd" (torch.optim.SGD) or "adamw"
-  /// (torch.optim.AdamW; LibTorch's AdamW computes the same update).
-  std::string name = "sgd";
+  /// SGD (with momentum and Nesterov below) or AdamW (betas and eps below).
+  OptimizerType type = OptimizerType::kSgd;
   /// The initial learning rate (a schedule overwrites it each step).
   double lr = 0.01;
   /// SGD: momentum and Nesterov momentum (requires momentum > 0).
@@ -64,7 +73,7 @@ struct OptimizerOptions {
   /// in torchvision); nullopt: weight_decay.
   std::optional<double> bias_weight_decay;
 
-  DTRAIN_SETTER(OptimizerOptions, name)
+  DTRAIN_SETTER(OptimizerOptions, type)
   DTRAIN_SETTER(OptimizerOptions, lr)
   DTRAIN_SETTER(OptimizerOptions, momentum)
   DTRAIN_SETTER(OptimizerOptions, nesterov)
@@ -76,11 +85,11 @@ struct OptimizerOptions {
   DTRAIN_SETTER(OptimizerOptions, bias_weight_decay)
 };
 
-/// "sgd", "adamw".
+/// "sgd", "adamw": to_string() of every OptimizerType.
 std::vector<std::string> optimizer_names();
 
-/// Throws InvalidArgument naming the flag (and listing the optimizers for an
-/// unknown name) when `o` is unusable.
+/// Throws InvalidArgument naming the field (OptimizerOptions::lr, ...) when
+/// `o` is unusable.
 void validate(const OptimizerOptions& o);
 
 /// A trainable parameter and the group it goes to.

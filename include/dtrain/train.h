@@ -10,7 +10,7 @@
 ///   o.model = "resnet50";
 ///   o.dataset.name = "imagefolder";
 ///   o.dataset.data_dir = "/data/imagenet";
-///   o.optimizer.name = "sgd";  // dtrain/optim.h
+///   o.optimizer.type = dtrain::OptimizerType::kSgd;  // dtrain/optim.h
 ///   o.optimizer.lr = 0.1;
 ///   o.optimizer.nesterov = true;
 ///   o.optimizer.weight_decay = 1e-4;

@@ -233,14 +233,15 @@ void add_collective(CLI::App& bench, int* exit_code) {
   struct Flags {
     CollectiveBenchOptions o;
     std::string min_bytes = "8", max_bytes = "64M";
-    std::string dtype = "float", redop = "sum";  // parsed once, into o
+    // Parsed once, into o.
+    std::string op = "allreduce", dtype = "float", redop = "sum";
     int check = 1;
     std::string backend = "auto";
   };
   auto f = std::make_shared<Flags>();
   CLI::App* cmd = bench.add_subcommand(
       "collective", "Collective bandwidth per message size, nccl-tests' flags and table");
-  cmd->add_option("collective", f->o.op, join(collective_bench_ops(), ", "))->capture_default_str();
+  cmd->add_option("collective", f->op, join(collective_bench_ops(), ", "))->capture_default_str();
   cmd->add_option("-b,--minbytes", f->min_bytes, "Smallest size (bytes; K, M, G suffixes)")
       ->capture_default_str();
   cmd->add_option("-e,--maxbytes", f->max_bytes, "Largest size")->capture_default_str();
@@ -258,6 +259,7 @@ void add_collective(CLI::App& bench, int* exit_code) {
     try {
       f->o.min_bytes = parse_byte_size(f->min_bytes);
       f->o.max_bytes = parse_byte_size(f->max_bytes);
+      f->o.op = parse_collective_op(f->op);
       f->o.dtype = parse_collective_dtype(f->dtype);
       f->o.redop = parse_collective_reduce_op(f->redop);
     } catch (const InvalidArgument& e) {
@@ -279,8 +281,8 @@ void add_collective(CLI::App& bench, int* exit_code) {
             wrong +=
                 std::max<int64_t>(r.out_of_place.wrong, 0) + std::max<int64_t>(r.in_place.wrong, 0);
           if (wrong > 0)
-            throw Error(
-                cat(f->o.op, ": ", wrong, " result element(s) differ from the expected values"));
+            throw Error(cat(to_string(f->o.op), ": ", wrong,
+                            " result element(s) differ from the expected values"));
         });
   });
 }

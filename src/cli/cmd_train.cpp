@@ -36,6 +36,7 @@ struct TrainFlags {
   std::string amp = "none";
   std::string lr_scaling = "none";
   std::string lr_schedule = "constant";
+  std::string optimizer = "sgd";
   CommHookFlags hook;
   std::string checkpoint_every;
   std::string adamw_betas = "0.9,0.999";
@@ -119,6 +120,7 @@ int run_train(const TrainFlags& f) {
   try {
     TrainOptions o = f.options;
     o.ddp.comm_hook = comm_hook_from_flags(f.hook, nullptr);
+    o.optimizer.type = parse_optimizer_type(f.optimizer);
     o.amp = parse_amp_mode(f.amp);
     o.lr_scaling = parse_lr_scaling(f.lr_scaling);
     o.lr_schedule = parse_lr_schedule(f.lr_schedule);
@@ -242,7 +244,7 @@ void add_train_command(CLI::App& root, int* exit_code) {
                 "Every training sample once per epoch, also when resumed at another world size: "
                 "no padding, the last step's batches are short");
   // Optimizer.
-  cmd->add_option("--optimizer", o.optimizer.name, "Optimizer: " + join(optimizer_names(), ", "))
+  cmd->add_option("--optimizer", flags->optimizer, "Optimizer: " + join(optimizer_names(), ", "))
       ->capture_default_str();
   cmd->add_option("--lr", o.optimizer.lr, "Base learning rate")
       ->capture_default_str()

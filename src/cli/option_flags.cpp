@@ -48,7 +48,7 @@ const FieldFlags& train_field_flags() {
       {"TrainOptions::Recovery::kRestart", "--recovery restart"},
       {"TrainOptions::ddp.comm_hook", "--comm-hook"},
       {"PowerSGDOptions::matrix_approximation_rank", "--powersgd-rank"},
-      {"OptimizerOptions::name", "--optimizer"},
+      {"OptimizerOptions::type", "--optimizer"},
       {"InitOptions::backend", "--backend"},
       {"DatasetOptions::image_size", "--image-size"},
       {"DatasetOptions::data_dir", "--data-dir"},

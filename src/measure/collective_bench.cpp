@@ -43,16 +43,21 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-const std::vector<std::string> kOps = {"allreduce", "allgather", "reduce_scatter",
-                                       "broadcast", "reduce",    "alltoall"};
+constexpr CollectiveOp kOps[] = {CollectiveOp::kAllreduce,     CollectiveOp::kAllgather,
+                                 CollectiveOp::kReduceScatter, CollectiveOp::kBroadcast,
+                                 CollectiveOp::kReduce,        CollectiveOp::kAlltoall};
 
-bool reduces(const std::string& op) {
-  return op == "allreduce" || op == "reduce_scatter" || op == "reduce";
+bool reduces(CollectiveOp op) {
+  return op == CollectiveOp::kAllreduce || op == CollectiveOp::kReduceScatter ||
+         op == CollectiveOp::kReduce;
 }
-bool rooted(const std::string& op) { return op == "broadcast" || op == "reduce"; }
+bool rooted(CollectiveOp op) {
+  return op == CollectiveOp::kBroadcast || op == CollectiveOp::kReduce;
+}
 // Ops whose buffers hold one chunk per rank.
-bool chunked(const std::string& op) {
-  return op == "allgather" || op == "reduce_scatter" || op == "alltoall";
+bool chunked(CollectiveOp op) {
+  return op == CollectiveOp::kAllgather || op == CollectiveOp::kReduceScatter ||
+         op == CollectiveOp::kAlltoall;
 }
 
 constexpr CollectiveDtype kDtypes[] = {CollectiveDtype::kFloat, CollectiveDtype::kDouble,
@@ -132,33 +137,33 @@ class Runner {
     auto make = [&](int64_t numel) {
       return at::zeros({numel}, at::TensorOptions(dtype_).device(device_));
     };
-    b_.send = make(o.op == "allgather" ? count : big);
-    b_.recv = make(o.op == "reduce_scatter" ? count : big);
+    b_.send = make(o.op == CollectiveOp::kAllgather ? count : big);
+    b_.recv = make(o.op == CollectiveOp::kReduceScatter ? count : big);
     b_.scratch = make(big);
   }
 
   // Fills the input for one mode (in place: inside recv, or send for
   // reduce_scatter whose input is the big buffer).
   void fill(bool in_place) {
-    const int64_t first = o_.op == "allgather" ? rank_ * count_ : 0;
+    const int64_t first = o_.op == CollectiveOp::kAllgather ? rank_ * count_ : 0;
     at::Tensor v = values(rank_, first, input(in_place).numel(), o_.redop);
     input(in_place).copy_(v);
     if (!in_place) b_.recv.zero_();
   }
 
   void run(bool in_place) {
-    const std::string& op = o_.op;
+    const CollectiveOp op = o_.op;
     at::Tensor in = input(in_place);
-    if (op == "allreduce") {
+    if (op == CollectiveOp::kAllreduce) {
       if (!in_place) b_.recv.copy_(in);
       std::vector<at::Tensor> t{b_.recv};
       c10d::AllreduceOptions opts;
       opts.reduceOp = reduce_op(o_.redop);
       wait(pg_.backend()->allreduce(t, opts));
-    } else if (op == "broadcast" || op == "reduce") {
+    } else if (rooted(op)) {
       if (!in_place) b_.recv.copy_(in);
       std::vector<at::Tensor> t{b_.recv};
-      if (op == "broadcast") {
+      if (op == CollectiveOp::kBroadcast) {
         c10d::BroadcastOptions opts;
         opts.rootRank = o_.root;
         wait(pg_.backend()->broadcast(t, opts));
@@ -168,12 +173,12 @@ class Runner {
         opts.reduceOp = reduce_op(o_.redop);
         wait(pg_.backend()->reduce(t, opts));
       }
-    } else if (op == "allgather") {
+    } else if (op == CollectiveOp::kAllgather) {
       std::vector<at::Tensor> inputs{in};
       std::vector<std::vector<at::Tensor>> outputs(1);
       for (int j = 0; j < n_; ++j) outputs[0].push_back(b_.recv.narrow(0, j * count_, count_));
       wait(pg_.backend()->allgather(outputs, inputs));
-    } else if (op == "alltoall") {
+    } else if (op == CollectiveOp::kAlltoall) {
       std::vector<int64_t> even;
       at::Tensor out = in_place ? b_.scratch : b_.recv;
       wait(pg_.backend()->alltoall_base(out, in, even, even));
@@ -198,21 +203,21 @@ class Runner {
 
   // Elements of this rank's result that differ from the expected ones.
   int64_t wrong(bool in_place) {
-    const std::string& op = o_.op;
-    if (op == "reduce" && rank_ != o_.root) return 0;  // only the root has a result
+    const CollectiveOp op = o_.op;
+    if (op == CollectiveOp::kReduce && rank_ != o_.root) return 0;  // only the root has a result
     at::Tensor got = result(in_place).to(at::kCPU, at::kDouble);
     at::Tensor expected;
     const int64_t c = count_;
     std::vector<at::Tensor> per_rank;
-    if (op == "allreduce" || op == "reduce") {
+    if (op == CollectiveOp::kAllreduce || op == CollectiveOp::kReduce) {
       for (int r = 0; r < n_; ++r) per_rank.push_back(values(r, 0, c, o_.redop));
       expected = reduce_ranks(per_rank, o_.redop);
-    } else if (op == "reduce_scatter") {
+    } else if (op == CollectiveOp::kReduceScatter) {
       for (int r = 0; r < n_; ++r) per_rank.push_back(values(r, rank_ * c, c, o_.redop));
       expected = reduce_ranks(per_rank, o_.redop);
-    } else if (op == "broadcast") {
+    } else if (op == CollectiveOp::kBroadcast) {
       expected = values(o_.root, 0, c, o_.redop);
-    } else if (op == "allgather") {
+    } else if (op == CollectiveOp::kAllgather) {
       for (int j = 0; j < n_; ++j) per_rank.push_back(values(j, j * c, c, o_.redop));
       expected = at::cat(per_rank);
     } else {  // alltoall: chunk j comes from rank j's chunk `rank`
@@ -230,16 +235,17 @@ class Runner {
  private:
   at::Tensor input(bool in_place) {
     if (!in_place) return b_.send;
-    if (o_.op == "allgather") return b_.recv.narrow(0, rank_ * count_, count_);
-    if (o_.op == "reduce_scatter") return b_.send;  // its output is a chunk of it
+    if (o_.op == CollectiveOp::kAllgather) return b_.recv.narrow(0, rank_ * count_, count_);
+    if (o_.op == CollectiveOp::kReduceScatter) return b_.send;  // its output is a chunk of it
     return b_.recv;
   }
   at::Tensor result(bool in_place) {
-    if (in_place && o_.op == "reduce_scatter") return b_.send.narrow(0, rank_ * count_, count_);
+    if (in_place && o_.op == CollectiveOp::kReduceScatter)
+      return b_.send.narrow(0, rank_ * count_, count_);
     return b_.recv;
   }
   void wait(const c10::intrusive_ptr<c10d::Work>& work) {
-    wait_work(work, pg_, cat("bench ", o_.op));
+    wait_work(work, pg_, cat("bench ", to_string(o_.op)));
   }
 
   const CollectiveBenchOptions& o_;
@@ -252,9 +258,6 @@ class Runner {
 };
 
 void validate(const CollectiveBenchOptions& o, const ProcessGroup& pg) {
-  if (std::find(kOps.begin(), kOps.end(), o.op) == kOps.end()) {
-    throw InvalidArgument(cat("unknown collective '", o.op, "'; use ", join(kOps, ", ")));
-  }
   if (o.min_bytes < 1 || o.max_bytes < o.min_bytes || o.step_factor < 2) {
     throw InvalidArgument(cat("bench collective: bad size range -b ", o.min_bytes, " -e ",
                               o.max_bytes, " -f ", o.step_factor,
@@ -342,14 +345,42 @@ CollectiveReduceOp parse_collective_reduce_op(const std::string& name) {
       cat("bench collective: unknown reduction '", name, "'; use sum, prod, min or max"));
 }
 
-std::vector<std::string> collective_bench_ops() { return kOps; }
+std::string to_string(CollectiveOp op) {
+  switch (op) {
+    case CollectiveOp::kAllreduce:
+      return "allreduce";
+    case CollectiveOp::kAllgather:
+      return "allgather";
+    case CollectiveOp::kReduceScatter:
+      return "reduce_scatter";
+    case CollectiveOp::kBroadcast:
+      return "broadcast";
+    case CollectiveOp::kReduce:
+      return "reduce";
+    case CollectiveOp::kAlltoall:
+      return "alltoall";
+  }
+  return "?";
+}
 
-double bus_bandwidth_factor(const std::string& op, int n) {
-  if (op == "allreduce") return 2.0 * (n - 1) / n;
-  if (op == "allgather" || op == "reduce_scatter" || op == "alltoall")
-    return static_cast<double>(n - 1) / n;
-  if (op == "broadcast" || op == "reduce") return 1.0;
-  throw InvalidArgument(cat("unknown collective '", op, "'; use ", join(kOps, ", ")));
+CollectiveOp parse_collective_op(const std::string& name) {
+  for (CollectiveOp op : kOps) {
+    if (name == to_string(op)) return op;
+  }
+  throw InvalidArgument(
+      cat("unknown collective '", name, "'; use ", join(collective_bench_ops(), ", ")));
+}
+
+std::vector<std::string> collective_bench_ops() {
+  std::vector<std::string> names;
+  for (CollectiveOp op : kOps) names.push_back(to_string(op));
+  return names;
+}
+
+double bus_bandwidth_factor(CollectiveOp op, int n) {
+  if (op == CollectiveOp::kAllreduce) return 2.0 * (n - 1) / n;
+  if (chunked(op)) return static_cast<double>(n - 1) / n;
+  return 1.0;  // broadcast, reduce
 }
 
 int64_t parse_byte_size(const std::string& text) {
@@ -408,9 +439,10 @@ std::vector<CollectiveBenchRow> run_collective_bench(const CollectiveBenchOption
 std::string format_collective_table(const CollectiveBenchOptions& o,
                                     const std::vector<CollectiveBenchRow>& rows, int world_size,
                                     const std::string& backend) {
-  std::string out = cat("# dtrain bench collective: ", o.op, ", ", world_size, " ranks, ", backend,
-                        ", -b ", o.min_bytes, " -e ", o.max_bytes, " -f ", o.step_factor, " -n ",
-                        o.iterations, " -w ", o.warmup, " -c ", o.check ? 1 : 0, "\n#\n");
+  std::string out =
+      cat("# dtrain bench collective: ", to_string(o.op), ", ", world_size, " ranks, ", backend,
+          ", -b ", o.min_bytes, " -e ", o.max_bytes, " -f ", o.step_factor, " -n ", o.iterations,
+          " -w ", o.warmup, " -c ", o.check ? 1 : 0, "\n#\n");
   out +=
       "#                                                              out-of-place                 "
       "      in-place          \n"

@@ -116,7 +116,7 @@ class StepClock {
             ", threads ", at::get_num_threads()));
     say(cat("AMP:         ", to_string(t.amp), ", memory format ",
             t.channels_last ? "channels_last" : "contiguous"));
-    say(cat("Optimizer:   ", t.optimizer.name, " (momentum ", t.optimizer.momentum,
+    say(cat("Optimizer:   ", to_string(t.optimizer.type), " (momentum ", t.optimizer.momentum,
             "), synthetic data"));
     // As KvSync::describe() words it: each rank is a worker.
     say(cat("Gradients:   ", !t.kvstore ? std::string("DDP allreduce")

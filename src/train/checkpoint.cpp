@@ -114,7 +114,7 @@ IValue encode_optimizer(const OptimizerState& s) {
   for (const ParamGroupState& g : s.groups) {
     GenericDict group = make_dict();
     group.insert("lr", g.lr);
-    if (s.type == "adamw") {
+    if (s.type == OptimizerType::kAdamW) {
       group.insert("betas", c10::ivalue::Tuple::create(std::vector<IValue>{g.beta1, g.beta2}));
       group.insert("eps", g.eps);
       group.insert("weight_decay", g.weight_decay);
@@ -181,8 +181,9 @@ OptimizerState decode_optimizer(const GenericDict& d, const std::string& where) 
   for (const IValue& g : groups_value.toListRef()) {
     if (!g.isGenericDict()) throw DataError(cat(where, ": a parameter group is not a dict"));
     const GenericDict group = g.toGenericDict();
-    if (s.groups.empty()) s.type = group.contains("betas") ? "adamw" : "sgd";
-    s.groups.push_back(decode_group(group, s.type == "adamw", where));
+    if (s.groups.empty())
+      s.type = group.contains("betas") ? OptimizerType::kAdamW : OptimizerType::kSgd;
+    s.groups.push_back(decode_group(group, s.type == OptimizerType::kAdamW, where));
     total += s.groups.back().size;
   }
   s.state.resize(static_cast<size_t>(total));
@@ -229,14 +230,14 @@ OptimizerState optimizer_state(const torch::optim::Optimizer& optimizer) {
     ParamGroupState g;
     g.size = static_cast<int64_t>(group.params().size());
     if (const auto* o = dynamic_cast<const torch::optim::SGDOptions*>(&group.options())) {
-      s.type = "sgd";
+      s.type = OptimizerType::kSgd;
       g.lr = o->lr();
       g.weight_decay = o->weight_decay();
       g.momentum = o->momentum();
       g.dampening = o->dampening();
       g.nesterov = o->nesterov();
     } else if (const auto* a = dynamic_cast<const torch::optim::AdamWOptions*>(&group.options())) {
-      s.type = "adamw";
+      s.type = OptimizerType::kAdamW;
       g.lr = a->lr();
       g.weight_decay = a->weight_decay();
       g.beta1 = std::get<0>(a->betas());
@@ -251,7 +252,7 @@ OptimizerState optimizer_state(const torch::optim::Optimizer& optimizer) {
       std::map<std::string, at::Tensor> one;
       auto it =
           optimizer.state().find(compat::optimizer_state_key<StateMap>(p.unsafeGetTensorImpl()));
-      if (it != optimizer.state().end() && s.type == "sgd") {
+      if (it != optimizer.state().end() && s.type == OptimizerType::kSgd) {
         const auto& st = static_cast<const torch::optim::SGDParamState&>(*it->second);
         if (st.momentum_buffer().defined()) one["momentum_buffer"] = cpu_copy(st.momentum_buffer());
       } else if (it != optimizer.state().end()) {
@@ -274,8 +275,8 @@ void load_optimizer_state(torch::optim::Optimizer& optimizer, const OptimizerSta
   for (const auto& g : live.groups) want.push_back(g.size);
   for (const auto& g : state.groups) have.push_back(g.size);
   if (live.type != state.type) {
-    throw DataError(cat(origin, ": the checkpoint holds ", state.type,
-                        " state but this run's optimizer is ", live.type));
+    throw DataError(cat(origin, ": the checkpoint holds ", to_string(state.type),
+                        " state but this run's optimizer is ", to_string(live.type)));
   }
   if (want != have || state.state.size() != live.state.size()) {
     throw DataError(cat(origin, ": the checkpoint's optimizer has parameter groups of sizes ",
@@ -288,14 +289,14 @@ void load_optimizer_state(torch::optim::Optimizer& optimizer, const OptimizerSta
     params.insert(params.end(), group.params().begin(), group.params().end());
   }
   const std::vector<std::string> names =
-      state.type == "sgd"
+      state.type == OptimizerType::kSgd
           ? std::vector<std::string>{"momentum_buffer"}
           : std::vector<std::string>{"step", "exp_avg", "exp_avg_sq", "max_exp_avg_sq"};
   for (size_t i = 0; i < params.size(); ++i) {
     for (const auto& [name, t] : state.state[i]) {
       if (std::find(names.begin(), names.end(), name) == names.end()) {
-        throw DataError(
-            cat(origin, ": unexpected ", state.type, " state '", name, "' for parameter ", i));
+        throw DataError(cat(origin, ": unexpected ", to_string(state.type), " state '", name,
+                            "' for parameter ", i));
       }
       if (name != "step" && (!t.defined() || t.sizes() != params[i].sizes())) {
         throw DataError(cat(origin, ": ", name, " of parameter ", i, " is ",
@@ -303,7 +304,7 @@ void load_optimizer_state(torch::optim::Optimizer& optimizer, const OptimizerSta
                             shape(params[i])));
       }
     }
-    if (state.type == "adamw" && !state.state[i].empty() &&
+    if (state.type == OptimizerType::kAdamW && !state.state[i].empty() &&
         (!state.state[i].count("step") || !state.state[i].count("exp_avg") ||
          !state.state[i].count("exp_avg_sq"))) {
       throw DataError(
@@ -322,11 +323,11 @@ void load_optimizer_state(torch::optim::Optimizer& optimizer, const OptimizerSta
       auto it = one.find(name);
       return it == one.end() ? at::Tensor() : it->second;
     };
-    if (one.empty() || (state.type == "sgd" && !find("momentum_buffer").defined())) {
+    if (one.empty() || (state.type == OptimizerType::kSgd && !find("momentum_buffer").defined())) {
       slots.erase(key);
       continue;
     }
-    if (state.type == "sgd") {
+    if (state.type == OptimizerType::kSgd) {
       auto st = std::make_unique<torch::optim::SGDParamState>();
       st->momentum_buffer(like(find("momentum_buffer"), params[i]));
       slots[key] = std::move(st);

@@ -260,8 +260,10 @@ void validate_kvstore(const TrainOptions& o) {
                               " with the optimizer on the servers runs MXNet's SGD at a "
                               "constant rate; use TrainOptions::kvstore_optimizer worker");
   const OptimizerOptions& opt = o.optimizer;
-  if (opt.name != "sgd")
-    throw InvalidArgument(cat("OptimizerOptions::name ", opt.name, " is not sgd", why, ")"));
+  if (opt.type != OptimizerType::kSgd) {
+    throw InvalidArgument(
+        cat("OptimizerOptions::type ", to_string(opt.type), " is not sgd", why, ")"));
+  }
   if (opt.nesterov)
     throw InvalidArgument(cat("OptimizerOptions::nesterov is not supported", why, ")"));
   if (opt.norm_weight_decay || opt.bias_weight_decay) {

@@ -38,7 +38,7 @@ std::string config_markdown(const TrainOptions& o, int world_size) {
       {"batch size per rank", std::to_string(o.batch_size)},
       {"accumulation steps", std::to_string(o.accumulation_steps)},
       {"epochs", std::to_string(o.epochs)},
-      {"optimizer", o.optimizer.name},
+      {"optimizer", to_string(o.optimizer.type)},
       {"lr", cat(o.optimizer.lr)},
       {"lr scaling", to_string(o.lr_scaling)},
       {"lr schedule", to_string(o.lr_schedule)},

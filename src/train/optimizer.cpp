@@ -56,20 +56,33 @@ void collect(torch::nn::Module& m, const OptimizerOptions& o,
 
 }  // namespace
 
-std::vector<std::string> optimizer_names() { return {"sgd", "adamw"}; }
+constexpr OptimizerType kOptimizerTypes[] = {OptimizerType::kSgd, OptimizerType::kAdamW};
+
+std::string to_string(OptimizerType type) {
+  return type == OptimizerType::kAdamW ? "adamw" : "sgd";
+}
+
+OptimizerType parse_optimizer_type(const std::string& name) {
+  for (OptimizerType t : kOptimizerTypes) {
+    if (name == to_string(t)) return t;
+  }
+  throw InvalidArgument(
+      cat("unknown optimizer '", name, "'; valid optimizers: ", join(optimizer_names(), ", ")));
+}
+
+std::vector<std::string> optimizer_names() {
+  std::vector<std::string> names;
+  for (OptimizerType t : kOptimizerTypes) names.push_back(to_string(t));
+  return names;
+}
 
 void validate(const OptimizerOptions& o) {
-  const auto names = optimizer_names();
-  if (std::find(names.begin(), names.end(), o.name) == names.end()) {
-    throw InvalidArgument(
-        cat("unknown optimizer '", o.name, "'; valid optimizers: ", join(names, ", ")));
-  }
   // Messages name the fields; the CLI maps them to its flags.
   if (!(o.lr > 0)) throw InvalidArgument(cat("OptimizerOptions::lr must be positive, got ", o.lr));
   if (o.momentum < 0) {
     throw InvalidArgument(cat("OptimizerOptions::momentum must be >= 0, got ", o.momentum));
   }
-  if (o.name == "sgd" && o.nesterov && o.momentum <= 0) {
+  if (o.type == OptimizerType::kSgd && o.nesterov && o.momentum <= 0) {
     throw InvalidArgument("OptimizerOptions::nesterov needs OptimizerOptions::momentum > 0");
   }
   for (auto [field, v] : {std::pair<const char*, double>{"weight_decay", o.weight_decay},
@@ -105,7 +118,7 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(torch::nn::Module& modul
   validate(o);
   ParameterGroups groups = parameter_groups(module, o);
   std::vector<torch::optim::OptimizerParamGroup> param_groups;
-  if (o.name == "adamw") {
+  if (o.type == OptimizerType::kAdamW) {
     auto options = [&](double wd) {
       return torch::optim::AdamWOptions(o.lr)
           .betas(std::make_tuple(o.beta1, o.beta2))

@@ -214,7 +214,7 @@ void Trainer::log_start() const {
         << pg_.size() << " rank(s) x batch " << o_.batch_size << ", "
         << splits_.train->batches_per_epoch() << " steps per epoch, " << at::get_num_threads()
         << " thread(s) per rank on " << state_.device.str() << std::endl;
-  *log_ << "  optimizer " << o_.optimizer.name << ", lr " << schedule_.base_lr
+  *log_ << "  optimizer " << to_string(o_.optimizer.type) << ", lr " << schedule_.base_lr
         << (o_.lr_scaling == LrScaling::kLinear ? " (linear scaling)" : "") << ", schedule "
         << to_string(schedule_.kind);
   if (schedule_.warmup_steps > 0) *log_ << " after " << schedule_.warmup_steps << " warm-up steps";

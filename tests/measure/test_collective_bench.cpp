@@ -29,7 +29,7 @@ class EveryCollective : public ::testing::TestWithParam<std::tuple<std::string, 
 TEST_P(EveryCollective, ResultsAreRightElementByElementInAndOutOfPlace) {
   const auto& [op, world, redop] = GetParam();
   CollectiveBenchOptions o;
-  o.op = op;
+  o.op = parse_collective_op(op);
   o.redop = parse_collective_reduce_op(redop);
   o.root = world - 1;  // not rank 0, to catch a root mix-up
   o.min_bytes = 4;     // below one element per rank for chunked ops: skipped
@@ -79,7 +79,7 @@ INSTANTIATE_TEST_SUITE_P(Ranks, EveryCollective, ::testing::ValuesIn(cases()),
 TEST(CollectiveBench, OtherTypesAreCheckedToo) {
   for (const char* dtype : {"double", "int32", "int64"}) {
     CollectiveBenchOptions o;
-    o.op = "allreduce";
+    o.op = CollectiveOp::kAllreduce;
     o.dtype = parse_collective_dtype(dtype);
     o.min_bytes = o.max_bytes = 1024;
     o.iterations = 1;
@@ -95,7 +95,7 @@ TEST(CollectiveBench, OtherTypesAreCheckedToo) {
 
 TEST(CollectiveBench, RowsCarryNcclTestsSizeAndCount) {
   CollectiveBenchOptions o;
-  o.op = "allgather";
+  o.op = CollectiveOp::kAllgather;
   o.min_bytes = o.max_bytes = 1000;  // 250 floats -> 83 per rank at 3 ranks
   o.iterations = 1;
   run_ranks(3, [&](const ProcessGroup& pg) {
@@ -111,15 +111,14 @@ TEST(CollectiveBench, RowsCarryNcclTestsSizeAndCount) {
 TEST(CollectiveBench, BusBandwidthFactorsAreNcclTests) {
   for (const std::string& op : collective_bench_ops()) {
     for (int n : {2, 3, 8})
-      EXPECT_DOUBLE_EQ(bus_bandwidth_factor(op, n), nccl_tests_factor(op, n)) << op;
+      EXPECT_DOUBLE_EQ(bus_bandwidth_factor(parse_collective_op(op), n), nccl_tests_factor(op, n))
+          << op;
   }
-  EXPECT_DOUBLE_EQ(bus_bandwidth_factor("allreduce", 8), 1.75);
+  EXPECT_DOUBLE_EQ(bus_bandwidth_factor(CollectiveOp::kAllreduce, 8), 1.75);
 }
 
 TEST(CollectiveBench, UnknownCollectiveIsAnErrorListingTheKnownOnes) {
-  CollectiveBenchOptions o;
-  o.op = "allscatter";
-  const std::string m = error_of([&] { run_collective_bench(o, ProcessGroup()); });
+  const std::string m = error_of([] { parse_collective_op("allscatter"); });
   EXPECT_NE(m.find("unknown collective 'allscatter'"), std::string::npos) << m;
   EXPECT_NE(m.find("reduce_scatter"), std::string::npos) << m;
 }

@@ -76,7 +76,7 @@ TEST_F(Checkpoints, SaveThenLoadReturnsTheSameTensorsCountersAndRngState) {
     EXPECT_TRUE(same(c.optimizer.state[i].at("momentum_buffer"),
                      saved.optimizer.state[i].at("momentum_buffer")));
   }
-  EXPECT_EQ(c.optimizer.type, "sgd");
+  EXPECT_EQ(c.optimizer.type, OptimizerType::kSgd);
   ASSERT_EQ(c.optimizer.groups.size(), 1u);
   EXPECT_DOUBLE_EQ(c.optimizer.groups[0].lr, 0.1);
   EXPECT_DOUBLE_EQ(c.optimizer.groups[0].momentum, 0.9);

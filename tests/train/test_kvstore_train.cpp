@@ -334,8 +334,8 @@ TEST_F(KVStoreTraining, AnUnknownKvstoreIsAnInvalidArgumentListingTheTypes) {
       testing::error_of([&] { validate(o); }).find("needs TrainOptions::kvstore_optimizer server"),
       std::string::npos);
   o.kvstore_optimizer = KVStoreOptimizer::kServer;
-  o.optimizer.name = "adamw";
-  EXPECT_NE(testing::error_of([&] { validate(o); }).find("OptimizerOptions::name adamw is not sgd"),
+  o.optimizer.type = OptimizerType::kAdamW;
+  EXPECT_NE(testing::error_of([&] { validate(o); }).find("OptimizerOptions::type adamw is not sgd"),
             std::string::npos);
 }
 

@@ -174,7 +174,7 @@ NamedTensors Resume::adamw_cosine_resume_equals_straight(const std::string& amp,
   TrainOptions o = options(amp + "-straight", 2);
   o.amp = parse_amp_mode(amp);
   o.device = parse_device_choice(device);
-  o.optimizer.name = "adamw";
+  o.optimizer.type = OptimizerType::kAdamW;
   o.optimizer.lr = 2e-3;
   o.optimizer.weight_decay = 0.05;
   o.optimizer.norm_weight_decay = 0.0;  // two parameter groups
@@ -188,7 +188,7 @@ NamedTensors Resume::adamw_cosine_resume_equals_straight(const std::string& amp,
   std::vector<EpochMetrics> straight_history;
   run(o, 1, &straight_history);
   const Checkpoint straight = latest(amp + "-straight");
-  EXPECT_EQ(straight.optimizer.type, "adamw");
+  EXPECT_EQ(straight.optimizer.type, OptimizerType::kAdamW);
   if (straight.optimizer.groups.size() != 2u) {
     ADD_FAILURE() << straight.optimizer.groups.size() << " parameter groups, expected 2";
     return {};

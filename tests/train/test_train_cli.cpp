@@ -17,10 +17,13 @@
 #include <torch/nn/module.h>
 #include <torch/utils.h>
 
+#include "dtrain/bench.h"
 #include "dtrain/comm.h"
 #include "dtrain/data.h"
 #include "dtrain/errors.h"
+#include "dtrain/kvstore.h"
 #include "dtrain/models.h"
+#include "dtrain/optim.h"
 #include "dtrain/train.h"
 #include "support/ranks.h"
 #include "support/shell.h"
@@ -154,6 +157,30 @@ TEST(TypedOptions, EveryNameParsesToTheValueThatSpellsIt) {
   for (const std::string& name : comm_hook_names()) {
     EXPECT_NE(comm_hook_by_name(name), nullptr) << name;
   }
+  for (OptimizerType t : {OptimizerType::kSgd, OptimizerType::kAdamW}) {
+    EXPECT_EQ(parse_optimizer_type(to_string(t)), t);
+  }
+  EXPECT_EQ(optimizer_names(), (std::vector<std::string>{"sgd", "adamw"}));
+  EXPECT_EQ(testing::error_of([] { parse_optimizer_type("AdamW"); }),
+            "unknown optimizer 'AdamW'; valid optimizers: sgd, adamw");
+  for (CollectiveOp op :
+       {CollectiveOp::kAllreduce, CollectiveOp::kAllgather, CollectiveOp::kReduceScatter,
+        CollectiveOp::kBroadcast, CollectiveOp::kReduce, CollectiveOp::kAlltoall}) {
+    EXPECT_EQ(parse_collective_op(to_string(op)), op);
+  }
+  EXPECT_EQ(collective_bench_ops(),
+            (std::vector<std::string>{"allreduce", "allgather", "reduce_scatter", "broadcast",
+                                      "reduce", "alltoall"}));
+  EXPECT_EQ(testing::error_of([] { parse_collective_op("reducescatter"); }),
+            "unknown collective 'reducescatter'; use allreduce, allgather, reduce_scatter, "
+            "broadcast, reduce, alltoall");
+  for (GradientCompressionType t :
+       {GradientCompressionType::kNone, GradientCompressionType::k2Bit}) {
+    EXPECT_EQ(parse_gradient_compression_type(to_string(t)), t);
+  }
+  EXPECT_EQ(to_string(GradientCompressionType::k2Bit), "2bit");  // MXNet's {'type': '2bit'}
+  EXPECT_EQ(testing::error_of([] { parse_gradient_compression_type("1bit"); }),
+            "unknown gradient compression '1bit'; use none or 2bit");
 }
 
 TEST_F(TrainCli, BadPowerSGDFlagsAreOneLineUsageErrorsNamingTheFlagAndTheFix) {
@@ -474,7 +501,7 @@ class OnGpu : public testing::ScratchDir {
     o.channels_last = channels_last;
     o.clip_grad_norm = 1.0;
     o.progress = TrainOptions::Progress::kNone;
-    o.optimizer.name = "adamw";
+    o.optimizer.type = OptimizerType::kAdamW;
     o.optimizer.lr = 1e-3;
     return o;
   }

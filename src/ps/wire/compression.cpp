@@ -6,6 +6,8 @@
 #include <sstream>
 
 #include "common/strings.h"
+#include "dtrain/errors.h"
+#include "dtrain/kvstore.h"
 
 namespace dtrain::ps {
 namespace {
@@ -57,3 +59,19 @@ bool decode_compression_params(std::string_view text, int* type, float* threshol
 }
 
 }  // namespace dtrain::ps
+
+namespace dtrain {
+
+std::string to_string(GradientCompressionType type) {
+  return type == GradientCompressionType::k2Bit ? "2bit" : "none";
+}
+
+GradientCompressionType parse_gradient_compression_type(const std::string& name) {
+  for (GradientCompressionType t :
+       {GradientCompressionType::kNone, GradientCompressionType::k2Bit}) {
+    if (name == to_string(t)) return t;
+  }
+  throw InvalidArgument(cat("unknown gradient compression '", name, "'; use none or 2bit"));
+}
+
+}  // namespace dtrain

@@ -116,11 +116,7 @@ class DistKVStore : public KVStore {
 
   void set_gradient_compression(const GradientCompression& spec) override {
     check_open();
-    if (spec.type != "none" && spec.type != "2bit") {
-      throw InvalidArgument(
-          cat("unknown gradient compression '", spec.type, "'; use none or 2bit"));
-    }
-    if (spec.type == "2bit" && !(spec.threshold > 0)) {
+    if (spec.type == GradientCompressionType::k2Bit && !(spec.threshold > 0)) {
       throw InvalidArgument(cat("2-bit compression threshold ", spec.threshold, " must be > 0"));
     }
     if (!keys_.empty()) {
@@ -128,7 +124,7 @@ class DistKVStore : public KVStore {
           "set gradient compression before the first init (MXNet's rule: keys "
           "are placed for compressed pushes at init)");
     }
-    compress_ = spec.type == "2bit";
+    compress_ = spec.type == GradientCompressionType::k2Bit;
     threshold_ = spec.threshold;
     if (rank() == 0) {
       command(

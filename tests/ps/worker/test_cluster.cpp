@@ -144,7 +144,7 @@ TEST(PsCluster, TwoBitCompressedPushesSumWhatEachWorkersResidualReleases) {
     }
   }
   run_job(2, workers, true, 40, [&](KVStore& kv) {
-    kv.set_gradient_compression({"2bit", 0.5f});
+    kv.set_gradient_compression({GradientCompressionType::k2Bit, 0.5f});
     kv.init(9, std::vector<float>(n, 0.0f));
     std::vector<float> grad(n), out(n);
     for (size_t i = 0; i < n; ++i) grad[i] = grad_of(kv.rank(), i);
