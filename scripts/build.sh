@@ -23,7 +23,9 @@
 # <cache>/torch-<version>-ccache, or $HOME/.cache/dtrain-ccache for the 1.13
 # build; 5G at most), DTRAIN_NICE (nice level of the build, default 0),
 # DTRAIN_SYSTEM_TORCH_DIR (Debian's TorchConfig.cmake folder, default
-# /usr/lib/x86_64-linux-gnu/cmake/Torch), DTRAIN_TORCH_* and DTRAIN_CUDA_HOME
+# /usr/lib/x86_64-linux-gnu/cmake/Torch), DTRAIN_INSTALL=1 (install
+# libtorch-dev when the fallback needs it; scripts/demo.sh sets it),
+# DTRAIN_TORCH_* and DTRAIN_CUDA_HOME
 # (scripts/torch-wheel.sh's header).
 set -euo pipefail
 
@@ -85,6 +87,11 @@ choose_torch() {
     [[ $rc -eq 3 ]] || die "scripts/torch-wheel.sh failed (exit $rc; see above)"
     if [[ "$TORCH_MODE" == wheel ]]; then
       die "$cause; the fallback, the 1.13 build (DTRAIN_TORCH=system), is off under DTRAIN_TORCH=wheel or CI=true"
+    fi
+    if ! have_debian_libtorch && [[ "${DTRAIN_INSTALL:-0}" == 1 ]]; then
+      log "$cause: installing Debian's libtorch-dev for the fallback, the 1.13 build"
+      bash "$REPO_ROOT/scripts/install-deps.sh" libtorch-dev ||
+        die "$cause; the fallback, the 1.13 build, needs Debian's libtorch-dev, which apt-get could not install"
     fi
     have_debian_libtorch ||
       die "$cause; the fallback, the 1.13 build, needs Debian's libtorch-dev (apt-get install libtorch-dev)"

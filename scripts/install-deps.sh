@@ -3,8 +3,13 @@
 # through sudo when not root. Idempotent: when every package is already
 # installed it returns at once, without touching the network.
 #
-#   scripts/install-deps.sh          install what is missing
-#   scripts/install-deps.sh --list   print the package list
+#   scripts/install-deps.sh                 install what is missing
+#   scripts/install-deps.sh --demo          only what README command 1 needs:
+#                                           building `dtrain` on the torch wheel
+#                                           and the Fashion-MNIST demo
+#   scripts/install-deps.sh --list [--demo] print the package list
+#   scripts/install-deps.sh PACKAGE...      these packages (e.g. libtorch-dev
+#                                           for the 1.13 fallback)
 set -euo pipefail
 
 # Build: compilers, CMake, Ninja, ccache and the libraries dtrain links.
@@ -56,7 +61,20 @@ readonly RUN_PACKAGES=(
   # deploy/slurm/dtrain.sbatch; installing them starts no daemon here.
   clang-14 libclang-rt-14-dev slurmd slurmctld munge
 )
-readonly PACKAGES=("${BUILD_PACKAGES[@]}" "${RUN_PACKAGES[@]}")
+# README command 1 (scripts/demo.sh): the `dtrain` program on the torch wheel
+# (configured with DTRAIN_BUILD_TESTS and DTRAIN_BUILD_BENCH off), the
+# dataset, and python3-venv for the wheel's venv. Not Debian's LibTorch, the
+# tests' peers and tools, or MPI, etcd, Chromium, Slurm and clang: on a
+# fresh machine they are most of the download. scripts/build.sh installs
+# libtorch-dev itself when it takes the 1.13 fallback under DTRAIN_INSTALL=1.
+readonly DEMO_PACKAGES=(
+  build-essential cmake ninja-build ccache
+  libgloo-dev libcli11-dev nlohmann-json3-dev prometheus-cpp-dev
+  zlib1g-dev libturbojpeg0-dev libjpeg62-turbo-dev libpng-dev libzmq3-dev pkgconf
+  libcurl4-openssl-dev libssl-dev libexpat1-dev
+  dataset-fashion-mnist python3-venv
+)
+PACKAGES=("${BUILD_PACKAGES[@]}" "${RUN_PACKAGES[@]}")
 
 log() { printf '==> install-deps: %s\n' "$*"; }
 die() { printf '==> install-deps: ERROR: %s\n' "$*" >&2; exit 1; }
@@ -95,7 +113,22 @@ install_python_tools() {
 }
 
 main() {
-  if [[ "${1:-}" == --list ]]; then
+  local list=0 demo=0 named=() full=1
+  while [[ $# -gt 0 ]]; do
+    case "$1" in
+      --list) list=1 ;;
+      --demo) demo=1 ;;
+      -*) die "unknown option $1 (--demo, --list, or package names)" ;;
+      *) named+=("$1") ;;
+    esac
+    shift
+  done
+  if [[ ${#named[@]} -gt 0 ]]; then
+    PACKAGES=("${named[@]}") full=0
+  elif [[ $demo == 1 ]]; then
+    PACKAGES=("${DEMO_PACKAGES[@]}") full=0
+  fi
+  if [[ $list == 1 ]]; then
     printf '%s\n' "${PACKAGES[@]}"
     return 0
   fi
@@ -107,7 +140,7 @@ main() {
   mapfile -t missing < <(missing_packages)
   if [[ ${#missing[@]} -eq 0 ]]; then
     log "all ${#PACKAGES[@]} packages are installed"
-    install_python_tools
+    [[ $full == 0 ]] || install_python_tools
     return 0
   fi
   log "installing ${#missing[@]} missing package(s): ${missing[*]}"
@@ -117,7 +150,7 @@ main() {
 
   mapfile -t missing < <(missing_packages)
   [[ ${#missing[@]} -eq 0 ]] || die "still missing after apt-get install: ${missing[*]}"
-  install_python_tools
+  [[ $full == 0 ]] || install_python_tools
   log "done"
 }
 

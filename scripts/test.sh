@@ -246,7 +246,8 @@ main() {
     local failed_before=$FAILED
     FAILED=0
     run_stage "build (LibTorch 2.11, $flavour)" "$LOG_DIR/build-wheel.log" \
-      env "${build_env[@]}" DTRAIN_BUILD_DIR="$BUILD_DIR" bash scripts/build.sh
+      env "${build_env[@]}" DTRAIN_BUILD_DIR="$BUILD_DIR" bash scripts/build.sh \
+      -DDTRAIN_BUILD_TESTS=ON -DDTRAIN_BUILD_BENCH=ON
     local build_failed=$FAILED
     FAILED=$((failed_before | FAILED))
     if [[ $build_failed -eq 0 ]]; then
@@ -263,7 +264,7 @@ main() {
     FAILED=0
     run_stage "build (LibTorch 1.13, unit tests)" "$LOG_DIR/build-system.log" \
       env DTRAIN_TORCH=system DTRAIN_BUILD_DIR="$SYSTEM_BUILD_DIR" DTRAIN_BUILD_TARGETS="dtrain dtrain_unit_tests" \
-      bash scripts/build.sh -DDTRAIN_BUILD_BENCH=OFF
+      bash scripts/build.sh -DDTRAIN_BUILD_TESTS=ON -DDTRAIN_BUILD_BENCH=OFF
     local build_failed=$FAILED
     FAILED=$((failed_before | FAILED))
     if [[ $build_failed -eq 0 ]]; then

@@ -29,8 +29,8 @@ namespace {
 // Runs `body` with the process group from the environment, its backend
 // chosen from --backend and the rank's device (join_group); errors become
 // exit codes (2 for bad arguments, 1 otherwise).
-int with_group(const char* name, const std::string& backend, const DeviceChoice& device,
-               const std::function<void(const ProcessGroup&)>& body) {
+int with_bench_group(const char* name, const std::string& backend, const DeviceChoice& device,
+                     const std::function<void(const ProcessGroup&)>& body) {
   try {
     ProcessGroup pg = join_group(backend, device);
     body(pg);
@@ -101,23 +101,24 @@ void add_ddp(CLI::App& bench, int* exit_code) {
                    "refused)");
   cmd->add_flag("--json", f->json, "Print one JSON object (rank 0)");
   cmd->callback([f, exit_code] {
-    *exit_code = with_group("ddp", f->backend, DeviceChoice::cpu(), [&](const ProcessGroup& pg) {
-      f->o.comm_hook = f->hook.name;
-      f->o.powersgd = powersgd_options_from_flags(f->hook);
-      DdpBenchResult r = run_ddp_bench(f->o, pg);
-      if (pg.rank() != 0) return;
-      if (f->json) {
-        std::cout << to_json(r) << std::endl;
-      } else {
-        print_ddp(r);
-        // Which of allreduce, fp16/bf16, PowerSGD and the PS this link and
-        // model favour (Note [Choosing how gradients travel]).
-        if (r.world_size > 1 && r.allreduce_ms > 0) {
-          const CommChoiceFigures figures = comm_choice_figures(r);
-          std::fputs(format_comm_choices(figures, comm_choices(figures)).c_str(), stdout);
-        }
-      }
-    });
+    *exit_code =
+        with_bench_group("ddp", f->backend, DeviceChoice::cpu(), [&](const ProcessGroup& pg) {
+          f->o.comm_hook = f->hook.name;
+          f->o.powersgd = powersgd_options_from_flags(f->hook);
+          DdpBenchResult r = run_ddp_bench(f->o, pg);
+          if (pg.rank() != 0) return;
+          if (f->json) {
+            std::cout << to_json(r) << std::endl;
+          } else {
+            print_ddp(r);
+            // Which of allreduce, fp16/bf16, PowerSGD and the PS this link and
+            // model favour (Note [Choosing how gradients travel]).
+            if (r.world_size > 1 && r.allreduce_ms > 0) {
+              const CommChoiceFigures figures = comm_choice_figures(r);
+              std::fputs(format_comm_choices(figures, comm_choices(figures)).c_str(), stdout);
+            }
+          }
+        });
   });
 }
 
@@ -267,7 +268,7 @@ void add_collective(CLI::App& bench, int* exit_code) {
       return;
     }
     f->o.check = f->check != 0;
-    *exit_code = with_group(
+    *exit_code = with_bench_group(
         "collective", f->backend, DeviceChoice::automatic(), [&](const ProcessGroup& pg) {
           auto rows = run_collective_bench(f->o, pg);
           if (pg.rank() == 0) {

@@ -62,7 +62,7 @@ std::chrono::milliseconds group_timeout(const GroupFlags& f) {
   return std::chrono::milliseconds(static_cast<int64_t>(f.timeout_s * 1000));
 }
 
-ProcessGroup join_group(const GroupFlags& f, const DeviceChoice& device) {
+ProcessGroup join_flags_group(const GroupFlags& f, const DeviceChoice& device) {
   return cli::join_group(f.backend, device, group_timeout(f));
 }
 
@@ -178,7 +178,7 @@ int run_eval(const EvalFlags& f) {
     EvalOptions o = f.options;
     o.device = parse_device_flag(f.group.device);
     validate(o);
-    ProcessGroup pg = join_group(f.group, o.device);
+    ProcessGroup pg = join_flags_group(f.group, o.device);
     evaluate(o, pg, &std::cout);
     return 0;
   } catch (const InvalidArgument& e) {

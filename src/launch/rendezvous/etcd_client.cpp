@@ -14,8 +14,6 @@ namespace {
 
 using nlohmann::json;
 
-std::string endpoint(const std::string& host, int port) { return cat(host, ":", port); }
-
 /// An int64 field of an etcd reply: the gateway writes int64 as a JSON string
 /// and omits zero values. Throws StoreError on anything else.
 int64_t int_field(const json& object, const char* name, const std::string& where) {
@@ -102,7 +100,7 @@ EtcdClient::EtcdClient(std::string host, int port, std::chrono::milliseconds tim
                        Transport transport)
     : host_(std::move(host)), port_(port), timeout_(timeout), transport_(std::move(transport)) {}
 
-std::string EtcdClient::describe() const { return cat("etcd at ", endpoint(host_, port_)); }
+std::string EtcdClient::describe() const { return cat("etcd at ", host_port(host_, port_)); }
 
 json EtcdClient::call(const std::string& method, const json& request, const std::string& what,
                       bool* not_found) {

@@ -29,8 +29,6 @@ using Clock = std::chrono::steady_clock;
 constexpr size_t kMaxResponseBytes = 64 << 20;
 constexpr const char* kHint = ": is etcd running and is LaunchOptions::rdzv_endpoint right?";
 
-std::string endpoint(const std::string& host, int port) { return cat(host, ":", port); }
-
 /// Milliseconds left until `deadline`, at least 0, for poll().
 int remaining_ms(Clock::time_point deadline) {
   auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
@@ -52,7 +50,7 @@ bool wait_ready(int fd, short events, Clock::time_point deadline, const std::str
 /// Connects to the first address of host:port that accepts before the deadline.
 Fd connect_with_deadline(const std::string& host, int port, Clock::time_point deadline,
                          std::chrono::milliseconds timeout, const std::string& what) {
-  const std::string hp = endpoint(host, port);
+  const std::string hp = host_port(host, port);
   auto unreachable = [&](const std::string& reason) {
     return StoreError(cat("cannot reach etcd at ", hp, " (", reason, ") for ", what, kHint));
   };
@@ -225,7 +223,7 @@ HttpResponse http_post(const std::string& host, int port, const std::string& pat
                        const std::string& what) {
   // One deadline for connect + send + receive: the caller's bound is per call.
   const Clock::time_point deadline = Clock::now() + timeout;
-  const std::string hp = endpoint(host, port);
+  const std::string hp = host_port(host, port);
   const std::string where = cat("etcd at ", hp, ", ", what);
   const std::string late =
       cat("etcd at ", hp, " did not answer ", what, " within ", timeout.count(),

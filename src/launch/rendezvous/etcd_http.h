@@ -17,6 +17,11 @@ struct HttpResponse {
   std::string body;
 };
 
+/// "host:port", as messages name the etcd server.
+inline std::string host_port(const std::string& host, int port) {
+  return host + ":" + std::to_string(port);
+}
+
 /// POSTs `body` (Content-Type: application/json) to http://host:port`path`
 /// with "Connection: close" and returns the response. Connect, send and
 /// receive together take at most `timeout`. Throws StoreError when the server

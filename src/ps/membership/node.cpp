@@ -29,8 +29,6 @@ constexpr std::string_view kLeaveBody = "dtrain-leave";
 // The body prefix of a worker's requested rank in ADD_NODE.
 constexpr std::string_view kWorkerIdPrefix = "dtrain-worker-id=";
 
-double seconds(Millis d) { return static_cast<double>(d.count()) / 1000.0; }
-
 std::string host_port(const NodeInfo& n) { return cat(n.hostname, ":", n.port); }
 
 // now + d, saturating (d may be Millis::max(): never).

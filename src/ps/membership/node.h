@@ -101,6 +101,9 @@ namespace dtrain::ps {
 
 using Millis = std::chrono::milliseconds;
 
+/// `d` in seconds, as log lines and errors print a timeout.
+inline double seconds(Millis d) { return static_cast<double>(d.count()) / 1000.0; }
+
 /// Options of one node; resolved from DMLC_* by options_from_env (env.cpp).
 struct NodeOptions {
   Role role = Role::kWorker;

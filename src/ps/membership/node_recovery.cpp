@@ -33,8 +33,6 @@
 namespace dtrain::ps {
 namespace {
 
-double seconds(Millis d) { return static_cast<double>(d.count()) / 1000.0; }
-
 // How many data messages a replacement keeps until its node table arrives.
 constexpr size_t kMaxEarlyData = 4096;
 // How many replacements the scheduler keeps waiting for a dead server.

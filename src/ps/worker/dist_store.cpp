@@ -47,7 +47,6 @@ struct Part {
 size_t elem_size(KVDType t) { return t == KVDType::kFloat16 ? 2 : 4; }
 int mshadow(KVDType t) { return t == KVDType::kFloat16 ? kMshadowFloat16 : kMshadowFloat32; }
 const char* dtype_name(KVDType t) { return t == KVDType::kFloat16 ? "float16" : "float32"; }
-double seconds(Millis d) { return static_cast<double>(d.count()) / 1000.0; }
 
 class DistKVStore : public KVStore {
  public:
