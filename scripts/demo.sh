@@ -16,7 +16,7 @@ set -euo pipefail
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 readonly REPO_ROOT
 
-log() { printf '==> demo: %s\n' "$*"; }
+log() { printf '==> demo: %s (%d s so far)\n' "$*" "$SECONDS"; }
 
 main() {
   cd "$REPO_ROOT"
