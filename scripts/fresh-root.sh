@@ -58,11 +58,15 @@ else
 fi
 git clone -q --no-hardlinks "$REPO_ROOT" "$ROOT/src"
 cp /etc/resolv.conf "$ROOT/etc/resolv.conf"
+# The CA bundle goes beside the system's, which the root's ca-certificates
+# package rewrites when apt-get installs it.
 pip_env=()
-while IFS= read -r line; do pip_env+=("$line"); done < <(env | grep '^PIP_' || true)
+while IFS= read -r line; do
+  [[ "$line" == PIP_CERT=* ]] || pip_env+=("$line")
+done < <(env | grep '^PIP_' || true)
 if [[ -n "${PIP_CERT:-}" && -f "$PIP_CERT" ]]; then
-  mkdir -p "$ROOT$(dirname "$PIP_CERT")"
-  cp "$PIP_CERT" "$ROOT$PIP_CERT"
+  cp "$PIP_CERT" "$ROOT/etc/ssl/host-pip-ca.crt"
+  pip_env+=(PIP_CERT=/etc/ssl/host-pip-ca.crt)
 fi
 
 log "running '$CMD' in $ROOT (log: $ROOT/tmp/fresh-$WHAT.log)"
