@@ -65,6 +65,7 @@ while IFS= read -r line; do
   [[ "$line" == PIP_CERT=* ]] || pip_env+=("$line")
 done < <(env | grep '^PIP_' || true)
 if [[ -n "${PIP_CERT:-}" && -f "$PIP_CERT" ]]; then
+  mkdir -p "$ROOT/etc/ssl"
   cp "$PIP_CERT" "$ROOT/etc/ssl/host-pip-ca.crt"
   pip_env+=(PIP_CERT=/etc/ssl/host-pip-ca.crt)
 fi
