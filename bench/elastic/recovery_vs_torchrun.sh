@@ -225,6 +225,8 @@ trial() {
     echo "$(printf '%q ' "${CMD[@]}")" >"$dir/cmd"
     TRIAL_DIR=$dir
     : >"$log"
+    local load
+    load=$(cut -d' ' -f1 /proc/loadavg)  # the 1-minute load before this trial
     env OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 timeout --kill-after=5 $((3 * TIMEOUT)) \
         "${CMD[@]}" </dev/null >"$log" 2>&1 &
     LAUNCHER_PG=$!
@@ -243,7 +245,7 @@ trial() {
     fi
     stop_launcher
     if [[ $status != ok ]]; then
-        echo "  $impl mi=$mi #$rep: FAILED ($status); last lines of $log:" >&2
+        echo "  $impl mi=$mi #$rep (load before $load): FAILED ($status); last lines of $log:" >&2
         tail -n 12 "$log" | sed 's/^/    /' >&2
         printf '%s\t%s\t%s\t%s\t\t\t\t\t\t\t\n' "$impl" "$mi" "$rep" "$status" >>"$RESULTS"
         return 0
@@ -264,7 +266,7 @@ trial() {
     all=$(awk -v a="$hi" -v k="$t_kill" 'BEGIN { printf "%.3f", (a - k) / 1e9 }')
     printf '%s\t%s\t%s\tok\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$impl" "$mi" "$rep" "$any" "$all" \
         "$spawn" "$start" "$ready" "$resumed" "$dir" >>"$RESULTS"
-    echo "  $impl mi=$mi #$rep: first step after kill ${any}s (all ranks ${all}s; spawned ${spawn}s, main ${start}s, ready ${ready}s, resumed at step $resumed)" >&2
+    echo "  $impl mi=$mi #$rep (load before $load): first step after kill ${any}s (all ranks ${all}s; spawned ${spawn}s, main ${start}s, ready ${ready}s, resumed at step $resumed)" >&2
 }
 
 echo "load before: $(uptime)" >&2

@@ -75,8 +75,9 @@ done
 order=(tv1 df1 dp1 no-dct no-region uint8 tv2 df2 dp2)
 for ((round = 0; round < repeat; round++)); do
   for key in "${order[@]}"; do
+    load=$(cut -d' ' -f1 /proc/loadavg)  # the 1-minute load before this run
     line=$(timeout "$limit" ${cmd[$key]})
-    echo "$line" >&2
+    echo "round $((round + 1)) $key (load before $load): $line" >&2
     v=$(sed -n 's/.*images_per_sec=\([0-9.]*\).*/\1/p' <<<"$line")
     r[$key]=$(awk -v a="${r[$key]:-0}" -v b="$v" 'BEGIN { print (b > a ? b : a) }')
   done
