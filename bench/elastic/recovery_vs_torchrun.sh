@@ -16,7 +16,7 @@
 #   dtrain:   BUILD/dtrain run ... -- BUILD/bench/elastic/elastic_bench_worker
 # Each --intervals entry is a monitor interval in seconds given to both
 # launchers, or "default" (no flag: each launcher's own default; torchrun's is
-# 5 s). One trial: start the launcher, wait for STEP <kill-step> of restart 0,
+# 5 s in torch 1.13, 0.1 s in 2.x). One trial: start the launcher, wait for STEP <kill-step> of restart 0,
 # SIGKILL rank 1 (its pid file), wait for the first STEP of restart 1 on every
 # rank, stop the launcher. Recovery = worker's STEP timestamp - kill timestamp
 # (both CLOCK_REALTIME). Prints a markdown table (median/min/max over the
@@ -76,6 +76,9 @@ DTRAIN=$BUILD/dtrain
 peer_select "$DTRAIN" || exit 1
 PY=("${PEER_ENV[@]}" "$PEER_PY")
 peer_versions >&2
+# torchrun's own default monitor interval: 5 s in torch 1.13, 0.1 s in 2.x
+TORCHRUN_MI_DEFAULT=$("${PY[@]}" -c 'from torch.distributed.run import get_args_parser
+print(get_args_parser().get_default("monitor_interval"))' 2>/dev/null || echo '?')
 WORKER=$BUILD/bench/elastic/elastic_bench_worker
 OUT=${OUT:-$(mktemp -d /tmp/dtrain-elastic-bench.XXXXXX)}
 mkdir -p "$OUT"
@@ -283,9 +286,9 @@ for mi in $INTERVALS; do
 done
 echo "load after:  $(uptime)" >&2
 
-"${PY[@]}" - "$RESULTS" "$DTRAIN_MI_DEFAULT" "$KILL_STEP" "$NPROC" "$CKPT_EVERY" <<'EOF'
+"${PY[@]}" - "$RESULTS" "$DTRAIN_MI_DEFAULT" "$KILL_STEP" "$NPROC" "$CKPT_EVERY" "$TORCHRUN_MI_DEFAULT" <<'EOF'
 import statistics, sys
-results, dtrain_default, kill_step, nproc, ckpt = sys.argv[1:6]
+results, dtrain_default, kill_step, nproc, ckpt, torchrun_default = sys.argv[1:7]
 rows = [l.rstrip("\n").split("\t") for l in open(results) if l.strip()]
 groups = {}
 for r in rows:
@@ -300,7 +303,7 @@ def fmt(s):
 def label(mi, impl):
     if mi != "default":
         return f"{mi} s"
-    return f"default ({dtrain_default} s)" if impl == "dtrain" else "default (5 s)"
+    return f"default ({dtrain_default if impl == 'dtrain' else torchrun_default} s)"
 
 print()
 print(f"Recovery after SIGKILL of rank 1 at step {kill_step}: {nproc} workers, 1 thread each, "
