@@ -118,8 +118,9 @@ def shared_state(server, run_id):
         if state is None:
             return "no state written"
         st = pickle.loads(state[0])
-        now = datetime.utcnow()
-        fresh = sum(1 for t in st.last_heartbeats.values() if now - t < timedelta(seconds=15))
+        def age(t):  # heartbeats: naive UTC in torch 1.13, timezone-aware in 2.x
+            return (datetime.now(t.tzinfo) if t.tzinfo else datetime.utcnow()) - t
+        fresh = sum(1 for t in st.last_heartbeats.values() if age(t) < timedelta(seconds=15))
         return (f"round {st.round}, complete={st.complete}, {len(st.participants)} participants, "
                 f"{fresh} heartbeats < 15 s old, state {len(state[0])} bytes")
     except Exception as e:  # diagnostics only

@@ -110,19 +110,21 @@ for mode in $modes; do
         margs=()
         [[ $dtrain_has_mode == 1 ]] && margs=(--mode "$mode")
         rc=0
+        before=$(load)
         run_bounded $((cap + 120)) "$log" "$bin" --repeat 1 "${margs[@]}" "$n" || rc=$?
         line=$(grep '^{' "$log" | tail -n1 || true)
         if [[ -z $line ]]; then line='{"ok":false}'; fi
-        echo "{\"impl\":\"dtrain\",\"mode\":\"$mode\",\"n\":$n,\"rep\":$r,\"rc\":$rc,\"load\":\"$(load)\",\"res\":$line}" >> "$results"
+        echo "{\"impl\":\"dtrain\",\"mode\":\"$mode\",\"n\":$n,\"rep\":$r,\"rc\":$rc,\"load\":\"$before\",\"res\":$line}" >> "$results"
         [[ $rc -eq 0 ]] || echo "# dtrain $mode N=$n run $r failed (rc $rc): $(tail -n2 "$log" | tr '\n' ' ')" >&2
       fi
       if [[ " $skip_torch " == *" $mode:$n "* ]]; then continue; fi
       log="$out/torch.$mode.$n.$r.log"
       rc=0
+      before=$(load)
       run_bounded $((cap * 2 + 120)) "$log" "${py[@]}" "$peer" --mode "$mode" --repeat 1 --cap "$cap" "$n" || rc=$?
       line=$(grep '^{' "$log" | tail -n1 || true)
       if [[ -z $line ]]; then line='{"ok":false}'; fi
-      echo "{\"impl\":\"torch\",\"mode\":\"$mode\",\"n\":$n,\"rep\":$r,\"rc\":$rc,\"load\":\"$(load)\",\"res\":$line}" >> "$results"
+      echo "{\"impl\":\"torch\",\"mode\":\"$mode\",\"n\":$n,\"rep\":$r,\"rc\":$rc,\"load\":\"$before\",\"res\":$line}" >> "$results"
       if [[ $line == *'"timed_out": true'* ]]; then
         skip_torch+=" $mode:$n"
       elif [[ $rc -ne 0 ]]; then
