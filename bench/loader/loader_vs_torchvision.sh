@@ -41,7 +41,7 @@ done
 bench="${bench:-$build/bench/bench_loader}"
 [[ -x "$bench" ]] || { echo "missing $bench; build with -DDTRAIN_BUILD_BENCH=ON" >&2; exit 1; }
 peer_select "$build/dtrain" || exit 1
-py="${PEER_ENV[*]} $PEER_PY"  # split into words where it runs, as the commands below are
+py=("${PEER_ENV[@]}" "$PEER_PY")
 peer_versions
 
 folder="$data/folder"
@@ -49,7 +49,7 @@ packed="$data/packed"
 if [[ ! -f "$folder/.complete-$images" ]]; then
   rm -rf "$folder" "$packed"
   echo "generating $images JPEGs (500x375) in $folder"
-  timeout "$limit" $py "$here/make_jpegs.py" "$folder" --classes 10 --per-class $((images / 10))
+  timeout "$limit" "${py[@]}" "$here/make_jpegs.py" "$folder" --classes 10 --per-class $((images / 10))
   touch "$folder/.complete-$images"
 fi
 if [[ ! -f "$packed/index.bin" ]]; then
@@ -65,7 +65,7 @@ echo "cpus: $nproc_cpus  ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | 
 # it evenly over the configurations instead of penalising the last ones.
 declare -A cmd r
 for n in 1 2; do
-  cmd[tv$n]="$py $here/torchvision_loader.py $folder --workers $n --epochs $epochs"
+  cmd[tv$n]="${py[*]} $here/torchvision_loader.py $folder --workers $n --epochs $epochs"
   cmd[df$n]="$bench $folder --threads $n --epochs $epochs"
   cmd[dp$n]="$bench $packed --packed --threads $n --epochs $epochs"
 done
