@@ -184,7 +184,7 @@ run_loopback() {  # MODEL
     if [[ $HAVE_DTRAIN == 1 ]]; then
         log=$OUT/loopback.$model.dtrain.log
         port=$(free_port)
-        echo "== loopback $model dtrain: $DTRAIN run --nproc-per-node 2 --master-port $port -- ${DCMD[*]}" >&2
+        echo "== (load before $(cut -d' ' -f1 /proc/loadavg)) loopback $model dtrain: $DTRAIN run --nproc-per-node 2 --master-port $port -- ${DCMD[*]}" >&2
         run_bg "$log" env "${COMMON_ENV[@]}" "$DTRAIN" run --nproc-per-node 2 --master-port "$port" -- \
             "${DCMD[@]}"
         wait_all "$LAST_PID"
@@ -193,7 +193,7 @@ run_loopback() {  # MODEL
     fi
     if [[ $RUN_PEER == 1 ]]; then
         port=$(free_port)
-        echo "== loopback $model pytorch: 2 x ${PCMD[*]} (MASTER_PORT=$port)" >&2
+        echo "== (load before $(cut -d' ' -f1 /proc/loadavg)) loopback $model pytorch: 2 x ${PCMD[*]} (MASTER_PORT=$port)" >&2
         pids=()
         for r in 1 0; do
             run_bg "$OUT/loopback.$model.pytorch.rank$r.log" env "${COMMON_ENV[@]}" \
@@ -227,7 +227,7 @@ run_netns() {  # MODEL
     set_cmds "$model"
     if [[ $HAVE_DTRAIN == 1 ]]; then
         port=$(free_port "$NS0")
-        echo "== netns $model dtrain: per namespace: RANK=r MASTER_ADDR=$ADDR0 MASTER_PORT=$port GLOO_SOCKET_IFNAME=dtb<r> ${DCMD[*]}" >&2
+        echo "== (load before $(cut -d' ' -f1 /proc/loadavg)) netns $model dtrain: per namespace: RANK=r MASTER_ADDR=$ADDR0 MASTER_PORT=$port GLOO_SOCKET_IFNAME=dtb<r> ${DCMD[*]}" >&2
         start_ns_pair dtrain "$model" "$port" "${DCMD[@]}"
         wait_all "${NS_PIDS[@]}"
         log=$OUT/netns.$model.dtrain.rank0.log
@@ -236,7 +236,7 @@ run_netns() {  # MODEL
     fi
     if [[ $RUN_PEER == 1 ]]; then
         port=$(free_port "$NS0")
-        echo "== netns $model pytorch: per namespace: RANK=r MASTER_ADDR=$ADDR0 MASTER_PORT=$port GLOO_SOCKET_IFNAME=dtb<r> ${PCMD[*]}" >&2
+        echo "== (load before $(cut -d' ' -f1 /proc/loadavg)) netns $model pytorch: per namespace: RANK=r MASTER_ADDR=$ADDR0 MASTER_PORT=$port GLOO_SOCKET_IFNAME=dtb<r> ${PCMD[*]}" >&2
         start_ns_pair pytorch "$model" "$port" "${PCMD[@]}"
         wait_all "${NS_PIDS[@]}"
         log=$OUT/netns.$model.pytorch.rank0.log

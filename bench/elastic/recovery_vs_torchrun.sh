@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Issue 4 (a): recovery time after a worker is SIGKILLed, `dtrain run` vs
-# torchrun (python3-torch 1.13), same scenario, same machine.
+# torchrun, same scenario, same machine. torchrun is the PyTorch of dtrain's
+# LibTorch version (bench/peer_python.sh: scripts/peer-torch.sh's venv for 2.x,
+# /usr/bin/python3 = python3-torch for Debian's 1.13; DTRAIN_PEER_PYTHON
+# overrides); both versions are printed.
 #
 #   bench/elastic/recovery_vs_torchrun.sh [--repeats 5] [--kill-step 20]
 #       [--intervals "default 0.1"] [--nproc 2] [--checkpoint-every 8]
@@ -13,7 +16,7 @@
 #   dtrain:   BUILD/dtrain run ... -- BUILD/bench/elastic/elastic_bench_worker
 # Each --intervals entry is a monitor interval in seconds given to both
 # launchers, or "default" (no flag: each launcher's own default; torchrun's is
-# 5 s). One trial: start the launcher, wait for STEP <kill-step> of restart 0,
+# 5 s in torch 1.13, 0.1 s in 2.x). One trial: start the launcher, wait for STEP <kill-step> of restart 0,
 # SIGKILL rank 1 (its pid file), wait for the first STEP of restart 1 on every
 # rank, stop the launcher. Recovery = worker's STEP timestamp - kill timestamp
 # (both CLOCK_REALTIME). Prints a markdown table (median/min/max over the
@@ -24,7 +27,8 @@ set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
-PY=/usr/bin/python3  # has torch 1.13; the pyenv python3 on PATH does not
+# shellcheck source=bench/peer_python.sh
+source "$ROOT/bench/peer_python.sh"
 PEER=$ROOT/bench/peer/elastic_worker.py
 
 REPEATS=5
@@ -40,7 +44,7 @@ IMPLS="dtrain torchrun"
 MAX_RESTARTS=3
 KILL_RANK=1
 
-usage() { sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
+usage() { sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
 while [[ $# -gt 0 ]]; do
     case "$1" in
         --repeats) REPEATS=$2; shift 2 ;;
@@ -67,9 +71,14 @@ done
 for mi in $INTERVALS; do
     [[ $mi == default || $mi =~ ^[0-9]+(\.[0-9]+)?$ ]] || { echo "bad interval '$mi'" >&2; exit 2; }
 done
-[[ -x $PY ]] || { echo "$PY not found (need python3-torch)" >&2; exit 1; }
 BUILD=$(cd "$BUILD" 2>/dev/null && pwd || echo "$BUILD")
 DTRAIN=$BUILD/dtrain
+peer_select "$DTRAIN" || exit 1
+PY=("${PEER_ENV[@]}" "$PEER_PY")
+peer_versions >&2
+# torchrun's own default monitor interval: 5 s in torch 1.13, 0.1 s in 2.x
+TORCHRUN_MI_DEFAULT=$("${PY[@]}" -c 'from torch.distributed.run import get_args_parser
+print(get_args_parser().get_default("monitor_interval"))' 2>/dev/null || echo '?')
 WORKER=$BUILD/bench/elastic/elastic_bench_worker
 OUT=${OUT:-$(mktemp -d /tmp/dtrain-elastic-bench.XXXXXX)}
 mkdir -p "$OUT"
@@ -115,7 +124,7 @@ trap stop_launcher EXIT
 trap 'echo "interrupted" >&2; exit 130' INT TERM
 
 free_port() {
-    "$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
+    "${PY[@]}" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
 }
 now_ns() {  # CLOCK_REALTIME in ns, as `date +%s%N` but without a fork
     local t=$EPOCHREALTIME
@@ -196,7 +205,7 @@ launcher_cmd() {  # IMPL INTERVAL PORT DIR -> CMD
         # -r 2 -t 2 (stderr to a log file, teed): torchrun 1.13's default
         # redirects crash on Python 3.11 (Std(0) is not iterable there);
         # stdout stays the console, as with the default.
-        CMD=("$PY" -m torch.distributed.run --nnodes 1 --nproc_per_node "$NPROC"
+        CMD=("${PY[@]}" -m torch.distributed.run --nnodes 1 --nproc_per_node "$NPROC"
             --max_restarts "$MAX_RESTARTS" --rdzv_backend c10d --rdzv_endpoint "127.0.0.1:$port"
             "${mif[@]}" -r 2 -t 2 --log_dir "$dir/torchrun-logs" "${prog[@]}" "$dir" "${WORKER_ARGS[@]}")
     else
@@ -219,6 +228,8 @@ trial() {
     echo "$(printf '%q ' "${CMD[@]}")" >"$dir/cmd"
     TRIAL_DIR=$dir
     : >"$log"
+    local load
+    load=$(cut -d' ' -f1 /proc/loadavg)  # the 1-minute load before this trial
     env OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 timeout --kill-after=5 $((3 * TIMEOUT)) \
         "${CMD[@]}" </dev/null >"$log" 2>&1 &
     LAUNCHER_PG=$!
@@ -237,7 +248,7 @@ trial() {
     fi
     stop_launcher
     if [[ $status != ok ]]; then
-        echo "  $impl mi=$mi #$rep: FAILED ($status); last lines of $log:" >&2
+        echo "  $impl mi=$mi #$rep (load before $load): FAILED ($status); last lines of $log:" >&2
         tail -n 12 "$log" | sed 's/^/    /' >&2
         printf '%s\t%s\t%s\t%s\t\t\t\t\t\t\t\n' "$impl" "$mi" "$rep" "$status" >>"$RESULTS"
         return 0
@@ -258,7 +269,7 @@ trial() {
     all=$(awk -v a="$hi" -v k="$t_kill" 'BEGIN { printf "%.3f", (a - k) / 1e9 }')
     printf '%s\t%s\t%s\tok\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$impl" "$mi" "$rep" "$any" "$all" \
         "$spawn" "$start" "$ready" "$resumed" "$dir" >>"$RESULTS"
-    echo "  $impl mi=$mi #$rep: first step after kill ${any}s (all ranks ${all}s; spawned ${spawn}s, main ${start}s, ready ${ready}s, resumed at step $resumed)" >&2
+    echo "  $impl mi=$mi #$rep (load before $load): first step after kill ${any}s (all ranks ${all}s; spawned ${spawn}s, main ${start}s, ready ${ready}s, resumed at step $resumed)" >&2
 }
 
 echo "load before: $(uptime)" >&2
@@ -275,9 +286,9 @@ for mi in $INTERVALS; do
 done
 echo "load after:  $(uptime)" >&2
 
-"$PY" - "$RESULTS" "$DTRAIN_MI_DEFAULT" "$KILL_STEP" "$NPROC" "$CKPT_EVERY" <<'EOF'
+"${PY[@]}" - "$RESULTS" "$DTRAIN_MI_DEFAULT" "$KILL_STEP" "$NPROC" "$CKPT_EVERY" "$TORCHRUN_MI_DEFAULT" <<'EOF'
 import statistics, sys
-results, dtrain_default, kill_step, nproc, ckpt = sys.argv[1:6]
+results, dtrain_default, kill_step, nproc, ckpt, torchrun_default = sys.argv[1:7]
 rows = [l.rstrip("\n").split("\t") for l in open(results) if l.strip()]
 groups = {}
 for r in rows:
@@ -292,7 +303,7 @@ def fmt(s):
 def label(mi, impl):
     if mi != "default":
         return f"{mi} s"
-    return f"default ({dtrain_default} s)" if impl == "dtrain" else "default (5 s)"
+    return f"default ({dtrain_default if impl == 'dtrain' else torchrun_default} s)"
 
 print()
 print(f"Recovery after SIGKILL of rank 1 at step {kill_step}: {nproc} workers, 1 thread each, "

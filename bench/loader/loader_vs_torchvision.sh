@@ -10,10 +10,15 @@
 # Every configuration runs R times (default 3), interleaved, and the best rate
 # is kept: on a shared machine the best run is the one least disturbed.
 # --bench defaults to BUILD/bench/bench_loader (built with -DDTRAIN_BUILD_BENCH=ON).
+# The peer is the PyTorch/torchvision of BUILD/dtrain's LibTorch version
+# (bench/peer_python.sh: the venv of scripts/peer-torch.sh for 2.x, /usr/bin/python3
+# for Debian's 1.13; DTRAIN_PEER_PYTHON overrides); both versions are printed.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
+# shellcheck source=bench/peer_python.sh
+source "$root/bench/peer_python.sh"
 build="$root/build"
 data="${TMPDIR:-/tmp}/dtrain-loader-bench"
 images=1000
@@ -33,16 +38,18 @@ while [[ $# -gt 0 ]]; do
     *) echo "unknown argument: $1" >&2; exit 2 ;;
   esac
 done
-py=/usr/bin/python3  # Debian's python3-torch/torchvision; a pyenv python3 may lack them
 bench="${bench:-$build/bench/bench_loader}"
 [[ -x "$bench" ]] || { echo "missing $bench; build with -DDTRAIN_BUILD_BENCH=ON" >&2; exit 1; }
+peer_select "$build/dtrain" || exit 1
+py=("${PEER_ENV[@]}" "$PEER_PY")
+peer_versions
 
 folder="$data/folder"
 packed="$data/packed"
 if [[ ! -f "$folder/.complete-$images" ]]; then
   rm -rf "$folder" "$packed"
   echo "generating $images JPEGs (500x375) in $folder"
-  timeout "$limit" "$py" "$here/make_jpegs.py" "$folder" --classes 10 --per-class $((images / 10))
+  timeout "$limit" "${py[@]}" "$here/make_jpegs.py" "$folder" --classes 10 --per-class $((images / 10))
   touch "$folder/.complete-$images"
 fi
 if [[ ! -f "$packed/index.bin" ]]; then
@@ -58,7 +65,7 @@ echo "cpus: $nproc_cpus  ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | 
 # it evenly over the configurations instead of penalising the last ones.
 declare -A cmd r
 for n in 1 2; do
-  cmd[tv$n]="$py $here/torchvision_loader.py $folder --workers $n --epochs $epochs"
+  cmd[tv$n]="${py[*]} $here/torchvision_loader.py $folder --workers $n --epochs $epochs"
   cmd[df$n]="$bench $folder --threads $n --epochs $epochs"
   cmd[dp$n]="$bench $packed --packed --threads $n --epochs $epochs"
 done
@@ -68,8 +75,9 @@ done
 order=(tv1 df1 dp1 no-dct no-region uint8 tv2 df2 dp2)
 for ((round = 0; round < repeat; round++)); do
   for key in "${order[@]}"; do
+    load=$(cut -d' ' -f1 /proc/loadavg)  # the 1-minute load before this run
     line=$(timeout "$limit" ${cmd[$key]})
-    echo "$line" >&2
+    echo "round $((round + 1)) $key (load before $load): $line" >&2
     v=$(sed -n 's/.*images_per_sec=\([0-9.]*\).*/\1/p' <<<"$line")
     r[$key]=$(awk -v a="${r[$key]:-0}" -v b="$v" 'BEGIN { print (b > a ? b : a) }')
   done

@@ -7,7 +7,7 @@ issue 4 (a)), run under torchrun with --max_restarts:
       [--seed S] [--threads T]
 
  * writes its pid to DIR/pid.<restart>.<rank> (temp file + rename) first;
- * dist.init_process_group("gloo") from the torchrun environment, the demo CNN
+ * the Gloo group from the torchrun environment (torchrun_group.py), the demo CNN
    (bench/peer/cnn.py) in DistributedDataParallel, SGD (lr 0.01, momentum 0.9);
  * resumes from DIR/ckpt.pt (model, optimizer, step) when it exists; rank 0
    writes it every K steps with torch.save to a temp file + os.replace;
@@ -53,6 +53,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from cnn import Net  # noqa: E402
+from torchrun_group import init_gloo_group  # noqa: E402
 
 
 def parse_args(argv=None):
@@ -83,7 +84,7 @@ def main(argv=None):
 
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
-    dist.init_process_group("gloo")
+    init_gloo_group()  # Note [torchrun 2.x agent store] in torchrun_group.py
     rank = dist.get_rank()
 
     net = Net(10)

@@ -29,6 +29,9 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from torchrun_group import init_gloo_group  # noqa: E402
+
 
 def parse_args():
     p = argparse.ArgumentParser()
@@ -65,21 +68,7 @@ def progress(step, steps, loss, workers):
 
 
 def run_ddp(a, model):
-    timeout = timedelta(seconds=60)
-    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
-        # Note: torchrun 2.11's c10d rendezvous shares one store across
-        # restarts, and init_process_group adds no per-attempt prefix (its
-        # comment assumes a new store per retry), so a re-formed Gloo group
-        # reads the dead attempt's addresses and fails with "Connection
-        # refused". The attempt's own prefix avoids it.
-        store = dist.PrefixStore(
-            "attempt_" + os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"),
-            dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
-                          is_master=False, timeout=timeout))
-        dist.init_process_group("gloo", store=store, rank=int(os.environ["RANK"]),
-                                world_size=int(os.environ["WORLD_SIZE"]), timeout=timeout)
-    else:
-        dist.init_process_group("gloo", timeout=timeout)
+    init_gloo_group(timedelta(seconds=60))  # Note [torchrun 2.x agent store]
     rank, world = dist.get_rank(), dist.get_world_size()
     ddp = torch.nn.parallel.DistributedDataParallel(model)
     opt = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=a.momentum)

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""rendezvous_peer: the PyTorch 1.13 peer of bench/rendezvous/rendezvous_bench.
+"""rendezvous_peer: the PyTorch peer (1.13 or 2.x) of bench/rendezvous/rendezvous_bench.
 
 How long N agents take to form one round (min = max = N) with torchrun's own
 dynamic rendezvous: one torch.distributed.TCPStore server (is_master=True) in
@@ -80,7 +80,11 @@ def participant(i, port, run_id, n, join_timeout, ready, go, results, done):
     rank = world = -1
     if handler is not None:
         try:
-            _, rank, world = handler.next_rendezvous()
+            info = handler.next_rendezvous()
+            if isinstance(info, tuple):  # torch 1.13: (store, rank, world_size)
+                _, rank, world = info
+            else:  # torch 2.x: a RendezvousInfo
+                rank, world = info.rank, info.world_size
         except Exception:
             error = traceback.format_exc(limit=2)
     returned = time.monotonic()
@@ -114,8 +118,9 @@ def shared_state(server, run_id):
         if state is None:
             return "no state written"
         st = pickle.loads(state[0])
-        now = datetime.utcnow()
-        fresh = sum(1 for t in st.last_heartbeats.values() if now - t < timedelta(seconds=15))
+        def age(t):  # heartbeats: naive UTC in torch 1.13, timezone-aware in 2.x
+            return (datetime.now(t.tzinfo) if t.tzinfo else datetime.utcnow()) - t
+        fresh = sum(1 for t in st.last_heartbeats.values() if age(t) < timedelta(seconds=15))
         return (f"round {st.round}, complete={st.complete}, {len(st.participants)} participants, "
                 f"{fresh} heartbeats < 15 s old, state {len(state[0])} bytes")
     except Exception as e:  # diagnostics only

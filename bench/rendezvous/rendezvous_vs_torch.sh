@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Issue 4 (b), rendezvous scale: time for N agents to form one round (MIN = MAX = N)
 # through the embedded store, dtrain (BUILD_DIR/bench/rendezvous_bench) side by side
-# with torch 1.13's dynamic rendezvous (bench/peer/rendezvous_peer.py: DynamicRendezvous-
-# Handler + C10dRendezvousBackend over a TCPStore, as torchrun builds them).
+# with torch's dynamic rendezvous (bench/peer/rendezvous_peer.py: DynamicRendezvous-
+# Handler + C10dRendezvousBackend over a TCPStore, as torchrun builds them). The torch
+# is that of BUILD_DIR/dtrain's LibTorch version (bench/peer_python.sh: scripts/peer-
+# torch.sh's venv for 2.x, /usr/bin/python3 for Debian's 1.13; DTRAIN_PEER_PYTHON
+# overrides); both versions are printed.
 #
 #   bench/rendezvous/rendezvous_vs_torch.sh BUILD_DIR [--repeat R] [--cap SECS]
 #       [--modes "processes threads"] [--out DIR] [N ...]        (default N: 16 64 256, R = 3)
@@ -19,7 +22,7 @@
 # `timeout` in its own process group, which an EXIT trap kills. Needs no GPU.
 set -euo pipefail
 
-usage() { sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; }
 [[ $# -ge 1 ]] || { usage >&2; exit 2; }
 [[ $1 == -h || $1 == --help ]] && { usage; exit 0; }
 build=$1
@@ -46,13 +49,16 @@ here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 bin="$build/bench/rendezvous_bench"
 peer="$repo/bench/peer/rendezvous_peer.py"
-py=/usr/bin/python3
+# shellcheck source=bench/peer_python.sh
+source "$repo/bench/peer_python.sh"
+peer_select "$build/dtrain" || exit 2
+py=("${PEER_ENV[@]}" "$PEER_PY")
 if [[ ! -x "$bin" ]]; then
   echo "rendezvous_vs_torch.sh: $bin not found; build it first: cmake --build $build --target rendezvous_bench" >&2
   exit 2
 fi
-"$py" -c 'import torch.distributed.elastic.rendezvous.dynamic_rendezvous' 2>/dev/null ||
-  { echo "rendezvous_vs_torch.sh: $py cannot import torch's dynamic rendezvous" >&2; exit 2; }
+"${py[@]}" -c 'import torch.distributed.elastic.rendezvous.dynamic_rendezvous' 2>/dev/null ||
+  { echo "rendezvous_vs_torch.sh: $PEER_PY cannot import torch's dynamic rendezvous" >&2; exit 2; }
 bin_help=$("$bin" --help 2>&1 || true)
 if [[ $bin_help != *--mode* ]]; then
   echo "rendezvous_vs_torch.sh: $bin has no --mode; only threads mode is measured for dtrain" >&2
@@ -88,7 +94,7 @@ run_bounded() {
 }
 
 load() { cut -d' ' -f1-3 /proc/loadavg; }
-echo "# machine: $(nproc) CPUs ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')), $(uname -sr), torch $("$py" -c 'import torch; print(torch.__version__)')"
+echo "# machine: $(nproc) CPUs ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')), $(uname -sr), $(peer_versions)"
 echo "# command: $0 $build --repeat $repeat --cap $cap --modes \"$modes\" ${sizes[*]}"
 echo "# load before (1/5/15 min): $(load)"
 echo "# logs and results.jsonl in $out"
@@ -104,19 +110,21 @@ for mode in $modes; do
         margs=()
         [[ $dtrain_has_mode == 1 ]] && margs=(--mode "$mode")
         rc=0
+        before=$(load)
         run_bounded $((cap + 120)) "$log" "$bin" --repeat 1 "${margs[@]}" "$n" || rc=$?
         line=$(grep '^{' "$log" | tail -n1 || true)
         if [[ -z $line ]]; then line='{"ok":false}'; fi
-        echo "{\"impl\":\"dtrain\",\"mode\":\"$mode\",\"n\":$n,\"rep\":$r,\"rc\":$rc,\"load\":\"$(load)\",\"res\":$line}" >> "$results"
+        echo "{\"impl\":\"dtrain\",\"mode\":\"$mode\",\"n\":$n,\"rep\":$r,\"rc\":$rc,\"load\":\"$before\",\"res\":$line}" >> "$results"
         [[ $rc -eq 0 ]] || echo "# dtrain $mode N=$n run $r failed (rc $rc): $(tail -n2 "$log" | tr '\n' ' ')" >&2
       fi
       if [[ " $skip_torch " == *" $mode:$n "* ]]; then continue; fi
       log="$out/torch.$mode.$n.$r.log"
       rc=0
-      run_bounded $((cap * 2 + 120)) "$log" "$py" "$peer" --mode "$mode" --repeat 1 --cap "$cap" "$n" || rc=$?
+      before=$(load)
+      run_bounded $((cap * 2 + 120)) "$log" "${py[@]}" "$peer" --mode "$mode" --repeat 1 --cap "$cap" "$n" || rc=$?
       line=$(grep '^{' "$log" | tail -n1 || true)
       if [[ -z $line ]]; then line='{"ok":false}'; fi
-      echo "{\"impl\":\"torch\",\"mode\":\"$mode\",\"n\":$n,\"rep\":$r,\"rc\":$rc,\"load\":\"$(load)\",\"res\":$line}" >> "$results"
+      echo "{\"impl\":\"torch\",\"mode\":\"$mode\",\"n\":$n,\"rep\":$r,\"rc\":$rc,\"load\":\"$before\",\"res\":$line}" >> "$results"
       if [[ $line == *'"timed_out": true'* ]]; then
         skip_torch+=" $mode:$n"
       elif [[ $rc -ne 0 ]]; then
@@ -128,7 +136,7 @@ done
 echo "# load after (1/5/15 min): $(load)"
 echo
 
-"$py" - "$results" "$cap" "$repeat" <<'EOF'
+"${py[@]}" - "$results" "$cap" "$repeat" <<'EOF'
 import json, sys
 results, cap, repeat = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
 rows = [json.loads(l) for l in open(results) if l.strip()]
