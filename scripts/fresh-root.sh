@@ -77,6 +77,9 @@ set -euo pipefail
 root=$1 what=$2 cuda=$3 cmd=$4
 shift 4
 mount --make-rprivate /
+# The root is a mount point of its own, as / is on a machine (Slurm's
+# namespaced test runs `mount --make-rslave /`).
+mount --bind "$root" "$root"
 mount -t proc proc "$root/proc"
 mount -t sysfs sys "$root/sys"
 mount --rbind /dev "$root/dev"
@@ -85,10 +88,17 @@ if [[ $what == ci ]]; then
   mount --bind -o ro "$cuda" "$root$cuda"
   [[ -e $root/usr/local/cuda ]] || ln -s "$cuda" "$root/usr/local/cuda"
 fi
+path=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+cuda_env=()
+if [[ $what == ci ]]; then
+  # As CI's machine (and this one) set up the toolkit: nvcc on PATH.
+  path=/usr/local/cuda/bin:$path
+  cuda_env=(CUDA_HOME=/usr/local/cuda LIBRARY_PATH=/usr/local/cuda/lib64/stubs)
+fi
 start=$(date +%s)
 rc=0
-chroot "$root" /usr/bin/env -i HOME=/root PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
-  LANG=C.UTF-8 "$@" bash -c "cd /src && $cmd" >"$root/tmp/fresh-$what.log" 2>&1 || rc=$?
+chroot "$root" /usr/bin/env -i HOME=/root PATH="$path" LANG=C.UTF-8 "${cuda_env[@]}" "$@" \
+  bash -c "cd /src && $cmd" >"$root/tmp/fresh-$what.log" 2>&1 || rc=$?
 echo "==> fresh-root: '$cmd' exit $rc after $(($(date +%s) - start)) s" | tee -a "$root/tmp/fresh-$what.log"
 exit $rc
 EOF
