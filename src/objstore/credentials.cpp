@@ -214,9 +214,17 @@ Credentials process_credentials(const std::string& command, const std::string& s
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_adddup2(&actions, write_end.get(), STDOUT_FILENO);
+  // Note [The credential process's group]: the command runs in a process
+  // group of its own, so that a timeout kills what it started too (a shell's
+  // children would otherwise outlive it, holding our caller's stderr open).
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
+  posix_spawnattr_setpgroup(&attr, 0);
   const char* argv[] = {"/bin/sh", "-c", command.c_str(), nullptr};
   pid_t pid = -1;
-  int rc = posix_spawn(&pid, "/bin/sh", &actions, nullptr, const_cast<char**>(argv), environ);
+  int rc = posix_spawn(&pid, "/bin/sh", &actions, &attr, const_cast<char**>(argv), environ);
+  posix_spawnattr_destroy(&attr);
   posix_spawn_file_actions_destroy(&actions);
   if (rc != 0) throw InvalidArgument(cat(what, ": cannot start /bin/sh"));
   write_end.reset();
@@ -246,7 +254,7 @@ Credentials process_credentials(const std::string& command, const std::string& s
   read_end.reset();
   int status = 0;
   for (;;) {
-    if (timed_out) kill(pid, SIGKILL);
+    if (timed_out) kill(-pid, SIGKILL);  // the whole group
     const pid_t done = waitpid(pid, &status, timed_out ? 0 : WNOHANG);
     if (done == pid || (done < 0 && errno != EINTR)) break;
     if (done == 0) {

@@ -11,6 +11,7 @@
 #include "dtrain/ddp.h"
 #include "dtrain/errors.h"
 #include "dtrain/powersgd.h"
+#include "support/peer_torch.h"
 #include "support/ranks.h"
 #include "support/shell.h"
 
@@ -171,11 +172,13 @@ TEST(PowerSGD, EqualsDebiansPyTorch113HookStepAfterStep) {
 }
 
 TEST(PowerSGD, EqualsPyTorch211HookStepAfterStep) {
+  // scripts/peer-torch.sh's venv, run as that script prints it (with the
+  // LD_LIBRARY_PATH its CUDA wheel needs on a machine without a GPU).
   const char* env = std::getenv("DTRAIN_PEER_PYTHON_2");
-  const std::string python = env && *env ? env : "/var/cache/dtrain/peer-torch-2.11.0/bin/python3";
-  if (!std::filesystem::exists(python) || !imports_torch(python)) {
-    GTEST_SKIP() << "no torch 2.11 peer at " << python
-                 << " (set DTRAIN_PEER_PYTHON_2 to a python with torch 2.x and numpy)";
+  const std::string python = env && *env ? std::string(env) : testing::python_torch_2x();
+  if (python.empty() || !imports_torch(python)) {
+    GTEST_SKIP() << testing::kNoPeer2x
+                 << " (or set DTRAIN_PEER_PYTHON_2 to a python with torch 2.x and numpy)";
   }
   expect_equal_to_pytorch(python);
 }

@@ -3,7 +3,9 @@
 // errors for what they would refuse.
 
 #include <gtest/gtest.h>
+#include <signal.h>
 
+#include <cerrno>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -147,15 +149,36 @@ TEST(S3Config, AMalformedCredentialProcessAnswerIsRefusedWithoutQuotingTheSecret
 
 TEST(S3Config, ACredentialProcessThatKeepsRunningAfterMoreThanAMebibyteEndsWithinItsTimeout) {
   TempDir dir;
-  // Writes 2 MiB, then would run for a minute with stdout closed.
-  std::string script =
-      dir.write("big.sh", "head -c 2097152 /dev/zero | tr '\\0' x; exec >&-; sleep 60\n");
+  // Writes 2 MiB, then would run for a minute with stdout closed, in a child
+  // of its shell (whose pid it leaves in sleep.pid).
+  const std::string pid_file = (dir.path / "sleep.pid").string();
+  std::string script = dir.write("big.sh",
+                                 "head -c 2097152 /dev/zero | tr '\\0' x; exec >&-; "
+                                 "sleep 60 & echo $! > " +
+                                     pid_file + "; wait\n");
   const auto start = std::chrono::steady_clock::now();
   std::string m = message_of(
       [&] { process_credentials("sh " + script, "test", std::chrono::milliseconds(2000)); });
   const auto took = std::chrono::steady_clock::now() - start;
   EXPECT_LT(took, std::chrono::seconds(10)) << m;
   EXPECT_FALSE(m.empty());
+  // The timeout ended what the command started too (its process group).
+  std::ifstream in(pid_file);
+  pid_t sleeper = 0;
+  ASSERT_TRUE(in >> sleeper) << "the script did not start its child";
+  // Gone, or dead and waiting for its new parent (init) to reap it.
+  const auto dead = [sleeper] {
+    if (kill(sleeper, 0) != 0 && errno == ESRCH) return true;
+    std::ifstream stat("/proc/" + std::to_string(sleeper) + "/stat");
+    std::string pid, comm, state;
+    return stat >> pid >> comm >> state && state == "Z";
+  };
+  bool gone = false;
+  for (int i = 0; i < 100 && !gone; ++i) {
+    gone = dead();
+    if (!gone) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_TRUE(gone) << "the credential process's child " << sleeper << " outlived its timeout";
 }
 
 TEST(S3Config, NoCredentialsAnywhereIsOneLineWithTheFix) {
