@@ -58,6 +58,9 @@ else
 fi
 git clone -q --no-hardlinks "$REPO_ROOT" "$ROOT/src"
 cp /etc/resolv.conf "$ROOT/etc/resolv.conf"
+# What the installer of any Debian machine writes and debootstrap does not.
+printf '127.0.0.1\tlocalhost\n127.0.1.1\t%s\n::1\tlocalhost ip6-localhost ip6-loopback\n' \
+  "$(hostname)" >"$ROOT/etc/hosts"
 # The CA bundle goes beside the system's, which the root's ca-certificates
 # package rewrites when apt-get installs it.
 pip_env=()

@@ -56,11 +56,13 @@ const ShellRun& install_and_build_examples() {
     std::string launcher = CXX_LAUNCHER;  // a CMake list, '|' for ';'
     std::replace(launcher.begin(), launcher.end(), '|', ';');
     if (!launcher.empty()) configure += " '-DCMAKE_CXX_COMPILER_LAUNCHER=" + launcher + "'";
+    // Configured once per build folder; a configure that failed leaves a
+    // CMakeCache.txt but no build file, so it is the build file that says so.
     const std::string steps = "'" CMAKE_COMMAND "' --install " + quote(DTRAIN_BINARY_DIR) +
                               " --prefix " + quote(kPrefix) + " && " + "{ test -f " +
-                              quote(kExamplesBuild / "CMakeCache.txt") + " || " + configure +
-                              "; } && " + "nice '" CMAKE_COMMAND "' --build " +
-                              quote(kExamplesBuild) + " -j2";
+                              quote(kExamplesBuild / "build.ninja") + " || test -f " +
+                              quote(kExamplesBuild / "Makefile") + " || " + configure + "; } && " +
+                              "nice '" CMAKE_COMMAND "' --build " + quote(kExamplesBuild) + " -j2";
     return run_shell("timeout -k 5 1200 flock " + quote(kWork / "lock") + " sh -c \"" + steps +
                      "\" 2>&1");
   }();
