@@ -84,7 +84,7 @@ mount --make-rprivate /
 # namespaced test runs `mount --make-rslave /`).
 mount --bind "$root" "$root"
 mount -t proc proc "$root/proc"
-mount -t sysfs sys "$root/sys"
+mount --rbind /sys "$root/sys"  # with /sys/fs/cgroup (slurmd needs it)
 mount --rbind /dev "$root/dev"
 if [[ $what == ci ]]; then
   mkdir -p "$root$cuda"
