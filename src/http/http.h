@@ -1,7 +1,7 @@
 #pragma once
-// The HTTP seam of the object store: one request in, one response out.
-// CurlTransport is the real one (libcurl); tests put a faulty one in its
-// place (tests/objstore/test_retry.cpp).
+// dtrain's HTTP stack (component dtrain_http): one request in, one response
+// out. CurlTransport is the real one (libcurl); tests put a faulty one in its
+// place (tests/objstore/test_faults.cpp).
 
 #include <chrono>
 #include <map>
@@ -9,15 +9,18 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
-#include "objstore/sigv4.h"
+namespace dtrain::http {
 
-namespace dtrain::objstore {
+/// Header fields, sent in this order, names as written.
+using Headers = std::vector<std::pair<std::string, std::string>>;
 
 struct HttpRequest {
   std::string method = "GET";
   std::string url;
-  Pairs headers;
+  Headers headers;
   /// Sent for PUT and POST (also when empty: Content-Length: 0). Not owned:
   /// it must outlive perform().
   std::string_view body;
@@ -59,4 +62,4 @@ class HttpTransport {
 /// no_proxy.
 std::shared_ptr<HttpTransport> curl_transport();
 
-}  // namespace dtrain::objstore
+}  // namespace dtrain::http

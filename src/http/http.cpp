@@ -1,4 +1,4 @@
-#include "objstore/http.h"
+#include "http/http.h"
 
 #include <curl/curl.h>
 
@@ -8,8 +8,9 @@
 #include <vector>
 
 #include "common/strings.h"
+#include "dtrain/errors.h"
 
-namespace dtrain::objstore {
+namespace dtrain::http {
 
 std::string HttpResponse::header(const std::string& name) const {
   auto it = headers.find(name);
@@ -212,4 +213,4 @@ class CurlTransport : public HttpTransport {
 
 std::shared_ptr<HttpTransport> curl_transport() { return std::make_shared<CurlTransport>(); }
 
-}  // namespace dtrain::objstore
+}  // namespace dtrain::http
