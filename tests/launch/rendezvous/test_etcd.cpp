@@ -10,6 +10,8 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdlib>
+#include <optional>
 #include <thread>
 
 #include "dtrain/errors.h"
@@ -360,6 +362,42 @@ TEST_F(EtcdBackendTest, EtcdErrorRepliesBecomeStoreErrorsNamingTheOperation) {
     EXPECT_THAT(e.what(), HasSubstr("etcd at " + etcd_.endpoint() + " refused grant of a"));
     EXPECT_THAT(e.what(), HasSubstr("gRPC code"));
   }
+}
+
+// Sets an environment variable (nullptr: unsets it) for its lifetime.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    const char* old = std::getenv(name);
+    if (old) old_ = old;
+    if (value) {
+      ::setenv(name, value, 1);
+    } else {
+      ::unsetenv(name);
+    }
+  }
+  ~ScopedEnv() {
+    if (old_) {
+      ::setenv(name_.c_str(), old_->c_str(), 1);
+    } else {
+      ::unsetenv(name_.c_str());
+    }
+  }
+
+ private:
+  std::string name_;
+  std::optional<std::string> old_;
+};
+
+TEST_F(EtcdBackendTest, ProxyVariablesAreIgnoredEtcdIsReachedDirectly) {
+  // libcurl would send every request to this proxy, where nothing listens.
+  const std::string proxy = "http://127.0.0.1:" + std::to_string(closed_port());
+  ScopedEnv http_proxy("http_proxy", proxy.c_str());
+  ScopedEnv no_proxy("no_proxy", nullptr);
+  ScopedEnv no_proxy_upper("NO_PROXY", nullptr);
+  EtcdClient etcd = client();
+  EXPECT_NO_THROW(etcd.put("/proxy", "direct"));
+  EXPECT_EQ(etcd.get("/proxy"), "direct");
 }
 
 TEST_F(EtcdBackendTest, StoppedEtcdGivesAStoreErrorNamingHostPort) {
