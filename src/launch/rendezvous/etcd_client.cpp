@@ -124,7 +124,9 @@ http::HttpResponse EtcdClient::post(const std::string& path, const std::string& 
   // same value so that neither ends a call earlier. Connections stay open
   // between calls (etcd's gateway keeps them alive); a connection etcd
   // closed meanwhile is replaced by libcurl before the request is sent. No
-  // proxy: etcd is an address inside the cluster.
+  // proxy: etcd is an address inside the cluster. libcurl's sockets are not
+  // close-on-exec; the workers the launcher starts close every inherited
+  // descriptor at exec (close_range in process/process.cpp).
   http::HttpRequest request;
   request.method = "POST";
   request.url = etcd_url(host_, port_, path);
