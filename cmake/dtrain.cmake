@@ -40,8 +40,8 @@ function(dtrain_library name)
   # and the dtrain executable does the same (src/cli): the `dtrain` target is
   # 61 build steps instead of 123. A unit's sources share one anonymous
   # namespace, so no two may define the same name there or as static: a
-  # helper two sources need lives once in a header (ps's seconds(), etcd's
-  # host_port()), and a same-named local is renamed (cli's join_flags_group).
+  # helper two sources need lives once in a header (ps's seconds()), and a
+  # same-named local is renamed (cli's join_flags_group).
   if(A_UNITY AND DTRAIN_UNITY_BUILD)
     set_target_properties(${name} PROPERTIES UNITY_BUILD ON UNITY_BUILD_BATCH_SIZE ${DTRAIN_UNITY_BATCH})
   endif()

@@ -1,12 +1,13 @@
 // Fuzz target: etcd's v3 JSON gateway replies as the rendezvous' etcd client
-// reads them (src/launch/rendezvous/etcd_client.h), through the HTTP parser.
+// reads them (src/launch/rendezvous/etcd_client.h), through its injectable
+// Transport (the HTTP framing is libcurl's: src/http/http.h).
 //
 // Input: byte 0 picks the operation (get, put, put with lease, compare-and-put
 // of an absent or of a present key, delete, lease grant, keep-alive, revoke),
-// the rest is etcd's raw HTTP response to it (the corpus holds responses
-// recorded from a real etcd, fuzz/seeds/record_etcd.sh). Every failure must be
-// a dtrain::Error (StoreError: one line naming etcd, the operation and the
-// key); any other exception escaping is a finding.
+// byte 1 the HTTP status (kStatuses), the rest is the reply's body (the corpus
+// holds bodies recorded from a real etcd, fuzz/seeds/record_etcd.py). Every
+// failure must be a dtrain::Error (StoreError: one line naming etcd, the
+// operation and the key); any other exception escaping is a finding.
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -18,20 +19,25 @@
 
 using namespace dtrain::detail;
 
+namespace {
+// Must match fuzz/seeds/record_etcd.py. etcd answers 200, 400 (a malformed
+// request), 404 (an unknown lease, an unknown path); the rest stand for a
+// server in front of etcd or not etcd at all.
+constexpr int kStatuses[8] = {200, 400, 404, 500, 503, 204, 301, 429};
+}  // namespace
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  if (size == 0) return 0;
+  if (size < 2) return 0;
   const int op = data[0] % 9;
-  const std::string raw(reinterpret_cast<const char*>(data) + 1, size - 1);
-  EtcdClient client(
-      "127.0.0.1", 2379, std::chrono::milliseconds(1000),
-      [&raw](const std::string&, const std::string&, const std::string& what) {
-        HttpResponse response;
-        std::string error;
-        if (!parse_http_response(raw, true, &response, &error)) {
-          throw dtrain::StoreError("etcd, " + what + ": malformed HTTP reply: " + error);
-        }
-        return response;
-      });
+  const int status = kStatuses[data[1] % 8];
+  const std::string body(reinterpret_cast<const char*>(data) + 2, size - 2);
+  EtcdClient client("127.0.0.1", 2379, std::chrono::milliseconds(1000),
+                    [&body, status](const std::string&, const std::string&, const std::string&) {
+                      dtrain::http::HttpResponse response;
+                      response.status = status;
+                      response.body = body;
+                      return response;
+                    });
   try {
     std::optional<std::string> current;
     switch (op) {

@@ -24,15 +24,15 @@
 #include "dtrain/errors.h"
 #include "dtrain/object_store.h"
 #include "fuzz/fuzz_util.h"
-#include "objstore/http.h"
+#include "http/http.h"
 #include "objstore/s3_request.h"
 #include "objstore/xml.h"
 
 namespace {
 
 using dtrain::fuzz::fail;
-using dtrain::objstore::HttpRequest;
-using dtrain::objstore::HttpResponse;
+using dtrain::http::HttpRequest;
+using dtrain::http::HttpResponse;
 
 // Must match fuzz/seeds/record_s3.py.
 enum Op { kListPage, kListAll, kGet, kPut, kHead, kDelete, kGetRanged, kGetIfMatch, kOps };
@@ -68,12 +68,12 @@ HttpResponse response_from(std::string_view part, int status) {
   return response;
 }
 
-class InputTransport : public dtrain::objstore::HttpTransport {
+class InputTransport : public dtrain::http::HttpTransport {
  public:
   InputTransport(std::vector<std::string_view> parts, int status)
       : parts_(std::move(parts)), status_(status) {}
   HttpResponse perform(const HttpRequest&) override {
-    if (served_ >= kMaxRequests) throw dtrain::objstore::TransportError("no more input", false);
+    if (served_ >= kMaxRequests) throw dtrain::http::TransportError("no more input", false);
     const size_t i = std::min(served_, parts_.size() - 1);
     ++served_;
     // Later pages of a listing are answered 200, as S3 does.

@@ -73,7 +73,8 @@ readonly MULTIARCH=x86_64-linux-gnu
 #   prometheus-cpp (src/observe): its CMake package finds civetweb (whose
 #   targets name the civetweb program), CURL (for prometheus-cpp::push, not
 #   linked) and zlib, and checks that every library of its targets exists.
-#   libcurl, OpenSSL (HMAC for SigV4) and expat (S3's XML): src/objstore.
+#   libcurl (src/http, the one HTTP stack), OpenSSL (HMAC for SigV4) and expat
+#   (S3's XML): src/objstore.
 #   The libraries libcurl loads, down to the last one (brotli .. libffi8: the
 #   closure of readelf's NEEDED over the carried files, less glibc, libstdc++
 #   and libgcc): the linker resolves them when it links a program.

@@ -29,8 +29,9 @@ readonly BUILD_PACKAGES=(
   libtorch-dev libgloo-dev libcli11-dev nlohmann-json3-dev prometheus-cpp-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   zlib1g-dev libturbojpeg0-dev libjpeg62-turbo-dev libpng-dev libzmq3-dev pkgconf
-  # The object store (src/objstore): libcurl (HTTP), OpenSSL (SigV4's SHA-256
-  # and HMAC, Content-MD5), libexpat (S3's XML).
+  # libcurl: dtrain's one HTTP stack (src/http: the object store and the etcd
+  # client); the object store's OpenSSL (SigV4's SHA-256 and HMAC,
+  # Content-MD5) and libexpat (S3's XML).
   libcurl4-openssl-dev libssl-dev libexpat1-dev
 )
 # Run time, data and the tests: the dataset, the PyTorch peer for the

@@ -1,15 +1,16 @@
 #!/usr/bin/env python3
-"""Records real etcd v3 gateway replies for fuzz/corpus/etcd_json and etcd_http.
+"""Records real etcd v3 gateway replies for fuzz/corpus/etcd_json.
 
 Starts Debian's etcd (etcd-server) on loopback in a temporary folder, sends the
-requests dtrain's etcd client sends (src/launch/rendezvous/etcd_client.cpp,
-HTTP/1.1 POST with Connection: close), and stores each raw reply, byte for
-byte, as read from the socket. etcd_json inputs start with the operation byte
-of fuzz/etcd_json.cpp; etcd_http inputs are the bare replies.
+requests dtrain's etcd client sends (src/launch/rendezvous/etcd_client.cpp:
+HTTP POSTs of JSON bodies) and stores each reply as fuzz/etcd_json.cpp reads
+it: the operation byte, the index of the HTTP status in its kStatuses, and the
+body byte for byte (the HTTP framing is libcurl's, not fuzzed here).
 
     record_etcd.py FUZZ_DIR
 """
 import base64
+import http.client
 import json
 import os
 import shutil
@@ -19,6 +20,9 @@ import sys
 import tempfile
 import time
 
+# fuzz/etcd_json.cpp's kStatuses.
+STATUSES = [200, 400, 404, 500, 503, 204, 301, 429]
+
 
 def free_port():
     with socket.socket() as s:
@@ -27,18 +31,15 @@ def free_port():
 
 
 def post(port, path, body):
-    data = json.dumps(body).encode()
-    request = (f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
-               "Content-Type: application/json\r\nAccept: application/json\r\n"
-               f"Connection: close\r\nContent-Length: {len(data)}\r\n\r\n").encode() + data
-    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
-        s.sendall(request)
-        raw = b""
-        while True:
-            chunk = s.recv(65536)
-            if not chunk:
-                return raw
-            raw += chunk
+    """(status, body bytes) of one POST."""
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        connection.request("POST", path, json.dumps(body),
+                           {"Content-Type": "application/json", "Accept": "application/json"})
+        response = connection.getresponse()
+        return response.status, response.read()
+    finally:
+        connection.close()
 
 
 def b64(text):
@@ -60,13 +61,13 @@ def main():
     try:
         for _ in range(100):
             try:
-                if b"200 OK" in post(client, "/v3/kv/range", {"key": b64("x")}):
+                if post(client, "/v3/kv/range", {"key": b64("x")})[0] == 200:
                     break
             except OSError:
                 pass
             time.sleep(0.1)
         key = "dtrain/rdzv/job/state"
-        replies = []  # (op byte, name, raw)
+        replies = []  # (op byte, name, (status, body))
         replies.append((0, "get-absent", post(client, "/v3/kv/range", {"key": b64(key)})))
         replies.append((3, "cas-absent-succeeds", post(client, "/v3/kv/txn", {
             "compare": [{"key": b64(key), "result": "EQUAL", "target": "CREATE",
@@ -88,7 +89,7 @@ def main():
                                        {"key": b64(key), "value": b64("1 complete 2 5")})))
         grant = post(client, "/v3/lease/grant", {"TTL": "10"})
         replies.append((6, "lease-grant", grant))
-        lease = json.loads(grant.split(b"\r\n\r\n", 1)[1])["ID"]
+        lease = json.loads(grant[1])["ID"]
         replies.append((2, "put-leased", post(client, "/v3/kv/put", {
             "key": b64("dtrain/rdzv/job/hb/n0"), "value": b64("1"), "lease": lease})))
         replies.append((7, "keep-alive", post(client, "/v3/lease/keepalive", {"ID": lease})))
@@ -101,13 +102,10 @@ def main():
         replies.append((5, "delete-absent", post(client, "/v3/kv/deleterange", {"key": b64(key)})))
         replies.append((0, "not-found-path", post(client, "/v3/kv/nothing", {"key": b64(key)})))
         replies.append((0, "bad-request", post(client, "/v3/kv/range", {"key": "@@"})))
-        for sub in ("etcd_json", "etcd_http"):
-            os.makedirs(f"{fuzz_dir}/corpus/{sub}", exist_ok=True)
-        for op, name, raw in replies:
+        os.makedirs(f"{fuzz_dir}/corpus/etcd_json", exist_ok=True)
+        for op, name, (status, body) in replies:
             with open(f"{fuzz_dir}/corpus/etcd_json/{name}", "wb") as f:
-                f.write(bytes([op]) + raw)
-            with open(f"{fuzz_dir}/corpus/etcd_http/{name}", "wb") as f:
-                f.write(raw)
+                f.write(bytes([op, STATUSES.index(status)]) + body)
     finally:
         etcd.terminate()
         etcd.wait(timeout=10)

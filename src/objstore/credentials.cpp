@@ -18,6 +18,7 @@
 #include "common/fd.h"
 #include "common/printable.h"
 #include "common/strings.h"
+#include "objstore/sigv4.h"
 #include "objstore/xml.h"
 
 extern char** environ;

@@ -7,10 +7,17 @@
 #include <memory>
 #include <string>
 
+#include "http/http.h"
 #include "objstore/aws_env.h"
-#include "objstore/http.h"
 
 namespace dtrain::objstore {
+
+// The HTTP stack (src/http/http.h) under the names the object store uses.
+using http::curl_transport;
+using http::HttpRequest;
+using http::HttpResponse;
+using http::HttpTransport;
+using http::TransportError;
 
 /// Parses ISO 8601 UTC ("2026-11-25T21:00:00Z", fractions and "+00:00"
 /// allowed); nullopt when malformed.

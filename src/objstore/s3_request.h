@@ -8,9 +8,17 @@
 #include <string>
 
 #include "dtrain/object_store.h"
-#include "objstore/http.h"
+#include "http/http.h"
+#include "objstore/sigv4.h"
 
 namespace dtrain::objstore {
+
+// The HTTP stack (src/http/http.h) under the names the object store uses.
+using http::curl_transport;
+using http::HttpRequest;
+using http::HttpResponse;
+using http::HttpTransport;
+using http::TransportError;
 
 /// An S3 operation before it is addressed and signed.
 struct S3Call {

@@ -1,18 +1,27 @@
 #include "launch/rendezvous/etcd_client.h"
 
+#include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
 #include "common/strings.h"
 #include "dtrain/errors.h"
-#include "launch/rendezvous/etcd_http.h"
 
 namespace dtrain::detail {
 namespace {
 
 using nlohmann::json;
+
+std::string endpoint(const std::string& host, int port) { return cat(host, ":", port); }
+
+/// http://host:port`path`, an IPv6 address in brackets.
+std::string etcd_url(const std::string& host, int port, const std::string& path) {
+  const bool v6 = host.find(':') != std::string::npos;
+  return cat("http://", v6 ? "[" : "", host, v6 ? "]" : "", ":", port, path);
+}
 
 /// An int64 field of an etcd reply: the gateway writes int64 as a JSON string
 /// and omits zero values. Throws StoreError on anything else.
@@ -98,16 +107,58 @@ std::optional<std::string> base64_decode(std::string_view text) {
 
 EtcdClient::EtcdClient(std::string host, int port, std::chrono::milliseconds timeout,
                        Transport transport)
-    : host_(std::move(host)), port_(port), timeout_(timeout), transport_(std::move(transport)) {}
+    : host_(std::move(host)),
+      port_(port),
+      timeout_(timeout),
+      transport_(std::move(transport)),
+      http_(transport_ ? nullptr : http::curl_transport()) {}
 
-std::string EtcdClient::describe() const { return cat("etcd at ", host_port(host_, port_)); }
+std::string EtcdClient::describe() const { return cat("etcd at ", endpoint(host_, port_)); }
+
+http::HttpResponse EtcdClient::post(const std::string& path, const std::string& body,
+                                    const std::string& what) {
+  // Note [etcd over the HTTP stack]
+  // One deadline for the whole call, as the rendezvous sizes its waits by
+  // it: libcurl's total timeout (HttpRequest::total_timeout) bounds connect,
+  // send and receive together; the idle and connect bounds are set to the
+  // same value so that neither ends a call earlier. Connections stay open
+  // between calls (etcd's gateway keeps them alive); a connection etcd
+  // closed meanwhile is replaced by libcurl before the request is sent. No
+  // proxy: etcd is an address inside the cluster. libcurl's sockets are not
+  // close-on-exec; the workers the launcher starts close every inherited
+  // descriptor at exec (close_range in process/process.cpp).
+  http::HttpRequest request;
+  request.method = "POST";
+  request.url = etcd_url(host_, port_, path);
+  request.headers = {{"Content-Type", "application/json"}, {"Accept", "application/json"}};
+  request.body = body;
+  request.timeout = timeout_;
+  request.total_timeout = timeout_;
+  request.connect_timeout = timeout_;
+  request.use_proxy = false;
+  const std::string hp = endpoint(host_, port_);
+  try {
+    return http_->perform(request);
+  } catch (const http::TransportError& e) {
+    if (e.timed_out) {
+      throw TimeoutError(cat("etcd at ", hp, " did not answer ", what, " within ", timeout_.count(),
+                             " ms (", e.reason,
+                             "): is etcd healthy (a leader elected) and is "
+                             "LaunchOptions::rdzv_endpoint right?"));
+    }
+    if (e.unreachable) {
+      throw StoreError(cat("cannot reach etcd at ", hp, " for ", what, ": ", e.reason,
+                           " (is etcd running and is LaunchOptions::rdzv_endpoint right?)"));
+    }
+    throw StoreError(cat("etcd at ", hp, ", ", what, ": ", e.reason));
+  }
+}
 
 json EtcdClient::call(const std::string& method, const json& request, const std::string& what,
                       bool* not_found) {
   const std::string path = "/v3/" + method;
-  HttpResponse response = transport_
-                              ? transport_(path, request.dump(), what)
-                              : http_post(host_, port_, path, request.dump(), timeout_, what);
+  const std::string body = request.dump();
+  http::HttpResponse response = transport_ ? transport_(path, body, what) : post(path, body, what);
   json reply = json::parse(response.body, nullptr, /*allow_exceptions=*/false);
   // Streaming methods (lease/keepalive) wrap each message: {"result": {...}}
   // or {"error": {"grpc_code": 5, "message": ...}}.

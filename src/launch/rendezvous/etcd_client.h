@@ -1,27 +1,28 @@
 #pragma once
 // A minimal etcd v3 client over etcd's JSON gateway (grpc-gateway): each call
-// is one HTTP/1.1 POST of a JSON body to /v3/<service>/<method> on a fresh
-// connection. Only what the rendezvous needs: single-key range / put / delete,
-// a compare-and-put transaction, and leases. Verified against etcd 3.4 (the
-// first release serving /v3/ rather than /v3beta/ or /v3alpha/).
+// is one HTTP POST of a JSON body to http://host:port/v3/<service>/<method>,
+// through dtrain's one HTTP stack (src/http/http.h: libcurl, connections kept
+// alive between calls). Only what the rendezvous needs: single-key range /
+// put / delete, a compare-and-put transaction, and leases. Verified against
+// etcd 3.4 (the first release serving /v3/ rather than /v3beta/ or /v3alpha/).
 //
 //   EtcdClient etcd("127.0.0.1", 2379, std::chrono::seconds(10));
 //   etcd.put("/dtrain/a", "1");
 //   std::optional<std::string> v = etcd.get("/dtrain/a");   // "1"
 //
-// Keys and values are arbitrary bytes (base64 on the wire). The HTTP/1.1
-// transport is etcd_http.h.
+// Keys and values are arbitrary bytes (base64 on the wire).
 
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
 
 #include <nlohmann/json_fwd.hpp>
 
-#include "launch/rendezvous/etcd_http.h"
+#include "http/http.h"
 
 namespace dtrain::detail {
 
@@ -38,17 +39,21 @@ struct EtcdLease {
   int64_t ttl_seconds = 0;
 };
 
-/// Talks to one etcd endpoint. Thread-safe: it holds no connection state, every
-/// call opens its own connection. Every call is bounded by `timeout` and throws
-/// StoreError (unreachable, etcd error response, malformed reply) or
-/// TimeoutError; messages name "etcd at host:port", the operation and the key.
+/// Talks to one etcd endpoint. Thread-safe: calls may run at once from several
+/// threads; they share a pool of kept-alive connections (copies of a client
+/// share it too). Every call is bounded by `timeout` in total (connect, send
+/// and receive) and throws StoreError (unreachable, connection broken, etcd
+/// error response, malformed reply) or TimeoutError (the deadline passed);
+/// messages name "etcd at host:port", the operation and the key. Proxy
+/// variables (http_proxy, ...) are not used: etcd is reached directly.
 class EtcdClient {
  public:
   /// How a request reaches etcd: POST `body` to `path` and return the reply,
-  /// throwing StoreError/TimeoutError naming `what`. The default is
-  /// http_post to host:port; tests and fuzz/etcd_json.cpp pass recorded replies.
-  using Transport = std::function<HttpResponse(const std::string& path, const std::string& body,
-                                               const std::string& what)>;
+  /// throwing StoreError/TimeoutError naming `what`. The default is an HTTP
+  /// POST to http://host:port`path` over http::curl_transport(); tests and
+  /// fuzz/etcd_json.cpp pass recorded replies.
+  using Transport = std::function<http::HttpResponse(
+      const std::string& path, const std::string& body, const std::string& what)>;
 
   EtcdClient(std::string host, int port, std::chrono::milliseconds timeout,
              Transport transport = nullptr);
@@ -93,11 +98,16 @@ class EtcdClient {
   /// throwing for gRPC code 5 (NotFound: e.g. an unknown lease).
   nlohmann::json call(const std::string& method, const nlohmann::json& request,
                       const std::string& what, bool* not_found = nullptr);
+  /// The default Transport: POSTs `body` to http://host:port`path` through
+  /// http_, turning http::TransportError into StoreError / TimeoutError.
+  http::HttpResponse post(const std::string& path, const std::string& body,
+                          const std::string& what);
 
   std::string host_;
   int port_;
   std::chrono::milliseconds timeout_;
-  Transport transport_;  // null: http_post
+  Transport transport_;                        // null: post()
+  std::shared_ptr<http::HttpTransport> http_;  // null when transport_ is set
 };
 
 }  // namespace dtrain::detail

@@ -153,15 +153,15 @@ class EtcdServer {
     }
 
     auto deadline = std::chrono::steady_clock::now() + kStartTimeout;
+    detail::EtcdClient probe(host_, port_, std::chrono::milliseconds(500));
     while (std::chrono::steady_clock::now() < deadline) {
       if (::waitpid(pid_, nullptr, WNOHANG) == pid_) {  // exited: port taken?
         pid_ = -1;
         break;
       }
       try {
-        auto reply = detail::http_post(host_, port_, "/v3/kv/range", R"({"key":"AA=="})",
-                                       std::chrono::milliseconds(500), "readiness probe");
-        if (reply.status == 200) return true;
+        probe.get("readiness probe");  // throws until etcd answers 200 (a leader elected)
+        return true;
       } catch (const std::exception&) {
         // Not listening yet, or no leader yet.
       }

@@ -1,12 +1,17 @@
 // The etcd v3 rendezvous backend against a real etcd on loopback, plus the
-// client's base64 on its own (its HTTP transport: test_etcd_http.cpp).
+// client's base64 on its own and its deadline against servers that are not
+// etcd (refusing, silent, trickling: the client's HTTP is src/http/http.h).
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <atomic>
+#include <cstdlib>
+#include <optional>
 #include <thread>
 
 #include "dtrain/errors.h"
@@ -93,6 +98,78 @@ TEST(EtcdBackendErrors, SilentServerTimesOutWithinTheTimeout) {
   EXPECT_GE(elapsed, 250ms);
   EXPECT_LT(elapsed, 1500ms);
   ::close(fd);
+}
+
+// A server that answers the first request with a header promising 1,000
+// bytes and then sends one byte every 50 ms: never idle, never done.
+class TricklingServer {
+ public:
+  TricklingServer() {
+    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(addr);
+    ::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+    ::listen(fd_, 4);
+    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len);
+    port_ = ntohs(addr.sin_port);
+    thread_ = std::thread([this] { serve(); });
+  }
+  ~TricklingServer() {
+    stop_ = true;
+    thread_.join();
+    ::close(fd_);
+  }
+  int port() const { return port_; }
+
+ private:
+  // Bounded: every wait is a 50 ms poll that checks stop_.
+  void serve() {
+    int conn = -1;
+    while (!stop_ && conn < 0) {
+      pollfd p{fd_, POLLIN, 0};
+      if (::poll(&p, 1, 50) == 1) conn = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    }
+    if (conn < 0) return;
+    std::string request;
+    char buffer[4096];
+    while (!stop_ && request.find("\r\n\r\n") == std::string::npos) {
+      pollfd p{conn, POLLIN, 0};
+      if (::poll(&p, 1, 50) != 1) continue;
+      ssize_t n = ::recv(conn, buffer, sizeof(buffer), 0);
+      if (n <= 0) break;
+      request.append(buffer, static_cast<size_t>(n));
+    }
+    const std::string head = "HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n{";
+    ::send(conn, head.data(), head.size(), MSG_NOSIGNAL);
+    while (!stop_ && ::send(conn, " ", 1, MSG_NOSIGNAL) == 1) {
+      std::this_thread::sleep_for(50ms);
+    }
+    ::close(conn);
+  }
+
+  int fd_ = -1;
+  int port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+TEST(EtcdBackendErrors, TricklingServerTimesOutAtTheTotalDeadline) {
+  // Bytes keep moving, so only a deadline over the whole call ends it.
+  TricklingServer server;
+  EtcdClient client("127.0.0.1", server.port(), 400ms);
+  auto start = std::chrono::steady_clock::now();
+  try {
+    client.get("k");
+    FAIL() << "no error";
+  } catch (const TimeoutError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("etcd at 127.0.0.1:" + std::to_string(server.port()) +
+                                    " did not answer range of key 'k' within 400 ms"));
+  }
+  auto elapsed = std::chrono::steady_clock::now() - start;
+  EXPECT_GE(elapsed, 350ms);
+  EXPECT_LT(elapsed, 1500ms);
 }
 
 TEST(EtcdBackendErrors, BadEndpointIsInvalidArgument) {
@@ -285,6 +362,42 @@ TEST_F(EtcdBackendTest, EtcdErrorRepliesBecomeStoreErrorsNamingTheOperation) {
     EXPECT_THAT(e.what(), HasSubstr("etcd at " + etcd_.endpoint() + " refused grant of a"));
     EXPECT_THAT(e.what(), HasSubstr("gRPC code"));
   }
+}
+
+// Sets an environment variable (nullptr: unsets it) for its lifetime.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    const char* old = std::getenv(name);
+    if (old) old_ = old;
+    if (value) {
+      ::setenv(name, value, 1);
+    } else {
+      ::unsetenv(name);
+    }
+  }
+  ~ScopedEnv() {
+    if (old_) {
+      ::setenv(name_.c_str(), old_->c_str(), 1);
+    } else {
+      ::unsetenv(name_.c_str());
+    }
+  }
+
+ private:
+  std::string name_;
+  std::optional<std::string> old_;
+};
+
+TEST_F(EtcdBackendTest, ProxyVariablesAreIgnoredEtcdIsReachedDirectly) {
+  // libcurl would send every request to this proxy, where nothing listens.
+  const std::string proxy = "http://127.0.0.1:" + std::to_string(closed_port());
+  ScopedEnv http_proxy("http_proxy", proxy.c_str());
+  ScopedEnv no_proxy("no_proxy", nullptr);
+  ScopedEnv no_proxy_upper("NO_PROXY", nullptr);
+  EtcdClient etcd = client();
+  EXPECT_NO_THROW(etcd.put("/proxy", "direct"));
+  EXPECT_EQ(etcd.get("/proxy"), "direct");
 }
 
 TEST_F(EtcdBackendTest, StoppedEtcdGivesAStoreErrorNamingHostPort) {

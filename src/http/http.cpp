@@ -1,15 +1,17 @@
-#include "objstore/http.h"
+#include "http/http.h"
 
 #include <curl/curl.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <mutex>
 #include <vector>
 
 #include "common/strings.h"
+#include "dtrain/errors.h"
 
-namespace dtrain::objstore {
+namespace dtrain::http {
 
 std::string HttpResponse::header(const std::string& name) const {
   auto it = headers.find(name);
@@ -158,13 +160,20 @@ class CurlTransport : public HttpTransport {
     // (a checkpoint) is not cut off by a deadline sized for small requests,
     // while a stalled peer still ends the attempt within about a second of
     // it (libcurl calls the progress function about once a second when
-    // idle).
+    // idle). A caller whose requests are all small and must end in bounded
+    // time (the etcd client) also sets request.total_timeout: libcurl's own
+    // CURLOPT_TIMEOUT_MS, which ends the attempt at that instant.
     Progress progress{request.timeout, std::chrono::steady_clock::now()};
     curl_easy_setopt(handle, CURLOPT_NOPROGRESS, 0L);
     curl_easy_setopt(handle, CURLOPT_XFERINFOFUNCTION, on_progress);
     curl_easy_setopt(handle, CURLOPT_XFERINFODATA, &progress);
     curl_easy_setopt(handle, CURLOPT_CONNECTTIMEOUT_MS,
                      static_cast<long>(request.connect_timeout.count()));
+    if (request.total_timeout.count() > 0)
+      curl_easy_setopt(handle, CURLOPT_TIMEOUT_MS,
+                       static_cast<long>(request.total_timeout.count()));
+    // An empty proxy turns off libcurl's reading of the proxy variables.
+    if (!request.use_proxy) curl_easy_setopt(handle, CURLOPT_PROXY, "");
     curl_easy_setopt(handle, CURLOPT_FOLLOWLOCATION, 0L);
     curl_easy_setopt(handle, CURLOPT_WRITEFUNCTION, write_body);
     curl_easy_setopt(handle, CURLOPT_WRITEDATA, &response.body);
@@ -189,14 +198,21 @@ class CurlTransport : public HttpTransport {
     curl_easy_setopt(handle, CURLOPT_ERRORBUFFER, nullptr);
     curl_easy_setopt(handle, CURLOPT_HTTPHEADER, nullptr);
     if (code == CURLE_ABORTED_BY_CALLBACK && progress.stalled) {
-      throw TransportError(cat(request.method, " ", request.url, ": no byte moved for ",
-                               request.timeout.count(), " ms"),
-                           true);
+      std::string reason = cat("no byte moved for ", request.timeout.count(), " ms");
+      throw TransportError(cat(request.method, " ", request.url, ": ", reason), true, reason);
     }
     if (code != CURLE_OK) {
-      throw TransportError(
-          cat(request.method, " ", request.url, ": ", error[0] ? error : curl_easy_strerror(code)),
-          code == CURLE_OPERATION_TIMEDOUT);
+      std::string reason = error[0] ? error : curl_easy_strerror(code);
+      const bool unreachable = code == CURLE_COULDNT_RESOLVE_HOST ||
+                               code == CURLE_COULDNT_RESOLVE_PROXY || code == CURLE_COULDNT_CONNECT;
+      // libcurl 7.88 words a refused connection "Couldn't connect to
+      // server"; the system's word for it says which case it was.
+      long os_errno = 0;
+      if (code == CURLE_COULDNT_CONNECT &&
+          curl_easy_getinfo(handle, CURLINFO_OS_ERRNO, &os_errno) == CURLE_OK && os_errno != 0)
+        reason += cat(" (", std::strerror(static_cast<int>(os_errno)), ")");
+      throw TransportError(cat(request.method, " ", request.url, ": ", reason),
+                           code == CURLE_OPERATION_TIMEDOUT, reason, unreachable);
     }
     long status = 0;
     curl_easy_getinfo(handle, CURLINFO_RESPONSE_CODE, &status);
@@ -212,4 +228,4 @@ class CurlTransport : public HttpTransport {
 
 std::shared_ptr<HttpTransport> curl_transport() { return std::make_shared<CurlTransport>(); }
 
-}  // namespace dtrain::objstore
+}  // namespace dtrain::http
