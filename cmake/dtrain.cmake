@@ -38,7 +38,7 @@ function(dtrain_library name)
   # (LibTorch 2.11, -O3, /usr/bin/time, no ccache). Batches of
   # DTRAIN_UNITY_BATCH keep two cores busy. Every component opts in (UNITY),
   # and the dtrain executable does the same (src/cli): the `dtrain` target is
-  # 61 build steps instead of 123. A unit's sources share one anonymous
+  # 63 build steps instead of 123. A unit's sources share one anonymous
   # namespace, so no two may define the same name there or as static: a
   # helper two sources need lives once in a header (ps's seconds()), and a
   # same-named local is renamed (cli's join_flags_group).
