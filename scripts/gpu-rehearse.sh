@@ -66,7 +66,9 @@ mounts=("$ROOT/proc" "${mounts[@]}")
 
 log "gpu-check.sh ${STEP/all/} in $ROOT, no network"
 rc=0
-unshare -n chroot "$ROOT" env -i PATH=/usr/local/cuda/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root \
+# A network namespace of its own (no network), with its loopback up: the GPU
+# machine has one, and the multi-process tests form their groups on it.
+unshare -n sh -c 'ip link set lo up && exec chroot "$@"' sh "$ROOT" env -i PATH=/usr/local/cuda/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root \
   OUT=/tmp/out DTRAIN_GPU_BUILD=/tmp/build-gpu DTRAIN_GPU_PREFIX=/tmp/prefix \
   DTRAIN_JOBS="${DTRAIN_JOBS:-1}" DTRAIN_GPU_PYTHON=python3 DTRAIN_GPU_SKIP_BENCH=1 \
   bash /src/scripts/gpu-check.sh "${STEP/all/}" || rc=$?
