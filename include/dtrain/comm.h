@@ -76,10 +76,12 @@ struct InitOptions {
   /// warning naming GLOO_SOCKET_IFNAME.
   std::string gloo_host;
   /// Called about every `wait_slice` while this rank waits for one of the
-  /// group's collectives (blocking calls, Work::wait, wait_work); it throws
-  /// to give the wait up (its exception propagates; the collective stays in
-  /// flight and the group must not be used again: live recovery abandons it,
-  /// dtrain/live.h). Empty (the default): waits are not sliced.
+  /// group's collectives (blocking calls, Work::wait, wait_work) or, while
+  /// the group forms, for a peer's key in the store (the store is polled
+  /// instead of blocking in it); it throws to give the wait up (its
+  /// exception propagates; the collective stays in flight and the group
+  /// must not be used again: live recovery abandons it, dtrain/live.h).
+  /// Empty (the default): waits are not sliced.
   std::function<void()> wait_interrupt;
   /// Period of wait_interrupt's calls.
   std::chrono::milliseconds wait_slice = std::chrono::milliseconds(20);

@@ -10,6 +10,7 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 
+#include "comm/interruptible_store.h"
 #include "comm/state.h"
 #include "common/net.h"
 #include "common/strings.h"
@@ -288,19 +289,35 @@ void wait_until_every_rank_formed(const ProcessGroup::State& state, const InitOp
 
 void form_group(ProcessGroup::State& state, StorePtr store, const InitOptions& options) {
   detail::ignore_sigpipe_unless_handled();  // Note [SIGPIPE] in src/common/net.cpp
+  c10::intrusive_ptr<detail::InterruptibleStore> interruptible;
+  if (options.wait_interrupt) {
+    // Note [Interruptible formation] in interruptible_store.cpp.
+    interruptible = c10::make_intrusive<detail::InterruptibleStore>(
+        std::move(store), options.wait_interrupt, options.wait_slice, options.store_timeout);
+    store = interruptible;
+  }
   state.store = prefix_store("dtrain/pg", std::move(store));
   try {
-    state.backend = make_backend(options, state.store);
-  } catch (const Error&) {
+    try {
+      state.backend = make_backend(options, state.store);
+    } catch (const Error&) {
+      throw;
+    } catch (const std::exception& e) {
+      throw TimeoutError(cat("rank ", options.rank, " of ", options.world_size,
+                             ": the process group did not form within ",
+                             options.store_timeout.count() / 1000.0, " s over ",
+                             options.init_method, " (", first_line(e.what()),
+                             "); check that every rank started and can reach the others"));
+    }
+    wait_until_every_rank_formed(state, options);  // Note [Formed means every rank connected]
+  } catch (...) {
+    // Gloo rethrows what the store threw as its own error: the interrupt's
+    // exception, when it gave the formation up, is the one to propagate.
+    if (interruptible && interruptible->interruption()) {
+      std::rethrow_exception(interruptible->interruption());
+    }
     throw;
-  } catch (const std::exception& e) {
-    throw TimeoutError(cat("rank ", options.rank, " of ", options.world_size,
-                           ": the process group did not form within ",
-                           options.store_timeout.count() / 1000.0, " s over ", options.init_method,
-                           " (", first_line(e.what()),
-                           "); check that every rank started and can reach the others"));
   }
-  wait_until_every_rank_formed(state, options);  // Note [Formed means every rank connected]
 }
 
 }  // namespace

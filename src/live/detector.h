@@ -6,6 +6,7 @@
 #include <condition_variable>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -76,6 +77,7 @@ class Detector {
   std::map<std::string, Death> deaths_;
   std::string fence_reason_;
   std::chrono::steady_clock::time_point last_store_ok_;
+  std::optional<std::chrono::steady_clock::time_point> last_tick_;  // Note [Heartbeats]
   std::thread thread_;
 };
 

@@ -34,6 +34,9 @@ struct Keys {
   /// The leader's record: "<joined_upto> <transfer 0|1> <member,member,...>".
   std::string members(int64_t g) const { return cat(gen(g), "/members"); }
   std::string group_prefix(int64_t g) const { return cat(gen(g), "/pg"); }
+  /// Set (to the reason) by a member that gave up forming generation g's
+  /// group: the others stop waiting in its formation at once.
+  std::string abandoned(int64_t g) const { return cat(gen(g), "/abandoned"); }
   std::string done(int64_t g, int64_t step) const { return cat(gen(g), "/step/", step, "/done"); }
   std::string decision(int64_t g, int64_t step) const {
     return cat(gen(g), "/step/", step, "/decision");

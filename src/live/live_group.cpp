@@ -75,6 +75,7 @@
 
 #include <algorithm>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "common/net.h"
@@ -185,6 +186,7 @@ struct LiveGroup::Impl {
   void interrupt() {
     check_fenced();
     if (gen < 0) return;
+    interrupt_if_abandoned();
     if (detector->any_dead(members)) {
       throw GenerationLostError(cat(where(), ": generation ", gen, " lost ",
                                     join(dead_members(), ", "),
@@ -196,6 +198,42 @@ struct LiveGroup::Impl {
         get_string(*store, keys.decision(gen, step)) == kAbort) {
       throw GenerationLostError(cat(where(), ": another member aborted step ", step,
                                     "; the collective in flight is abandoned"));
+    }
+  }
+
+  // Note [Formation given up]
+  // A member whose generation's group fails to form (a Gloo error, a
+  // formation collective that timed out, the formation bound) writes
+  // gen/<g>/abandoned, and every member of generation g gives it up at its
+  // next wait slice, whether it is still forming (Note [Interruptible
+  // formation] in src/comm/interruptible_store.cpp) or already in the first
+  // step (its commit decision is then abort): all of them reach the next
+  // generation together, within the leader's bound, instead of one being
+  // left out, declared dead ("left generation") and fenced while it waited
+  // in a formation the others had given up. The whole formation, the
+  // DataParallel's first collective and the state transfer included, is
+  // bounded by form_timeout (start_timeout for the first generation and a
+  // joiner's), not by the longer collective_timeout.
+  // A member that finished forming may already wait in the generation's
+  // first step when another gives the formation up, so the key is checked
+  // at every wait slice, not only while forming, and by decide().
+  void interrupt_if_abandoned() {
+    if (store->check({keys.abandoned(gen)})) {
+      throw GenerationLostError(cat(where(), ": generation ", gen, "'s group was given up by ",
+                                    get_string(*store, keys.abandoned(gen))));
+    }
+    if (forming_until && Clock::now() >= *forming_until) {
+      throw GenerationLostError(cat(where(), ": generation ", gen, "'s group did not form within ",
+                                    forming_bound.count() / 1000.0, " s"));
+    }
+  }
+
+  void give_up_formation(const std::string& why) {
+    try {
+      const std::string v = cat(opt.member, " (", first_line(why), ")");
+      store->compareSet(keys.abandoned(gen), {}, live::bytes_of(v));
+    } catch (const std::exception&) {
+      // The store is gone: the detector fences this member.
     }
   }
 
@@ -261,7 +299,11 @@ struct LiveGroup::Impl {
     const int prev_size = static_cast<int>(members.size());
     const std::vector<std::string> prev_members = members;
     abandon_generation();
-    const bool initial = gen < 0 && has_state;
+    bool initial = gen < 0 && has_state;
+    // Whom the leader expects: the previous generation's members, or after a
+    // generation whose group failed to form, that generation's (Note
+    // [Formation given up]); positions follow the same list.
+    std::vector<std::string> expect_from = prev_members;
     int64_t target = gen + 1;
     if (!has_state) {
       // A joiner: register, then take part in the next formation.
@@ -279,12 +321,12 @@ struct LiveGroup::Impl {
       if (initial) {
         req.me.order = opt.initial_rank;
       } else {
-        auto it = std::find(prev_members.begin(), prev_members.end(), opt.member);
-        req.me.order = it - prev_members.begin();
+        auto it = std::find(expect_from.begin(), expect_from.end(), opt.member);
+        req.me.order = it - expect_from.begin();
       }
       req.initial = initial;
       req.initial_world = opt.initial_world_size;
-      for (const std::string& m : prev_members) {
+      for (const std::string& m : expect_from) {
         if (!detector->any_dead({m})) req.expected.push_back(m);
       }
       req.joined_upto = joined_upto;
@@ -320,9 +362,12 @@ struct LiveGroup::Impl {
         report(roster, prev_size, prev_members, was_joiner);
         return;
       }
-      // A member failed while the group formed: the next generation.
+      // A member failed while the group formed: the next generation, among
+      // this one's members (Note [Formation given up]).
       target = roster.generation + 1;
       members = roster.members;
+      expect_from = roster.members;
+      initial = false;
     }
   }
 
@@ -363,6 +408,8 @@ struct LiveGroup::Impl {
     joined_upto = roster.joined_upto;
     detector->watch(members);
     gen_clean = false;  // until formed
+    forming_bound = long_bound ? opt.start_timeout : opt.form_timeout;
+    forming_until = Clock::now() + forming_bound;
     try {
       InitOptions o;
       o.init_method = "live://";
@@ -370,7 +417,7 @@ struct LiveGroup::Impl {
       o.world_size = static_cast<int>(members.size());
       o.backend = opt.backend;
       o.timeout = opt.collective_timeout;
-      o.store_timeout = long_bound ? opt.start_timeout : opt.form_timeout;
+      o.store_timeout = forming_bound;
       o.gloo_host = gloo_host;
       o.wait_interrupt = [this] { interrupt(); };
       o.wait_slice = opt.wait_slice;
@@ -392,18 +439,24 @@ struct LiveGroup::Impl {
         ddp = std::make_unique<DataParallel>(borrowed(*ddp_module), pg, d);
       }
     } catch (const FencedError&) {
+      forming_until.reset();
       throw;
     } catch (const DistError& e) {
+      forming_until.reset();
+      give_up_formation(e.what());
       ddp.reset();
       if (pg.size() > 1) abandoned.push_back(pg);
       pg = ProcessGroup();
       return false;
     }
+    forming_until.reset();
     has_state = true;
     gen_clean = true;
     need_new_gen = false;
     return true;
   }
+  std::optional<Clock::time_point> forming_until;  // set while a group forms
+  std::chrono::milliseconds forming_bound{0};
 
   std::chrono::milliseconds transfer_time{0};
   std::string gloo_host;  // where Gloo binds: options, else the route to the store
@@ -571,7 +624,7 @@ struct LiveGroup::Impl {
         break;
       }
       check_fenced();
-      if (detector->any_dead(members)) {
+      if (detector->any_dead(members) || store->check({keys.abandoned(gen)})) {
         decision = propose(kAbort);
         break;
       }

@@ -16,6 +16,7 @@
 #include <mutex>
 #include <thread>
 
+#include "comm/interruptible_store.h"
 #include "dtrain/errors.h"
 #include "dtrain/live.h"
 #include "live/detector.h"
@@ -446,6 +447,71 @@ TEST(LiveGroup, AJoinerReceivesTheStateAndEndsWithTheSameWeightsAsTheOthers) {
     EXPECT_TRUE(torch::equal(got[i], got[0])) << "member " << i << " differs";
     EXPECT_TRUE(torch::allclose(got[i], expected, 1e-5, 1e-6)) << "member " << i;
   }
+}
+
+// A store whose first write under generation 0's group prefix throws: that
+// member's group formation fails while the others wait in it for its
+// address.
+class FailsFirstGroupWrite : public detail::ForwardingStore {
+ public:
+  using ForwardingStore::ForwardingStore;
+  void set(const std::string& key, const std::vector<uint8_t>& value) override {
+    if (key.rfind("live/gen/0/pg/", 0) == 0 && !failed_.exchange(true)) {
+      throw std::runtime_error("injected: the group's first write failed");
+    }
+    ForwardingStore::set(key, value);
+  }
+
+ private:
+  std::atomic<bool> failed_{false};
+};
+
+// Note [Formation given up] in src/live/live_group.cpp: before it, the
+// others sat in the abandoned formation for the whole store timeout, and the
+// retry of a first generation expected nobody, so its leader formed alone
+// and fenced the rest ("generation 1 formed without it", CI under load).
+TEST(LiveGroup, AMemberWhoseGroupFailedToFormMakesTheOthersGiveItUpAndAllFormTheNext) {
+  const torch::Tensor expected = reference_weights(3, 4);
+  StorePtr store = make_memory_store();
+  auto faulty = c10::make_intrusive<FailsFirstGroupWrite>(store);
+  std::vector<torch::Tensor> got(3);
+  std::vector<std::vector<int64_t>> generations(3);
+  std::vector<std::exception_ptr> errors(3);
+  std::vector<std::thread> threads;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < 3; ++i) {
+    threads.emplace_back([&, i] {
+      try {
+        LiveOptions o = fast_options(3, 3);
+        o.initial_rank = i;
+        // Long bounds: giving up must come from the failed member's word,
+        // not from a timeout.
+        o.start_timeout = 120s;
+        o.form_timeout = 120s;
+        Member m(i == 2 ? StorePtr(faulty) : store, "m" + std::to_string(i), o);
+        while (m.live->step() < 4) m.step();
+        got[i] = m.weights();
+        generations[i] = m.committed_generations;
+      } catch (...) {
+        errors[i] = std::current_exception();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  const auto took = std::chrono::steady_clock::now() - t0;
+  for (auto& e : errors) {
+    if (e) std::rethrow_exception(e);
+  }
+  ASSERT_TRUE(store->check({"live/gen/0/abandoned"}));
+  const std::vector<uint8_t> why = store->get("live/gen/0/abandoned");
+  EXPECT_EQ(std::string(why.begin(), why.end()).rfind("m2 (", 0), 0u);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(generations[i], (std::vector<int64_t>{1, 1, 1, 1})) << "member " << i;
+    EXPECT_TRUE(torch::allclose(got[i], expected, 1e-5, 1e-6)) << "member " << i;
+    EXPECT_TRUE(torch::equal(got[i], got[0])) << "member " << i;
+  }
+  // Far below the 120 s the others would have waited in the old formation.
+  EXPECT_LT(took, 60s);
 }
 
 }  // namespace

@@ -1,7 +1,8 @@
 // Live recovery with workers as processes on loopback, through the example
 // program (examples/live_recovery.cpp) and a store hosted by the test (off
 // the workers, as `dtrain run` hosts it): SIGKILL and SIGSTOP of a worker, a
-// replacement joining, and too few workers left. Each run is bounded; every
+// worker slowed to a tenth of a core, a replacement joining, and too few
+// workers left. Each run is bounded; every
 // process started is reaped (killed at the deadline).
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -334,6 +335,43 @@ TEST(LiveProcesses, BelowMinWorkersEndsWithOneLineNamingTheLostMember) {
   EXPECT_NE(log.find("fewer than min_workers = 2"), std::string::npos) << log;
   EXPECT_NE(log.find(":" + std::to_string(job.worker(1).pid) + " (peer lost)"), std::string::npos)
       << log;
+}
+
+// Issue 19: "no false detection when one worker gets a tenth of a core for
+// seconds". The test gives worker 1 a tenth of its time for 5 s: SIGSTOP,
+// 90 ms, SIGCONT, 10 ms, and again (a CPU quota of 0.1 enforces the same
+// duty cycle at a 100 ms period). Its heartbeat thread still beats in every
+// window it runs, so its counter never stands still for failure_timeout
+// (2 s): nobody is declared dead, no generation is formed after the first,
+// and every worker ends with the same weights, each sample once.
+TEST(LiveProcesses, AWorkerGivenATenthOfACoreForSecondsIsNotDeclaredDead) {
+  constexpr int kSteps = 40;
+  LiveJob job("slow");
+  for (int r = 0; r < 3; ++r) {
+    job.start(r, 3, {{"DTRAIN_LIVE_LOGICAL_WORLD_SIZE", "4"}}, args(kSteps, {"--pause-ms", "20"}));
+  }
+  const auto deadline = std::chrono::steady_clock::now() + 120s;
+  while (job.log(1).find("formed with 3 workers") == std::string::npos &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(10ms);
+  }
+  const pid_t slow = job.worker(1).pid;
+  const auto until = std::chrono::steady_clock::now() + 5s;
+  while (std::chrono::steady_clock::now() < until) {
+    ::kill(slow, SIGSTOP);
+    std::this_thread::sleep_for(90ms);
+    ::kill(slow, SIGCONT);
+    std::this_thread::sleep_for(10ms);
+  }
+  ASSERT_TRUE(job.wait_all(120s)) << job.all_logs();
+  const std::string logs = job.all_logs();
+  for (int r = 0; r < 3; ++r) {
+    ASSERT_TRUE(exited_ok(job.worker(r))) << logs;
+    EXPECT_TRUE(torch::equal(job.weights(r), job.weights(0))) << "worker " << r;
+  }
+  EXPECT_EQ(logs.find("): lost "), std::string::npos) << logs;
+  EXPECT_EQ(logs.find("fenced"), std::string::npos) << logs;
+  expect_each_sample_once(job.samples(), kSteps);
 }
 
 }  // namespace
