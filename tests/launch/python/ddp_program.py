@@ -47,6 +47,10 @@ def main():
         raise RuntimeError(f"rank {rank} fails on purpose in attempt {restart}")
     print(f"rank {rank}/{world} allreduce {t.item():g} restart {restart} torch {torch.__version__}",
           flush=True)
+    # As PyTorch's own tests do: a rank that tears its group down while a
+    # peer's Gloo thread still reads from it can end that peer with
+    # "terminate called" (seen once in CI under torch 2.x on a loaded machine).
+    dist.barrier()
     dist.destroy_process_group()
 
 
