@@ -134,6 +134,9 @@ int main(int argc, char** argv) {
   } catch (const dtrain::BelowMinWorkersError& e) {
     std::fprintf(stderr, "%s\n", e.what());
     return 4;
+  } catch (const dtrain::JobEndedError& e) {
+    std::fprintf(stderr, "%s\n", e.what());  // a replacement too late: nothing to do
+    return 0;
   }
   std::vector<torch::Tensor> flat;
   for (const auto& p : model->parameters()) flat.push_back(p.detach().flatten());

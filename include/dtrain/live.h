@@ -107,6 +107,17 @@ class GenerationLostError : public PeerLostError {
   using PeerLostError::PeerLostError;
 };
 
+/// A replacement (LiveOptions::join) found the job over before it was
+/// admitted: every member of the newest generation has left (finished, or
+/// ended by an error). Thrown by begin_step() within about a heartbeat
+/// interval of the last member leaving, instead of after start_timeout. The
+/// replacement has no state and nothing to do: it must not write
+/// checkpoints or results.
+class JobEndedError : public DistError {
+ public:
+  using DistError::DistError;
+};
+
 /// How a member was found dead.
 enum class DetectionCause {
   kMissedHeartbeats,  ///< its heartbeat counter stopped for failure_timeout
@@ -324,8 +335,9 @@ class LiveGroup {
   /// Starts (or redoes) a step: forms a new generation when needed (losses
   /// seen, commit+join decided, or first call), transfers state to joiners,
   /// and keeps the module's buffers as the step's starting values. Throws
-  /// FencedError, BelowMinWorkersError, or TimeoutError when no generation
-  /// forms within the bounds. Calling it again before should_commit()
+  /// FencedError, BelowMinWorkersError, JobEndedError (a joiner, after
+  /// every member left), or TimeoutError when no generation forms within
+  /// the bounds. Calling it again before should_commit()
   /// gives the current attempt up (an abort).
   const LiveStep& begin_step();
 

@@ -332,7 +332,10 @@ struct LiveGroup::Impl {
       req.joined_upto = joined_upto;
       req.max_members = w0;
       req.bound = (initial || !has_state) ? opt.start_timeout : opt.form_timeout;
-      req.check = [this] { check_fenced(); };
+      req.check = [this] {
+        check_fenced();
+        if (!has_state) check_job_ended();
+      };
       live::Roster roster;
       if (live::form_roster(*store, keys, *detector, req, &roster) ==
           live::FormOutcome::kLeaderLost) {
@@ -370,6 +373,31 @@ struct LiveGroup::Impl {
       initial = false;
     }
   }
+
+  // Note [A replacement after the end]
+  // A joiner is admitted by a member with state at a step boundary; once
+  // every member of the newest formed generation has left (its LiveGroup was
+  // destroyed: training finished, or an error ended it) nobody is left to
+  // admit it, and without this check it waited out start_timeout (5 min) and
+  // failed with a timeout (docs/live_recovery.md, "Not done yet", until
+  // 2026-11-26). Its wait therefore reads the newest generation's member
+  // list and their left keys, at most once per heartbeat interval.
+  void check_job_ended() {
+    const auto now = Clock::now();
+    if (now < next_end_check) return;
+    next_end_check = now + opt.heartbeat_interval;
+    const int64_t g = live::current_generation(*store, keys);
+    if (g < 0 || !store->check({keys.members(g)})) return;
+    const live::Roster r = live::parse_roster(g, get_string(*store, keys.members(g)));
+    if (r.members.empty()) return;
+    for (const std::string& m : r.members) {
+      if (!store->check({keys.left(m)})) return;
+    }
+    throw JobEndedError(cat(where(), ": the job ended before this replacement was admitted (every ",
+                            "member of generation ", g, " left: ", join(r.members, ", "),
+                            "); it has no state and nothing to do"));
+  }
+  Clock::time_point next_end_check{};
 
   // The lost members and how each was detected. A member that is not the
   // leader may read the roster before its own detector saw a loss ("lost:

@@ -514,5 +514,32 @@ TEST(LiveGroup, AMemberWhoseGroupFailedToFormMakesTheOthersGiveItUpAndAllFormThe
   EXPECT_LT(took, 60s);
 }
 
+// Note [A replacement after the end]: before it, this joiner waited out its
+// start_timeout (here 120 s) and failed with a TimeoutError.
+TEST(LiveGroup, AReplacementArrivingAfterEveryMemberLeftIsToldTheJobEndedAtOnce) {
+  StorePtr store = make_memory_store();
+  run_members(
+      2, 2,
+      [&](int, Member& m) {
+        while (m.live->step() < 3) m.step();
+      },
+      store);
+  LiveOptions o = fast_options(0, 2);
+  o.join = true;
+  o.start_timeout = 120s;
+  Member m(store, "late", o);
+  const auto t0 = std::chrono::steady_clock::now();
+  std::string what;
+  try {
+    m.live->begin_step();
+  } catch (const JobEndedError& e) {
+    what = e.what();
+  }
+  EXPECT_NE(what.find("the job ended before this replacement was admitted"), std::string::npos)
+      << what;
+  EXPECT_NE(what.find("m0, m1"), std::string::npos) << what;
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 60s);
+}
+
 }  // namespace
 }  // namespace dtrain
