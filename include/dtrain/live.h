@@ -343,8 +343,9 @@ class LiveGroup {
 
   /// Runs fn(logical_rank) for each of this member's logical ranks, in
   /// order: the forwards of all but the last inside the DataParallel's
-  /// no_sync(), the default CPU generator seeded from (seed, logical rank,
-  /// step) and restored afterwards, the module's buffers reset to the
+  /// no_sync(), the default CPU generator (and, for a module on a GPU, that
+  /// GPU's default generator) seeded from (seed, logical rank, step) and
+  /// restored afterwards, the module's buffers reset to the
   /// step's starting values before each; then the buffers logical rank 0's
   /// forward produced are broadcast from live member 0 (which holds logical
   /// rank 0), DDP's semantics (Note [Logical ranks]). Collective. Returns

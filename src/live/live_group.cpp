@@ -3,10 +3,11 @@
 // Note [Logical ranks]
 // The job has W0 logical ranks; live member i of L runs {r : r mod L == i}.
 // Each logical rank's micro-batch is the one rank r of a W0-rank job reads
-// at that step, its dropout draws come from the default CPU generator
-// seeded with mix(seed, r, step) (restored to the member's own state
-// afterwards), so a redone step draws the same numbers and no generator
-// state has to survive its member. Gradients of a member's logical ranks
+// at that step, its dropout draws come from the default CPU generator and,
+// when the module is on a GPU, that GPU's default generator, each seeded with
+// mix(seed, r, step) (restored to the member's own state afterwards), so a
+// redone step draws the same numbers and no generator state has to survive
+// its member. Gradients of a member's logical ranks
 // accumulate under no_sync() and the reducer divides by W0
 // (DdpOptions::gradient_divisor), so the allreduced gradient is
 // sum_r g_r / W0 whatever L is: the failure-free W0-rank average, up to the
@@ -71,6 +72,7 @@
 #include <torch/utils.h>
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Context.h>
 #include <ATen/core/Generator.h>
 
 #include <algorithm>
@@ -562,31 +564,51 @@ struct LiveGroup::Impl {
     return view;
   }
 
+  // The GPU the module's first parameter (or buffer) lives on, if any.
+  std::optional<c10::Device> module_gpu() const {
+    torch::nn::Module* m = buffer_module();
+    if (!m) return std::nullopt;
+    for (const at::Tensor& t : m->parameters()) {
+      if (t.is_cuda()) return t.device();
+    }
+    for (const at::Tensor& t : m->buffers()) {
+      if (t.is_cuda()) return t.device();
+    }
+    return std::nullopt;
+  }
+
   bool run_logical(const std::function<void(int)>& fn) {
     check_fenced();
     if (!begun) throw InvalidArgument(cat(where(), ": run_logical() before begin_step()"));
     if (step_failed) return false;
     std::vector<at::Tensor> bufs = buffers();
     std::vector<at::Tensor> logical0;
-    at::Generator cpu = at::detail::getDefaultCPUGenerator();
-    at::Tensor own_state;
-    {
-      std::lock_guard<std::mutex> lock(cpu.mutex());
-      own_state = cpu.get_state();
+    // Note [Logical ranks]: the CPU generator, and the module's GPU's.
+    std::vector<at::Generator> gens{at::detail::getDefaultCPUGenerator()};
+    if (std::optional<c10::Device> gpu = module_gpu()) {
+      gens.push_back(at::globalContext().defaultGenerator(*gpu));
+    }
+    std::vector<at::Tensor> own_states;
+    for (at::Generator& g : gens) {
+      std::lock_guard<std::mutex> lock(g.mutex());
+      own_states.push_back(g.get_state());
     }
     auto restore_rng = [&] {
-      std::lock_guard<std::mutex> lock(cpu.mutex());
-      cpu.set_state(own_state);
+      for (size_t k = 0; k < gens.size(); ++k) {
+        std::lock_guard<std::mutex> lock(gens[k].mutex());
+        gens[k].set_state(own_states[k]);
+      }
     };
     try {
       const std::vector<int>& ranks = view.logical_ranks;
       for (size_t i = 0; i < ranks.size(); ++i) {
         const int r = ranks[i];
         copy_into(bufs, start_buffers);
-        {
-          std::lock_guard<std::mutex> lock(cpu.mutex());
-          cpu.set_current_seed(
-              mix_seed(opt.seed, static_cast<uint64_t>(r), static_cast<uint64_t>(step)));
+        const uint64_t seed =
+            mix_seed(opt.seed, static_cast<uint64_t>(r), static_cast<uint64_t>(step));
+        for (at::Generator& g : gens) {
+          std::lock_guard<std::mutex> lock(g.mutex());
+          g.set_current_seed(seed);
         }
         if (ddp && i + 1 < ranks.size()) {
           auto scope = ddp->no_sync();

@@ -2,6 +2,7 @@
 // the logical-rank map, options from the environment, heartbeats and
 // fencing, the commit agreement, generations after a loss, joiners, and
 // the weights against one process running every logical rank.
+#include <ATen/Context.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -539,6 +540,43 @@ TEST(LiveGroup, AReplacementArrivingAfterEveryMemberLeftIsToldTheJobEndedAtOnce)
       << what;
   EXPECT_NE(what.find("m0, m1"), std::string::npos) << what;
   EXPECT_LT(std::chrono::steady_clock::now() - t0, 60s);
+}
+
+// Note [Logical ranks]: with the module on a GPU, dropout on that GPU draws
+// from its default generator, seeded per (seed, logical rank, step) and
+// restored afterwards. Runs where a GPU is visible (scripts/gpu-check.sh
+// selects it by name); skips elsewhere.
+TEST(LiveGpu, DropoutOnTheModulesGpuIsAFunctionOfSeedLogicalRankAndStepAndTheGeneratorIsRestored) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no GPU visible to LibTorch";
+  const c10::Device gpu(c10::kCUDA, 0);
+  auto masks = [&](uint64_t seed) {
+    StorePtr store = make_memory_store();
+    torch::nn::Linear lin(4, 4);
+    lin->to(gpu);
+    LiveOptions o = fast_options(1, 2);
+    o.member = "gpu";
+    o.seed = seed;
+    LiveGroup live([store] { return store; }, o);
+    live.register_module(*lin);
+    live.begin_step();
+    at::Generator g = at::globalContext().defaultGenerator(gpu);
+    const torch::Tensor before = g.get_state();
+    std::vector<torch::Tensor> out;
+    EXPECT_TRUE(live.run_logical([&](int) {
+      out.push_back(torch::dropout(torch::ones({256}, torch::TensorOptions(gpu)), 0.5, true));
+    }));
+    EXPECT_TRUE(torch::equal(g.get_state(), before)) << "the GPU generator was not restored";
+    EXPECT_TRUE(live.should_commit());
+    return out;
+  };
+  const auto a = masks(1), b = masks(1), c = masks(2);
+  ASSERT_EQ(a.size(), 2u);
+  ASSERT_EQ(b.size(), 2u);
+  ASSERT_EQ(c.size(), 2u);
+  EXPECT_TRUE(torch::equal(a[0], b[0]));
+  EXPECT_TRUE(torch::equal(a[1], b[1]));
+  EXPECT_FALSE(torch::equal(a[0], a[1])) << "logical ranks 0 and 1 drew the same mask";
+  EXPECT_FALSE(torch::equal(a[0], c[0])) << "the seed did not change the mask";
 }
 
 }  // namespace
