@@ -89,6 +89,10 @@
 #include "live/keys.h"
 #include "live/state_transfer.h"
 
+#if DTRAIN_TORCH_VERSION >= 200  // dtrain/compat.h, through dtrain/live.h
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#endif
+
 // LeakSanitizer's (sanitizer/lsan_interface.h), null unless its runtime is
 // linked in (Note [Abandoned groups]).
 extern "C" void __lsan_ignore_object(const void* p) __attribute__((weak));
@@ -279,6 +283,24 @@ struct LiveGroup::Impl {
 
   // ---- generations --------------------------------------------------------------
 
+  // Note [Abandoned groups]; an NCCL group's communicators are aborted
+  // first (ncclCommAbort through c10d's Backend::abort(), LibTorch 2.x):
+  // its kernels may spin on the GPU waiting for the lost peer, holding the
+  // stream every later kernel queues on. Gloo's abort() is a no-op in c10d,
+  // which is why Gloo groups are only abandoned.
+  void keep_abandoned(const ProcessGroup& group) {
+#if DTRAIN_TORCH_VERSION >= 200
+    if (group.backend_name() == "nccl" && group.backend()) {
+      try {
+        group.backend()->abort();
+      } catch (const std::exception&) {
+        // Aborting is best effort: the group is never used again anyway.
+      }
+    }
+#endif
+    abandoned.push_back(group);
+  }
+
   void abandon_generation() {
     if (gen < 0) return;
     if (!gen_clean) {
@@ -286,7 +308,7 @@ struct LiveGroup::Impl {
         fence(cat("too many abandoned groups (", abandoned.size(),
                   ", LiveOptions::max_abandoned_groups): restart this worker"));
       }
-      abandoned.push_back(pg);
+      keep_abandoned(pg);
       // Gradients may alias the abandoned buckets (gradient_as_bucket_view).
       torch::nn::Module* m = buffer_module();
       if (m) {
@@ -475,7 +497,7 @@ struct LiveGroup::Impl {
       forming_until.reset();
       give_up_formation(e.what());
       ddp.reset();
-      if (pg.size() > 1) abandoned.push_back(pg);
+      if (pg.size() > 1) keep_abandoned(pg);
       pg = ProcessGroup();
       return false;
     }
@@ -711,7 +733,7 @@ struct LiveGroup::Impl {
   }
 
   ~Impl() {
-    if (!gen_clean && pg.size() > 1) abandoned.push_back(pg);
+    if (!gen_clean && pg.size() > 1) keep_abandoned(pg);
     if (!gen_clean) {
       // The current group may have a collective stuck on a dead peer.
       ddp.reset();
