@@ -151,8 +151,11 @@ struct RecoveryEvent {
   int64_t step = 0;                 ///< the step that is (re)done next
   std::vector<LostMember> lost;     ///< who failed and how it was detected
   std::vector<std::string> joined;  ///< members admitted in this generation
-  int previous_world_size = 0;      ///< live members of the previous generation
-  int world_size = 0;               ///< live members now
+  /// Why the step was given up when nobody was lost or joined (a member's
+  /// own failure, e.g. "host:12: <its first error line>"); empty otherwise.
+  std::string redo_reason;
+  int previous_world_size = 0;  ///< live members of the previous generation
+  int world_size = 0;           ///< live members now
   /// From this member's detection of the failure (or the commit+join
   /// decision) to the new group being formed; zero for kFormed.
   std::chrono::milliseconds detect_to_group{0};

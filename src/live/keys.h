@@ -41,6 +41,10 @@ struct Keys {
   std::string decision(int64_t g, int64_t step) const {
     return cat(gen(g), "/step/", step, "/decision");
   }
+  /// "<member>: <why>" of the first member that failed the step itself.
+  std::string failure(int64_t g, int64_t step) const {
+    return cat(gen(g), "/step/", step, "/failure");
+  }
 };
 
 /// A store value from text: c10d::Store::set(key, std::string) exists only

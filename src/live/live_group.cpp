@@ -252,6 +252,10 @@ struct LiveGroup::Impl {
     if (gen < 0 || !begun) return;
     const std::string v(kAbort);
     try {
+      // The reason first: a member whose wait is given up by this abort
+      // fails the step too, but only after it has seen the decision.
+      store->compareSet(keys.failure(gen, step), {},
+                        live::bytes_of(cat(opt.member, ": ", first_line(why))));
       store->compareSet(keys.decision(gen, step), {}, std::vector<uint8_t>(v.begin(), v.end()));
     } catch (const std::exception&) {
       // The store is gone: the detector fences this member.
@@ -322,6 +326,7 @@ struct LiveGroup::Impl {
   void form_next() {
     const int prev_size = static_cast<int>(members.size());
     const std::vector<std::string> prev_members = members;
+    const int64_t prev_gen = gen;
     abandon_generation();
     bool initial = gen < 0 && has_state;
     // Whom the leader expects: the previous generation's members, or after a
@@ -386,7 +391,7 @@ struct LiveGroup::Impl {
       }
       const bool was_joiner = !has_state;
       if (try_form_group(roster, me - roster.members.begin(), initial || was_joiner)) {
-        report(roster, prev_size, prev_members, was_joiner);
+        report(roster, prev_size, prev_members, was_joiner, prev_gen);
         return;
       }
       // A member failed while the group formed: the next generation, among
@@ -514,7 +519,7 @@ struct LiveGroup::Impl {
   std::string gloo_host;  // where Gloo binds: options, else the route to the store
 
   void report(const live::Roster& roster, int prev_size, const std::vector<std::string>& prev,
-              bool was_joiner) {
+              bool was_joiner, int64_t prev_gen) {
     RecoveryEvent ev;
     ev.member = opt.member;
     ev.generation = gen;
@@ -551,6 +556,19 @@ struct LiveGroup::Impl {
       Clock::time_point from = trigger_at.value_or(Clock::now());
       if (first && *first < from) from = *first;
       ev.detect_to_group = ms_since(from);
+    }
+    if (!was_joiner && !prev.empty() && ev.lost.empty() && ev.joined.empty() && prev_gen >= 0) {
+      // Nobody lost or joined: the step was given up by a member's own
+      // failure (fail_step), or the previous generation's group did not form.
+      try {
+        if (store->check({keys.failure(prev_gen, step)})) {
+          ev.redo_reason = get_string(*store, keys.failure(prev_gen, step));
+        } else if (store->check({keys.abandoned(prev_gen)})) {
+          ev.redo_reason = get_string(*store, keys.abandoned(prev_gen));
+        }
+      } catch (const std::exception&) {
+        // The store is gone: the line goes without its reason.
+      }
     }
     trigger_at.reset();
     if (opt.on_event) opt.on_event(ev);
@@ -724,6 +742,7 @@ struct LiveGroup::Impl {
       try {
         store->deleteKey(keys.done(gen, step - 2));
         store->deleteKey(keys.decision(gen, step - 2));
+        store->deleteKey(keys.failure(gen, step - 2));
       } catch (const std::exception&) {
         // Housekeeping only.
       }

@@ -58,6 +58,7 @@ std::string RecoveryEvent::to_string() const {
     parts.push_back(cat(l.member, " (", dtrain::to_string(l.cause), ")"));
   if (!parts.empty()) out << "lost " << join(parts, ", ") << "; ";
   if (!joined.empty()) out << "joined " << join(joined, ", ") << "; ";
+  if (!redo_reason.empty()) out << "step redone (" << redo_reason << "); ";
   out << world_size << " workers (was " << previous_world_size << "); new group "
       << detect_to_group.count() / 1000.0 << " s after detection";
   if (state_transfer.count() > 0)

@@ -300,6 +300,10 @@ std::string recovery_line(const RecoveryEvent& e) {
   for (size_t i = 0; i < e.joined.size(); ++i) {
     line << (i ? ", " : (e.lost.empty() ? "joined " : "; joined ")) << e.joined[i];
   }
+  if (!e.redo_reason.empty()) {
+    line << (e.lost.empty() && e.joined.empty() ? "" : "; ") << "step redone (" << e.redo_reason
+         << ")";
+  }
   line << "; " << e.world_size << " workers (was " << e.previous_world_size
        << "); training resumed " << std::fixed << std::setprecision(2)
        << (e.detect_to_group + e.state_transfer).count() / 1e3 << " s after detection";

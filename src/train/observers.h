@@ -33,7 +33,8 @@ class GpuSampler;
 
 /// RecoveryEvent as one log line: "live recovery: generation 3 at step 41:
 /// lost rank1@node1 (missed heartbeats); 3 workers (was 4); training resumed
-/// 0.41 s after detection". Also kFormed / kJoined / kFenced.
+/// 0.41 s after detection". Also kFormed / kJoined / kFenced, and "step
+/// redone (<member>: <why>)" for a step given up with nobody lost.
 std::string recovery_line(const RecoveryEvent& event);
 
 class TrainObservers {

@@ -222,7 +222,8 @@ torch::Tensor reference_weights(int w0, int64_t steps) {
 
 // Runs `n` members as threads; member i calls body(i, member).
 void run_members(int n, int w0, const std::function<void(int, Member&)>& body,
-                 StorePtr store = make_memory_store(), int min_workers = 1) {
+                 StorePtr store = make_memory_store(), int min_workers = 1,
+                 const std::function<void(int, const RecoveryEvent&)>& on_event = nullptr) {
   std::vector<std::exception_ptr> errors(n);
   std::vector<std::thread> threads;
   for (int i = 0; i < n; ++i) {
@@ -231,6 +232,7 @@ void run_members(int n, int w0, const std::function<void(int, Member&)>& body,
         LiveOptions o = fast_options(n, w0);
         o.initial_rank = i;
         o.min_workers = min_workers;
+        if (on_event) o.on_event = [&on_event, i](const RecoveryEvent& e) { on_event(i, e); };
         Member m(store, "m" + std::to_string(i), o);
         body(i, m);
       } catch (...) {
@@ -261,31 +263,46 @@ TEST(LiveGroup, AStepThatFailedOnOneMemberIsCommittedByNoneAndRedoneInANewGenera
   const torch::Tensor expected = reference_weights(2, 4);
   std::vector<torch::Tensor> got(2);
   std::vector<std::vector<int64_t>> gens(2);
-  run_members(2, 2, [&](int i, Member& m) {
-    int attempts = 0;
-    while (m.live->step() < 4) {
-      if (m.live->step() == 2 && attempts++ == 0) {
-        const LiveStep& s = m.live->begin_step();
-        EXPECT_EQ(s.generation, 0);
-        if (i == 1) m.live->report_failure("injected");
-        m.opt->zero_grad();
-        bool ok = m.live->run_logical([&](int r) {
-          s.ddp->prepare_forward();
-          torch::Tensor out = m.model->forward(micro_batch(r, s.step));
-          s.ddp->finish_forward({out});
-          out.pow(2).sum().backward();
-        });
-        EXPECT_FALSE(ok && m.live->should_commit()) << "member " << i << " committed";
-        continue;
-      }
-      m.step();
-    }
-    got[i] = m.weights();
-    gens[i] = m.committed_generations;
-  });
+  std::mutex mu;
+  std::vector<std::vector<RecoveryEvent>> events(2);
+  run_members(
+      2, 2,
+      [&](int i, Member& m) {
+        int attempts = 0;
+        while (m.live->step() < 4) {
+          if (m.live->step() == 2 && attempts++ == 0) {
+            const LiveStep& s = m.live->begin_step();
+            EXPECT_EQ(s.generation, 0);
+            if (i == 1) m.live->report_failure("injected");
+            m.opt->zero_grad();
+            bool ok = m.live->run_logical([&](int r) {
+              s.ddp->prepare_forward();
+              torch::Tensor out = m.model->forward(micro_batch(r, s.step));
+              s.ddp->finish_forward({out});
+              out.pow(2).sum().backward();
+            });
+            EXPECT_FALSE(ok && m.live->should_commit()) << "member " << i << " committed";
+            continue;
+          }
+          m.step();
+        }
+        got[i] = m.weights();
+        gens[i] = m.committed_generations;
+      },
+      make_memory_store(), 1,
+      [&](int i, const RecoveryEvent& e) {
+        std::lock_guard<std::mutex> lock(mu);
+        events[i].push_back(e);
+      });
   for (int i = 0; i < 2; ++i) {
     EXPECT_TRUE(torch::allclose(got[i], expected, 1e-5, 1e-6)) << "member " << i;
     EXPECT_EQ(gens[i], (std::vector<int64_t>{0, 0, 1, 1})) << "member " << i;
+    // The redo's line says why, though nobody was lost: m1's own failure.
+    ASSERT_EQ(events[i].size(), 2u) << "member " << i;
+    EXPECT_TRUE(events[i][1].lost.empty());
+    EXPECT_EQ(events[i][1].redo_reason, "m1: injected") << "member " << i;
+    EXPECT_NE(events[i][1].to_string().find("step redone (m1: injected)"), std::string::npos)
+        << events[i][1].to_string();
   }
 }
 

@@ -158,6 +158,16 @@ TEST_F(TrainObserve, ALiveRecoveryEventIsALogLineMetricsAScalarAndATimelineSpan)
     EXPECT_EQ(log.str(),
               "live recovery: generation 3 at step 41: lost rank1@node1 (missed heartbeats); 3 "
               "workers (was 4); training resumed 0.41 s after detection\n");
+    // A step given up by a member's own failure, nobody lost: the line says why.
+    RecoveryEvent redo = e;
+    redo.generation = 4;
+    redo.lost.clear();
+    redo.world_size = 3;
+    redo.previous_world_size = 3;
+    redo.redo_reason = "rank2@node1: allreduce failed";
+    EXPECT_EQ(detail::recovery_line(redo),
+              "live recovery: generation 4 at step 41: step redone (rank2@node1: allreduce "
+              "failed); 3 workers (was 3); training resumed 0.41 s after detection");
     const std::string scrape = testing::http_get(o.metrics_port, "/metrics");
     auto value_of = [&](const std::string& series) {
       const size_t at = scrape.find("\n" + series + "{");
