@@ -6,9 +6,12 @@
 
 #include <gtest/gtest.h>
 
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -41,6 +44,18 @@ File fill(const DataCache& cache, int id, int64_t size, std::atomic<int>* reads 
                       if (reads) ++*reads;
                       std::memcpy(dst, bytes.data() + at, n);
                     });
+}
+
+// Bytes of the copies under `objects` now (entries deleted meanwhile skipped).
+int64_t copies_bytes(const std::string& objects) {
+  int64_t total = 0;
+  std::error_code ec;
+  for (fs::recursive_directory_iterator it(objects, ec), end; !ec && it != end; it.increment(ec)) {
+    std::error_code e2;
+    const auto size = it->is_regular_file(e2) ? it->file_size(e2) : 0;
+    if (!e2) total += static_cast<int64_t>(size);
+  }
+  return total;
 }
 
 bool cached(const DataCache& cache, int id) {
@@ -133,6 +148,58 @@ TEST(DataCache, ThreadsCopyingOneObjectAtOnceReadItFromTheStoreOnce) {
   for (auto& t : threads) t.join();
   EXPECT_EQ(served.load(), 8);
   EXPECT_EQ(reads.load(), 1) << "one 3 MiB object: one block, read by one thread";
+}
+
+// Note [Data cache]: the ranks of a node share a directory. Four processes
+// copy the same twenty objects in different orders into a bound of five:
+// each gets the right bytes, the bound holds, nothing is left in tmp/.
+TEST(DataCache, ProcessesSharingADirectoryKeepTheBoundAndServeOnlyWholeCopies) {
+  TempDir dir;
+  const DataCacheOptions o = DataCacheOptions().set_dir(dir / "c").set_max_bytes(10000);
+  std::vector<pid_t> children;
+  for (int p = 0; p < 4; ++p) {
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      int bad = 0;
+      try {
+        DataCache cache(o);
+        for (int i = 0; i < 20; ++i) {
+          const int id = (i * (p + 1) * 7) % 20;
+          const File f = fill(cache, id, 2000);
+          if (f.is_open() && read_all(f) != object_bytes(id, 2000)) ++bad;
+          if (copies_bytes(dir / "c/objects") > 10000) ++bad;
+        }
+      } catch (...) {
+        bad = 100;
+      }
+      ::_exit(bad == 0 ? 0 : 1);
+    }
+    children.push_back(pid);
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  for (pid_t pid : children) {
+    int status = -1;
+    while (::waitpid(pid, &status, WNOHANG) == 0) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        ::kill(pid, SIGKILL);
+        ::waitpid(pid, &status, 0);
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "process " << pid;
+  }
+  DataCache cache(o);
+  EXPECT_LE(cache.used_bytes(), 10000);
+  EXPECT_TRUE(fs::is_empty(dir / "c/tmp"));
+  int copies = 0;
+  for (int id = 0; id < 20; ++id) {
+    const File f = cache.find("b", "k" + std::to_string(id), "e" + std::to_string(id), 2000);
+    if (!f.is_open()) continue;
+    ++copies;
+    EXPECT_EQ(read_all(f), object_bytes(id, 2000)) << id;
+  }
+  EXPECT_GT(copies, 0);
 }
 
 TEST(DataCache, AnUnusableDirectoryOrSizeIsAnInvalidArgumentNamingTheFieldAndTheFix) {

@@ -30,7 +30,8 @@
 // 10 minutes; the others then open the copy instead of fetching it again.
 //
 // The bound: the file `bytes` holds the bytes reserved, under flock. Making
-// a copy first reserves its size; when the reservation would pass
+// a copy first creates its temporary file (so every scan sees it), then
+// reserves its size; when the reservation would pass
 // max_bytes, the reserving process scans tmp/ (writes in flight count with
 // the size in their names) and objects/, and deletes the copies read least
 // recently (each read sets a copy's mtime) until the total is 90% of the
@@ -90,7 +91,7 @@ void validate(const DataCacheOptions& o) {
 namespace image {
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using CacheClock = std::chrono::steady_clock;
 constexpr int64_t kCacheBlock = int64_t{8} << 20;
 constexpr auto kObjectLockTimeout = std::chrono::minutes(10);
 constexpr auto kCountLockTimeout = std::chrono::seconds(60);
@@ -110,7 +111,7 @@ struct CacheFd {
 // Note [Data cache]: the write lock of one byte of `path`, polled until the
 // deadline. False when it was not had in time.
 bool lock_cache_byte(const CacheFd& f, int64_t byte) {
-  const auto deadline = Clock::now() + kObjectLockTimeout;
+  const auto deadline = CacheClock::now() + kObjectLockTimeout;
   struct flock l;
   std::memset(&l, 0, sizeof l);
   l.l_type = F_WRLCK;
@@ -118,7 +119,7 @@ bool lock_cache_byte(const CacheFd& f, int64_t byte) {
   l.l_start = byte;
   l.l_len = 1;
   while (::fcntl(f.fd, F_OFD_SETLK, &l) != 0) {
-    if ((errno != EAGAIN && errno != EACCES && errno != EINTR) || Clock::now() > deadline) {
+    if ((errno != EAGAIN && errno != EACCES && errno != EINTR) || CacheClock::now() > deadline) {
       return false;
     }
     std::this_thread::sleep_for(kLockPoll);
@@ -127,15 +128,15 @@ bool lock_cache_byte(const CacheFd& f, int64_t byte) {
 }
 
 bool flock_cache_file(const CacheFd& f) {
-  const auto deadline = Clock::now() + kCountLockTimeout;
+  const auto deadline = CacheClock::now() + kCountLockTimeout;
   while (::flock(f.fd, LOCK_EX | LOCK_NB) != 0) {
-    if ((errno != EWOULDBLOCK && errno != EINTR) || Clock::now() > deadline) return false;
+    if ((errno != EWOULDBLOCK && errno != EINTR) || CacheClock::now() > deadline) return false;
     std::this_thread::sleep_for(kLockPoll);
   }
   return true;
 }
 
-int64_t read_count(int fd) {
+int64_t read_cache_count(int fd) {
   char text[32] = {};
   const ssize_t n = ::pread(fd, text, sizeof(text) - 1, 0);
   long long v = -1;
@@ -143,7 +144,7 @@ int64_t read_count(int fd) {
   return v;
 }
 
-void write_count(int fd, int64_t v) {
+void write_cache_count(int fd, int64_t v) {
   const std::string text = std::to_string(v);
   if (::ftruncate(fd, 0) != 0 ||
       ::pwrite(fd, text.data(), text.size(), 0) != static_cast<ssize_t>(text.size())) {
@@ -151,7 +152,7 @@ void write_count(int fd, int64_t v) {
   }
 }
 
-bool process_alive(long long pid) {
+bool cache_writer_alive(long long pid) {
   return pid > 0 && (::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM);
 }
 
@@ -208,18 +209,25 @@ File DataCache::fill(const std::string& bucket, const std::string& key, const st
     return File();  // another process is still copying it: read from S3
   }
   if (File f = find(bucket, key, etag, size); f.is_open()) return f;
-  try {
-    if (!reserve(size)) return File();
-  } catch (const DataError& e) {
-    warn_once(e.what());
-    return File();
-  }
+  // The temporary file exists before its size is reserved, so a scan that
+  // resets the count always sees it (Note [Data cache]).
   const std::string tmp =
       cat(tmp_, "/", hash, ".", size, ".", ::getpid(), ".", next_tmp_++, ".tmp");
-  bool reading = false;
+  File out;
+  bool reserved = false;
   try {
     make_dirs(path.substr(0, path.rfind('/')));
-    File out = File::create(tmp);
+    out = File::create(tmp);
+    reserved = reserve(size);
+  } catch (const DataError& e) {
+    warn_once(e.what());
+  }
+  if (!reserved) {
+    ::unlink(tmp.c_str());
+    return File();
+  }
+  bool reading = false;
+  try {
     std::vector<uint8_t> block(static_cast<size_t>(std::min(size, kCacheBlock)));
     for (int64_t at = 0; at < size; at += kCacheBlock) {
       const size_t n = static_cast<size_t>(std::min(kCacheBlock, size - at));
@@ -232,11 +240,11 @@ File DataCache::fill(const std::string& bucket, const std::string& key, const st
       throw DataError(cat("cannot rename '", tmp, "': ", std::strerror(errno)));
     }
   } catch (const std::exception& e) {
-    ::unlink(tmp.c_str());
     try {
-      release(size);
+      release(size);  // before the unlink: a scan meanwhile counts it again, never misses it
     } catch (const DataError&) {
     }
+    ::unlink(tmp.c_str());
     if (reading) throw;  // the object's read failed, not the cache
     warn_once(e.what());
     return File();
@@ -248,21 +256,21 @@ bool DataCache::reserve(int64_t size) const {
   CacheFd f(::open(bytes_file_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
   if (f.fd < 0) throw DataError(cat("cannot open '", bytes_file_, "': ", std::strerror(errno)));
   if (!flock_cache_file(f)) return false;
-  int64_t total = read_count(f.fd);
+  int64_t total = read_cache_count(f.fd);
   if (total < 0 || total + size > options_.max_bytes) total = scan_and_evict(size);
   if (total + size > options_.max_bytes) {
-    write_count(f.fd, total);
+    write_cache_count(f.fd, total);
     return false;
   }
-  write_count(f.fd, total + size);
+  write_cache_count(f.fd, total + size);
   return true;
 }
 
 void DataCache::release(int64_t size) const {
   CacheFd f(::open(bytes_file_.c_str(), O_RDWR | O_CLOEXEC));
   if (f.fd < 0 || !flock_cache_file(f)) return;
-  const int64_t total = read_count(f.fd);
-  if (total >= 0) write_count(f.fd, std::max<int64_t>(0, total - size));
+  const int64_t total = read_cache_count(f.fd);
+  if (total >= 0) write_cache_count(f.fd, std::max<int64_t>(0, total - size));
 }
 
 int64_t DataCache::used_bytes() const { return scan_and_evict(-1); }
@@ -278,7 +286,7 @@ int64_t DataCache::scan_and_evict(int64_t need) const {
     const std::vector<std::string> parts = split(it->path().filename().string(), '.');
     long long bytes = 0, pid = 0;
     if (parts.size() == 5 && parse_int(parts[1], &bytes) && parse_int(parts[2], &pid) &&
-        process_alive(pid)) {
+        cache_writer_alive(pid)) {
       total += bytes;
     } else {
       fs::remove(it->path(), ec);  // its writer is gone

@@ -8,8 +8,9 @@
 // and WebDataset tar shards (indexed with a few large GETs per shard, then
 // one ranged GET per image). Nothing is copied to disk unless a data cache
 // is given (DataCacheOptions, Note [Data cache] in cache.cpp: then each
-// object is copied whole at its first read and read locally after): the loader's worker
-// threads issue the GETs in the sampler's order, batches ahead of the step,
+// object is copied whole at its first read and read locally after). The
+// loader's worker threads issue the GETs in the sampler's order, batches
+// ahead of the step,
 // so what is in memory is bounded by the loader's prefetch slots
 // (ImageLoaderOptions::prefetch_batches) times the batch size. Each rank
 // reads only its own samples. Every GET of a listed object carries its
@@ -94,6 +95,13 @@ class CachedObject : public ByteSource {
       std::lock_guard<std::mutex> lock(mu_);
       if (state_ == State::kLocal) return &local_;
       if (state_ != State::kUnknown) return nullptr;
+      // A copy made before (a later epoch or run) is opened under the lock:
+      // local disk only, and no reader goes to S3 for it meanwhile.
+      local_ = cache_->find(uri_.bucket, uri_.key, remote_->etag(), remote_->size());
+      if (local_.is_open()) {
+        state_ = State::kLocal;
+        return &local_;
+      }
       state_ = State::kFilling;  // this thread copies; no lock held meanwhile
     }
     File f;
