@@ -26,8 +26,9 @@
 // Processes sharing the directory (the ranks of a node; one PID namespace,
 // a local filesystem): the copy of one object is made by one of them at a
 // time -- an OFD lock (fcntl F_OFD_SETLK, per open file, so threads too) on
-// the byte hash mod 2^20 of the file `locks`, waited for by polling up to
-// 10 minutes; the others then open the copy instead of fetching it again.
+// the byte hash mod 2^20 of the file `locks`. Nobody waits for it: a reader
+// that finds it held reads by ranges from S3 and looks for the copy again
+// at its next read, so a loader thread never stalls on another's download.
 //
 // The bound: the file `bytes` holds the bytes reserved, under flock. Making
 // a copy first creates its temporary file (so every scan sees it), then
@@ -93,7 +94,6 @@ namespace {
 
 using CacheClock = std::chrono::steady_clock;
 constexpr int64_t kCacheBlock = int64_t{8} << 20;
-constexpr auto kObjectLockTimeout = std::chrono::minutes(10);
 constexpr auto kCountLockTimeout = std::chrono::seconds(60);
 constexpr auto kLockPoll = std::chrono::milliseconds(10);
 
@@ -108,23 +108,20 @@ struct CacheFd {
   CacheFd& operator=(const CacheFd&) = delete;
 };
 
-// Note [Data cache]: the write lock of one byte of `path`, polled until the
-// deadline. False when it was not had in time.
+// Note [Data cache]: the write lock of one byte of the lock file, without
+// waiting. False when another thread or process holds it.
 bool lock_cache_byte(const CacheFd& f, int64_t byte) {
-  const auto deadline = CacheClock::now() + kObjectLockTimeout;
   struct flock l;
   std::memset(&l, 0, sizeof l);
   l.l_type = F_WRLCK;
   l.l_whence = SEEK_SET;
   l.l_start = byte;
   l.l_len = 1;
-  while (::fcntl(f.fd, F_OFD_SETLK, &l) != 0) {
-    if ((errno != EAGAIN && errno != EACCES && errno != EINTR) || CacheClock::now() > deadline) {
-      return false;
-    }
-    std::this_thread::sleep_for(kLockPoll);
-  }
-  return true;
+  int rc;
+  do {
+    rc = ::fcntl(f.fd, F_OFD_SETLK, &l);
+  } while (rc != 0 && errno == EINTR);
+  return rc == 0;
 }
 
 bool flock_cache_file(const CacheFd& f) {
@@ -195,7 +192,9 @@ File DataCache::find(const std::string& bucket, const std::string& key, const st
 }
 
 File DataCache::fill(const std::string& bucket, const std::string& key, const std::string& etag,
-                     int64_t size, const std::function<void(int64_t, void*, size_t)>& read) const {
+                     int64_t size, const std::function<void(int64_t, void*, size_t)>& read,
+                     bool* busy) const {
+  if (busy) *busy = false;
   if (!admits(size, etag)) return File();
   if (File f = find(bucket, key, etag, size); f.is_open()) return f;
   const std::string hash = objstore::sha256_hex(cat(bucket, '\n', key, '\n', etag));
@@ -206,7 +205,8 @@ File DataCache::fill(const std::string& bucket, const std::string& key, const st
     return File();
   }
   if (!lock_cache_byte(lock, static_cast<int64_t>(std::stoul(hash.substr(0, 5), nullptr, 16)))) {
-    return File();  // another process is still copying it: read from S3
+    if (busy) *busy = true;  // another thread or process is copying it: read from S3
+    return File();
   }
   if (File f = find(bucket, key, etag, size); f.is_open()) return f;
   // The temporary file exists before its size is reserved, so a scan that

@@ -33,15 +33,17 @@ class DataCache {
 
   /// Reads the object into a new copy and opens it, unless another thread
   /// or process made the copy first (then opens that one), or it is not
-  /// admitted (then returns an unopened File). `read(offset,
-  /// dst, n)` fills `dst` with the object's bytes at `offset`, in order, in
-  /// blocks of at most 8 MiB; its exceptions (the object's GETs) propagate
-  /// and leave nothing behind. Returns an unopened File when no copy can be
-  /// made -- no room left, the cache's disk failing (named in one warning
-  /// per cache), another process copying the object for longer than 10
-  /// minutes -- and the caller reads the object from S3.
+  /// admitted (then returns an unopened File). `read(offset, dst, n)` fills
+  /// `dst` with the object's bytes at `offset`, in order, in blocks of at
+  /// most 8 MiB; its exceptions (the object's GETs) propagate and leave
+  /// nothing behind. Never waits for another copier: while another thread
+  /// or process copies the same object it returns an unopened File and sets
+  /// `*busy` (try again later). Also returns an unopened File when no copy
+  /// can be made (no room left, the cache's disk failing: named in one
+  /// warning per cache); the caller then reads the object from S3.
   File fill(const std::string& bucket, const std::string& key, const std::string& etag,
-            int64_t size, const std::function<void(int64_t, void*, size_t)>& read) const;
+            int64_t size, const std::function<void(int64_t, void*, size_t)>& read,
+            bool* busy = nullptr) const;
 
   /// Bytes the copies and the copies being written take now (a scan).
   int64_t used_bytes() const;

@@ -74,8 +74,9 @@ class S3Object : public ByteSource {
 
 // An S3 object read through the cache (Note [Data cache]): the first read
 // copies it whole while the process's other readers use ranged GETs; then
-// every read is local. An object whose copy fails is read from S3 from then
-// on (the read that failed reports the object's own error).
+// every read is local. While another process copies it, reads use ranged
+// GETs and look for the copy again. An object whose copy fails is read from
+// S3 from then on (the read that failed reports the object's own error).
 class CachedObject : public ByteSource {
  public:
   CachedObject(std::unique_ptr<S3Object> remote, std::shared_ptr<DataCache> cache, S3Uri uri)
@@ -105,16 +106,18 @@ class CachedObject : public ByteSource {
       state_ = State::kFilling;  // this thread copies; no lock held meanwhile
     }
     File f;
+    bool busy = false;
     try {
       f = cache_->fill(
           uri_.bucket, uri_.key, remote_->etag(), remote_->size(),
-          [this](int64_t at, void* dst, size_t n) { remote_->pread_exact(dst, n, at); });
+          [this](int64_t at, void* dst, size_t n) { remote_->pread_exact(dst, n, at); }, &busy);
     } catch (const std::exception&) {
       f = File();
     }
     std::lock_guard<std::mutex> lock(mu_);
     local_ = std::move(f);  // never changed again once kLocal
-    state_ = local_.is_open() ? State::kLocal : State::kRemote;
+    // Another process copying it: look for its copy at a later read.
+    state_ = local_.is_open() ? State::kLocal : busy ? State::kUnknown : State::kRemote;
     return local_.is_open() ? &local_ : nullptr;
   }
 
