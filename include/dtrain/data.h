@@ -244,6 +244,31 @@ struct DatasetSplits {
   InputTransform normalize;
 };
 
+/// A local cache for datasets read from object storage (`s3://`): the first
+/// read of an object copies it whole to `dir`, later reads (later epochs,
+/// later runs) read the copy. Copies are keyed by bucket, key and the
+/// listing's ETag, so a replaced object is fetched again, never served stale;
+/// each is written under a temporary name and renamed, so a crash never
+/// leaves a partial copy that is served. Several processes (the ranks of a
+/// node) may share one `dir`; it must be on a local filesystem (the locks are
+/// Linux's, per node). Local datasets are read as they are, not cached.
+/// Note [Data cache] in src/data/image/cache.cpp.
+struct DataCacheOptions {
+  /// The cache's directory, made when missing; empty (the default): no cache.
+  std::string dir;
+  /// What the cache may hold, in bytes (default 50 GiB): the least recently
+  /// read copies are deleted to make room. An object larger than a quarter
+  /// of it is not copied (it is read by ranged GETs, as without a cache).
+  int64_t max_bytes = int64_t{50} << 30;
+
+  DTRAIN_SETTER(DataCacheOptions, dir)
+  DTRAIN_SETTER(DataCacheOptions, max_bytes)
+};
+
+/// Checks a cache's options: `max_bytes` positive, and `dir` (when set) made
+/// and writable. Throws InvalidArgument naming the field, the cause and the fix.
+void validate(const DataCacheOptions& o);
+
 /// Which dataset to open and how to load its splits. Defaults: Fashion-MNIST
 /// from its Debian package, training split shuffled and padded, evaluation
 /// split in dataset order without padding (LoaderOptions::evaluation()).
@@ -280,6 +305,9 @@ struct DatasetOptions {
   /// the uint8 output). Datasets stored as floats (fashion-mnist, mnist,
   /// synthetic) ignore it. dtrain::train() sets it on CUDA devices.
   bool uint8_inputs = false;
+  /// A local copy of what is read from `s3://` (imagefolder, packed,
+  /// webdataset); default: off. A local data_dir ignores it.
+  DataCacheOptions cache;
   /// Where a dataset that makes its samples (synthetic) keeps them: its
   /// batches are made once and handed out on this device, so a step copies
   /// nothing (tf_cnn_benchmarks' synthetic data). Datasets read from files
@@ -292,6 +320,7 @@ struct DatasetOptions {
   DTRAIN_SETTER(DatasetOptions, train)
   DTRAIN_SETTER(DatasetOptions, test)
   DTRAIN_SETTER(DatasetOptions, strict)
+  DTRAIN_SETTER(DatasetOptions, cache)
   DTRAIN_SETTER(DatasetOptions, image_size)
   DTRAIN_SETTER(DatasetOptions, uint8_inputs)
   DTRAIN_SETTER(DatasetOptions, device)

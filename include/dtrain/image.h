@@ -248,9 +248,11 @@ class ImageSource {
 /// not in it is an error. Throws DataError naming the path for a missing or
 /// empty directory or a class folder without images. `root` may be an
 /// `s3://bucket/prefix`: class folders are key prefixes, listed once, and
-/// each image is read with one GET carrying the listing's ETag.
+/// each image is read with one GET carrying the listing's ETag (or from
+/// `cache`, when it has a directory: DataCacheOptions).
 std::shared_ptr<ImageSource> open_image_folder(const std::string& root,
-                                               const std::vector<std::string>& class_names = {});
+                                               const std::vector<std::string>& class_names = {},
+                                               const DataCacheOptions& cache = {});
 
 /// WebDataset tar shards (as the webdataset library writes them with Python's
 /// tarfile): each sample's .jpg/.jpeg/.png member is the image and its .cls
@@ -262,8 +264,11 @@ std::shared_ptr<ImageSource> open_image_folder(const std::string& root,
 /// "0" .. "K-1" for the largest label K-1 unless `class_names` (the training
 /// split's) fixes them. Throws DataError naming the shard and the offset for
 /// a corrupt tar, a sample without image or cls, or a label out of range.
+/// With a `cache` directory, an `s3://` shard is copied whole to the cache
+/// when it is indexed and read from there (DataCacheOptions).
 std::shared_ptr<ImageSource> open_webdataset(const std::vector<std::string>& shards,
-                                             const std::vector<std::string>& class_names = {});
+                                             const std::vector<std::string>& class_names = {},
+                                             const DataCacheOptions& cache = {});
 
 /// Expands a shard list as WebDataset's braceexpand does:
 /// "shards-{000000..000002}.tar" gives three names (zero-padded as the
@@ -273,9 +278,12 @@ std::shared_ptr<ImageSource> open_webdataset(const std::vector<std::string>& sha
 std::vector<std::string> expand_braces(const std::string& pattern);
 
 /// A packed dataset written by pack_image_folder (format in image/packed.h),
-/// in a directory or under an `s3://bucket/prefix` (ranged GETs).
+/// in a directory or under an `s3://bucket/prefix` (ranged GETs; with a
+/// `cache` directory, each shard is copied whole to the cache at its first
+/// read and read from there: DataCacheOptions).
 std::shared_ptr<ImageSource> open_packed(const std::string& dir,
-                                         const std::vector<std::string>& class_names = {});
+                                         const std::vector<std::string>& class_names = {},
+                                         const DataCacheOptions& cache = {});
 
 /// STL-10 binary split ("train" or "test") from `dir` or dir/stl10_binary.
 std::shared_ptr<ImageSource> open_stl10(const std::string& dir, bool train);

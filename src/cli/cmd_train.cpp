@@ -13,6 +13,7 @@
 #include "cli/powersgd_flags.h"
 #include "cli/validators.h"
 #include "common/strings.h"
+#include "dtrain/bench.h"
 #include "dtrain/errors.h"
 #include "dtrain/eval.h"
 #include "dtrain/live.h"
@@ -32,6 +33,7 @@ struct GroupFlags {
 struct TrainFlags {
   TrainOptions options;
   GroupFlags group;
+  std::string data_cache_size = "50G";  // DataCacheOptions::max_bytes
   // Parsed once, in run_train, into TrainOptions' typed fields.
   std::string amp = "none";
   std::string lr_scaling = "none";
@@ -49,6 +51,7 @@ struct TrainFlags {
 struct EvalFlags {
   EvalOptions options;
   GroupFlags group;
+  std::string data_cache_size = "50G";  // DataCacheOptions::max_bytes
 };
 
 // Whether progress can be redrawn in place: stdout is a terminal, or the
@@ -109,6 +112,24 @@ CLI::Validator checkpoint_every_syntax() {
       "N|Nsteps|Nepochs");
 }
 
+// --data-cache and --data-cache-size, checked before the group forms: the
+// size parsed ("50G"), the directory made and probed. Only s3:// data is
+// cached; a local --data-dir with --data-cache gets a one-line note.
+void apply_data_cache_flags(const std::string& who, const std::string& size, DatasetOptions& data) {
+  try {
+    data.cache.max_bytes = parse_byte_size(size);
+  } catch (const InvalidArgument& e) {
+    throw InvalidArgument(cat("--data-cache-size: ", e.what()));
+  }
+  validate(data.cache);
+  if (!data.cache.dir.empty() && data.data_dir.rfind("s3://", 0) != 0) {
+    std::cerr << who << ": note: --data-cache caches s3:// data only; "
+              << (data.data_dir.empty() ? std::string("the dataset's default directory")
+                                        : "--data-dir '" + data.data_dir + "'")
+              << " is read where it is\n";
+  }
+}
+
 /// dtrain train under `dtrain run --recovery live` (DTRAIN_RECOVERY=live):
 /// the ranks are members of a dtrain::LiveGroup (docs/live_recovery.md).
 int run_live(const TrainOptions& o) {
@@ -125,6 +146,7 @@ int run_train(const TrainFlags& f) {
     o.lr_scaling = parse_lr_scaling(f.lr_scaling);
     o.lr_schedule = parse_lr_schedule(f.lr_schedule);
     o.device = parse_device_flag(f.group.device);
+    apply_data_cache_flags("dtrain train", f.data_cache_size, o.dataset);
     if (!f.checkpoint_every.empty() && o.checkpoint_dir.empty()) {
       throw InvalidArgument("--checkpoint-every needs --checkpoint-dir");
     }
@@ -177,6 +199,7 @@ int run_eval(const EvalFlags& f) {
   try {
     EvalOptions o = f.options;
     o.device = parse_device_flag(f.group.device);
+    apply_data_cache_flags("dtrain eval", f.data_cache_size, o.dataset);
     validate(o);
     ProcessGroup pg = join_flags_group(f.group, o.device);
     evaluate(o, pg, &std::cout);
@@ -192,14 +215,22 @@ int run_eval(const EvalFlags& f) {
 }
 
 // Flags `dtrain train` and `dtrain eval` share: model, data, device, group.
-void add_common_flags(CLI::App* cmd, std::string& model, DatasetOptions& data, int& threads,
-                      int& loader_threads, bool& channels_last, GroupFlags& group) {
+void add_common_flags(CLI::App* cmd, std::string& model, DatasetOptions& data,
+                      std::string& data_cache_size, int& threads, int& loader_threads,
+                      bool& channels_last, GroupFlags& group) {
   cmd->add_option("--model", model, "Model: " + join(model_names(), ", "))->capture_default_str();
   cmd->add_option("--dataset", data.name, "Dataset: " + join(dataset_names(), ", "))
       ->capture_default_str();
   cmd->add_option("--data-dir", data.data_dir,
                   "Dataset directory, or s3://bucket/prefix for imagefolder, packed and "
                   "webdataset (default per dataset)");
+  cmd->add_option("--data-cache", data.cache.dir,
+                  "Local directory that keeps a copy of each object read from s3:// data, so "
+                  "later epochs and runs read local disk (default: no cache)");
+  cmd->add_option("--data-cache-size", data_cache_size,
+                  "Bound of --data-cache, bytes with an optional K, M or G suffix; the least "
+                  "recently read copies are deleted")
+      ->capture_default_str();
   cmd->add_option("--image-size", data.image_size,
                   "Input size: imagefolder/packed crop (0: 224), synthetic size (0: 224), "
                   "other datasets resized to it like torchvision's Resize (0: as stored)")
@@ -229,8 +260,8 @@ void add_train_command(CLI::App& root, int* exit_code) {
   TrainOptions& o = flags->options;
   CLI::App* cmd = root.add_subcommand(
       "train", "Train an image classifier data-parallel (start it with 'dtrain run')");
-  add_common_flags(cmd, o.model, o.dataset, o.threads, o.loader_threads, o.channels_last,
-                   flags->group);
+  add_common_flags(cmd, o.model, o.dataset, flags->data_cache_size, o.threads, o.loader_threads,
+                   o.channels_last, flags->group);
   cmd->add_option("--init-weights", o.init_weights,
                   "Start from these weights: torch.save(dict(model.state_dict()), PATH)");
   cmd->add_option("--epochs", o.epochs, "Epochs")->capture_default_str()->check(positive());
@@ -393,8 +424,8 @@ void add_eval_command(CLI::App& root, int* exit_code) {
       root.add_subcommand("eval",
                           "Evaluate a model on a dataset's evaluation split, each sample once, "
                           "data-parallel (start it with 'dtrain run')");
-  add_common_flags(cmd, o.model, o.dataset, o.threads, o.loader_threads, o.channels_last,
-                   flags->group);
+  add_common_flags(cmd, o.model, o.dataset, flags->data_cache_size, o.threads, o.loader_threads,
+                   o.channels_last, flags->group);
   cmd->add_option("--checkpoint", o.checkpoint_dir,
                   "Weights: the model of the newest valid checkpoint in this directory");
   cmd->add_option("--init-weights", o.init_weights,

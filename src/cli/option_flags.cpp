@@ -53,6 +53,8 @@ const FieldFlags& train_field_flags() {
       {"DatasetOptions::image_size", "--image-size"},
       {"DatasetOptions::data_dir", "--data-dir"},
       {"DatasetOptions::strict", "--strict"},
+      {"DataCacheOptions::dir", "--data-cache"},
+      {"DataCacheOptions::max_bytes", "--data-cache-size"},
       {"MetricsOptions::port", "--metrics-port"},
       {"KVStoreOptions::staleness", "--staleness"},
       {"OptimizerOptions::lr", "--lr"},
@@ -94,6 +96,8 @@ const FieldFlags& eval_field_flags() {
       {"DatasetOptions::image_size", "--image-size"},
       {"DatasetOptions::data_dir", "--data-dir"},
       {"DatasetOptions::strict", "--strict"},
+      {"DataCacheOptions::dir", "--data-cache"},
+      {"DataCacheOptions::max_bytes", "--data-cache-size"},
   };
   return flags;
 }

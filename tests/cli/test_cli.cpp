@@ -130,6 +130,37 @@ TEST_F(Cli, UnwritableMetricsFileFailsBeforeTrainingStarts) {
   EXPECT_EQ(r.output.find("epoch 1/1"), std::string::npos) << r.output;
 }
 
+// --data-cache (docs/object_store.md): bad input is a one-line usage error
+// before anything starts; a local --data-dir is read where it is, with a note.
+TEST_F(Cli, DataCacheWithABadSizeOrAnUnusableDirectoryIsAOneLineUsageError) {
+  std::ofstream(dir_ / "file") << "x";
+  const std::string cache = " --data-cache " + (dir_ / "cache").string();
+  for (const std::string& args :
+       {"train --data-cache-size 5X" + cache, "eval --data-cache-size 0" + cache,
+        "train --data-cache " + (dir_ / "file" / "cache").string()}) {
+    Result r = dtrain(args);
+    EXPECT_EQ(r.code, 2) << args << ": " << r.output;
+    EXPECT_NE(r.output.find(args.find("file") != std::string::npos ? "--data-cache '"
+                                                                   : "--data-cache-size"),
+              std::string::npos)
+        << r.output;
+    EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
+    EXPECT_EQ(r.output.find("DataCacheOptions"), std::string::npos) << r.output;
+  }
+}
+
+TEST_F(Cli, DataCacheWithALocalDataDirTrainsFromTheDirectoryWithANote) {
+  write_tiny_dataset(dir_ / "data", 64, 32);
+  Result r = dtrain("train --epochs 1 --data-dir " + (dir_ / "data").string() + " --data-cache " +
+                    (dir_ / "cache").string());
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("dtrain train: note: --data-cache caches s3:// data only; --data-dir '" +
+                          (dir_ / "data").string() + "' is read where it is"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("epoch 1/1"), std::string::npos) << r.output;
+}
+
 // Issue 19's bad input: the parameter server recovers by its own mechanism.
 TEST_F(Cli, KvstoreUnderLiveRecoveryIsAOneLineUsageErrorNamingTheFix) {
   Result r = dtrain_with_env("DTRAIN_RECOVERY=live ", "train --kvstore dist_sync --epochs 1");

@@ -12,6 +12,7 @@
 
 #include <ATen/ATen.h>
 
+#include "data/image/location.h"
 #include "dtrain/comm.h"
 #include "dtrain/data.h"
 #include "dtrain/errors.h"
@@ -50,7 +51,12 @@ class S3Data : public ::testing::Test {
   static void SetUpTestSuite() {
     const std::string venv = testing::s3_test_venv();
     if (venv.empty()) return;
-    moto_ = std::make_unique<testing::MotoServer>(venv);
+    dir_ = std::make_unique<TempDir>();
+    // Every request the server answers, one JSON line each (object_gets).
+    recording_ = *dir_ / "requests.jsonl";
+    moto_ = std::make_unique<testing::MotoServer>(
+        venv, std::vector<std::string>{"MOTO_ENABLE_RECORDING=True",
+                                       "MOTO_RECORDER_FILEPATH=" + recording_});
     if (!moto_->failure.empty()) return;
     // Storage reads AWS's variables, as the SDKs do.
     ::setenv("AWS_ENDPOINT_URL", moto_->endpoint.c_str(), 1);
@@ -58,7 +64,6 @@ class S3Data : public ::testing::Test {
     ::setenv("AWS_SECRET_ACCESS_KEY", moto_->secret.c_str(), 1);
     ::setenv("AWS_REGION", "us-east-1", 1);
     ::setenv("AWS_EC2_METADATA_DISABLED", "true", 1);
-    dir_ = std::make_unique<TempDir>();
     testing::make_image_folder(*dir_ / "folder/train", {"ant", "bee", "cat"}, 6);
     testing::make_image_folder(*dir_ / "folder/val", {"ant", "bee", "cat"}, 2);
     upload(*moto_, "data", *dir_ / "folder", "folder");
@@ -73,12 +78,14 @@ class S3Data : public ::testing::Test {
   }
 
   // Every batch of two epochs of both splits, 2 ranks of batch 4, 2 loader threads.
-  static std::vector<at::Tensor> batches(const std::string& dataset, const std::string& data_dir) {
+  static std::vector<at::Tensor> batches(const std::string& dataset, const std::string& data_dir,
+                                         const DataCacheOptions& cache = {}) {
     std::vector<at::Tensor> out;
     for (int rank = 0; rank < 2; ++rank) {
       DatasetOptions o;
       o.name = dataset;
       o.data_dir = data_dir;
+      o.cache = cache;
       o.image_size = 28;
       o.train = LoaderOptions().set_batch_size(4).set_seed(5).set_threads(2);
       o.train.set_rank(rank).set_world_size(2);
@@ -102,8 +109,26 @@ class S3Data : public ::testing::Test {
     for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(at::equal(a[i], b[i])) << "tensor " << i;
   }
 
+  // GetObject requests (not listings) the server answered for keys under
+  // `prefix` in bucket "data" since the last call; forgets them.
+  static int object_gets(const std::string& prefix) {
+    int n = 0;
+    std::ifstream in(recording_);
+    for (std::string line; std::getline(in, line);) {
+      const json request = json::parse(line);
+      const std::string url = request["url"];
+      if (request["method"] == "GET" && url.find("list-type") == std::string::npos &&
+          url.find("/data/" + prefix) != std::string::npos) {
+        ++n;
+      }
+    }
+    std::ofstream(recording_, std::ios::trunc);
+    return n;
+  }
+
   static inline std::unique_ptr<testing::MotoServer> moto_;
   static inline std::unique_ptr<TempDir> dir_;
+  static inline std::string recording_;
 };
 
 TEST_F(S3Data, AnImageFolderUploadedByBoto3GivesTheBatchesOfTheLocalCopy) {
@@ -199,6 +224,90 @@ TEST_F(S3Data, BadLocationsAreOneLineErrorsNamingTheCause) {
   for (const std::string& m : {no_bucket, scheme, empty, bucket}) {
     EXPECT_EQ(m.find('\n'), std::string::npos) << m;
   }
+}
+
+// Note [Data cache]: the first run copies each object it reads, once, and
+// a second run (both ranks, both epochs, both splits) reads every sample
+// from the copies: the server answers no GetObject. The batches are the
+// local copy's.
+TEST_F(S3Data, ACachedImageFolderIsFetchedOnceAndASecondRunReadsNoObject) {
+  TempDir cache;
+  const DataCacheOptions c = DataCacheOptions().set_dir(cache / "c");
+  const std::vector<at::Tensor> local = batches("imagefolder", *dir_ / "folder");
+  object_gets("folder/");
+  expect_equal(batches("imagefolder", "s3://data/folder", c), local);
+  EXPECT_EQ(object_gets("folder/"), 18 + 6) << "each image once, over two epochs and two ranks";
+  expect_equal(batches("imagefolder", "s3://data/folder", c), local);
+  EXPECT_EQ(object_gets("folder/"), 0);
+}
+
+TEST_F(S3Data, CachedPackedAndWebDatasetShardsAreFetchedOnceAndASecondRunReadsNoObject) {
+  PackOptions small;
+  small.shard_size_bytes = 8 << 10;  // several shards
+  const std::string script = DTRAIN_SOURCE_DIR "/tests/data/scripts/make_webdataset.py";
+  for (const char* split : {"train", "val"}) {
+    pack_image_folder(*dir_ / "folder/" + split, *dir_ / "cpacked/" + split, small);
+    const testing::ShellRun run =
+        testing::run_shell("/usr/bin/python3 " + script + " " + *dir_ / "folder/" + split + " " +
+                           *dir_ / "cwds/" + split + " 4 2>&1");
+    ASSERT_EQ(run.code, 0) << run.output;
+  }
+  upload(*moto_, "data", *dir_ / "cpacked", "cpacked");
+  upload(*moto_, "data", *dir_ / "cwds", "cwds");
+  for (const std::string dataset : {"packed", "webdataset"}) {
+    SCOPED_TRACE(dataset);
+    const std::string prefix = dataset == "packed" ? "cpacked" : "cwds";
+    TempDir cache;
+    const DataCacheOptions c = DataCacheOptions().set_dir(cache / "c");
+    const std::vector<at::Tensor> local = batches(dataset, *dir_ / prefix);
+    object_gets(prefix + "/");
+    expect_equal(batches(dataset, "s3://data/" + prefix, c), local);
+    EXPECT_GT(object_gets(prefix + "/"), 0);
+    expect_equal(batches(dataset, "s3://data/" + prefix, c), local);
+    EXPECT_EQ(object_gets(prefix + "/"), 0);
+  }
+}
+
+// The copy is named by the listing's ETag: an object replaced in the bucket
+// is fetched again (and only it), and the new bytes are what is trained on.
+TEST_F(S3Data, AnObjectReplacedInTheBucketIsFetchedAgainNotServedFromTheCache) {
+  upload(*moto_, "data", *dir_ / "folder", "creplaced");
+  TempDir cache;
+  const DataCacheOptions c = DataCacheOptions().set_dir(cache / "c");
+  batches("imagefolder", "s3://data/creplaced", c);
+  object_gets("creplaced/");
+
+  TempDir changed;
+  std::filesystem::copy(*dir_ / "folder", changed.path(), std::filesystem::copy_options::recursive);
+  std::filesystem::copy_file(*dir_ / "folder/train/bee/bee_2.jpg", changed / "train/bee/bee_0.jpg",
+                             std::filesystem::copy_options::overwrite_existing);
+  moto_->peer("put", "data", {},
+              json{{"creplaced/train/bee/bee_0.jpg",
+                    to_hex(testing::read_bytes(changed / "train/bee/bee_0.jpg"))}});
+  expect_equal(batches("imagefolder", "s3://data/creplaced", c),
+               batches("imagefolder", changed.path()));
+  EXPECT_EQ(object_gets("creplaced/"), 1) << "only the replaced object";
+}
+
+// The listing's ETag pinning holds through the cache: an object replaced
+// between the listing and its first read is refused, not copied or mixed.
+TEST_F(S3Data, AnObjectReplacedBeforeItsFirstReadFailsThroughTheCacheAsWithout) {
+  moto_->peer("put", "data", {}, json{{"cpin/x.bin", to_hex(std::vector<uint8_t>(64, 1))}});
+  TempDir cache;
+  image::Storage storage(DataCacheOptions().set_dir(cache / "c"));
+  const std::unique_ptr<image::ByteSource> object = storage.open("s3://data/cpin/x.bin");
+  moto_->peer("put", "data", {}, json{{"cpin/x.bin", to_hex(std::vector<uint8_t>(64, 2))}});
+  uint8_t byte = 0;
+  std::string error = "no error";
+  try {
+    object->pread_exact(&byte, 1, 10);
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  EXPECT_NE(error.find("cpin/x.bin"), std::string::npos) << error;
+  EXPECT_NE(error.find("412"), std::string::npos) << error;
+  storage.open("s3://data/cpin/x.bin")->pread_exact(&byte, 1, 10);
+  EXPECT_EQ(byte, 2);
 }
 
 }  // namespace

@@ -120,13 +120,17 @@ struct MotoServer {
   int port = 0;
   std::unique_ptr<ChildProcess> process;
 
-  explicit MotoServer(std::string venv_path) : venv(std::move(venv_path)) {
+  /// `env`: more of the server's variables, e.g. MOTO_ENABLE_RECORDING=True
+  /// with MOTO_RECORDER_FILEPATH=FILE (one JSON line per request).
+  explicit MotoServer(std::string venv_path, std::vector<std::string> env = {})
+      : venv(std::move(venv_path)) {
     port = free_port();
     endpoint = "http://127.0.0.1:" + std::to_string(port);
+    env.push_back("INITIAL_NO_AUTH_ACTION_COUNT=3");
     process = std::make_unique<ChildProcess>(
         std::vector<std::string>{venv + "/bin/moto_server", "-H", "127.0.0.1", "-p",
                                  std::to_string(port)},
-        std::vector<std::string>{"INITIAL_NO_AUTH_ACTION_COUNT=3"});
+        env);
     if (!wait_for_port(port, 60)) {
       failure = "moto_server did not listen on " + endpoint + " within 60 s";
       return;

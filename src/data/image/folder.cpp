@@ -193,8 +193,9 @@ class FolderSource : public ImageSource {
 }  // namespace image
 
 std::shared_ptr<ImageSource> open_image_folder(const std::string& root,
-                                               const std::vector<std::string>& class_names) {
-  auto storage = std::make_shared<image::Storage>();
+                                               const std::vector<std::string>& class_names,
+                                               const DataCacheOptions& cache) {
+  auto storage = std::make_shared<image::Storage>(cache);
   image::FolderIndex index = image::scan_image_folder(*storage, root, class_names);
   return std::make_shared<image::FolderSource>(std::move(storage), std::move(index));
 }

@@ -25,6 +25,13 @@ File File::open_read(const std::string& path) {
   return File(fd, path);
 }
 
+File File::open_if_exists(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0 && errno == ENOENT) return File();
+  if (fd < 0) throw DataError(cat("cannot open '", path, "': ", errno_text()));
+  return File(fd, path);
+}
+
 File File::create(const std::string& path) {
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) throw DataError(cat("cannot create '", path, "': ", errno_text()));

@@ -32,6 +32,9 @@ class File : public ByteSource {
   File() = default;
   /// Opens `path` read-only; throws DataError naming it on failure.
   static File open_read(const std::string& path);
+  /// Opens `path` read-only, or returns an unopened File when it does not
+  /// exist; throws DataError naming it for any other failure.
+  static File open_if_exists(const std::string& path);
   /// Creates or truncates `path` for writing; throws DataError naming it.
   static File create(const std::string& path);
   ~File() override;
@@ -47,6 +50,10 @@ class File : public ByteSource {
   /// Appends all of `length` bytes; throws DataError on failure.
   void write_all(const void* src, size_t length);
   const std::string& path() const override { return path_; }
+  /// False for a default-made File or open_if_exists() of a missing path.
+  bool is_open() const { return fd_ >= 0; }
+  /// The descriptor (-1 when not open); the File still owns it.
+  int fd() const { return fd_; }
 
  private:
   File(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}

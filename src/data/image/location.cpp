@@ -6,8 +6,11 @@
 // folders become key prefixes, files ordered as os.walk orders them), packed
 // shards (index.bin read whole, shards by ranged GETs of one image each),
 // and WebDataset tar shards (indexed with a few large GETs per shard, then
-// one ranged GET per image). Nothing is copied to disk: the loader's worker
-// threads issue the GETs in the sampler's order, batches ahead of the step,
+// one ranged GET per image). Nothing is copied to disk unless a data cache
+// is given (DataCacheOptions, Note [Data cache] in cache.cpp: then each
+// object is copied whole at its first read and read locally after). The
+// loader's worker threads issue the GETs in the sampler's order, batches
+// ahead of the step,
 // so what is in memory is bounded by the loader's prefetch slots
 // (ImageLoaderOptions::prefetch_batches) times the batch size. Each rank
 // reads only its own samples. Every GET of a listed object carries its
@@ -23,6 +26,7 @@
 #include <filesystem>
 
 #include "common/strings.h"
+#include "data/image/cache.h"
 #include "dtrain/errors.h"
 #include "dtrain/object_store.h"
 
@@ -68,6 +72,63 @@ class S3Object : public ByteSource {
   std::string etag_;
 };
 
+// An S3 object read through the cache (Note [Data cache]): the first read
+// copies it whole while the process's other readers use ranged GETs; then
+// every read is local. While another process copies it, reads use ranged
+// GETs and look for the copy again. An object whose copy fails is read from
+// S3 from then on (the read that failed reports the object's own error).
+class CachedObject : public ByteSource {
+ public:
+  CachedObject(std::unique_ptr<S3Object> remote, std::shared_ptr<DataCache> cache, S3Uri uri)
+      : remote_(std::move(remote)), cache_(std::move(cache)), uri_(std::move(uri)) {}
+  int64_t size() const override { return remote_->size(); }
+  void pread_exact(void* dst, size_t length, int64_t offset) const override {
+    if (const File* f = local()) return f->pread_exact(dst, length, offset);
+    remote_->pread_exact(dst, length, offset);
+  }
+  const std::string& path() const override { return remote_->path(); }
+  std::string etag() const override { return remote_->etag(); }
+
+ private:
+  enum class State { kUnknown, kFilling, kLocal, kRemote };
+  const File* local() const {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (state_ == State::kLocal) return &local_;
+      if (state_ != State::kUnknown) return nullptr;
+      // A copy made before (a later epoch or run) is opened under the lock:
+      // local disk only, and no reader goes to S3 for it meanwhile.
+      local_ = cache_->find(uri_.bucket, uri_.key, remote_->etag(), remote_->size());
+      if (local_.is_open()) {
+        state_ = State::kLocal;
+        return &local_;
+      }
+      state_ = State::kFilling;  // this thread copies; no lock held meanwhile
+    }
+    File f;
+    bool busy = false;
+    try {
+      f = cache_->fill(
+          uri_.bucket, uri_.key, remote_->etag(), remote_->size(),
+          [this](int64_t at, void* dst, size_t n) { remote_->pread_exact(dst, n, at); }, &busy);
+    } catch (const std::exception&) {
+      f = File();
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    local_ = std::move(f);  // never changed again once kLocal
+    // Another process copying it: look for its copy at a later read.
+    state_ = local_.is_open() ? State::kLocal : busy ? State::kUnknown : State::kRemote;
+    return local_.is_open() ? &local_ : nullptr;
+  }
+
+  std::unique_ptr<S3Object> remote_;
+  std::shared_ptr<DataCache> cache_;
+  S3Uri uri_;
+  mutable std::mutex mu_;
+  mutable State state_ = State::kUnknown;
+  mutable File local_;
+};
+
 std::string with_slash(std::string prefix) {
   if (!prefix.empty() && prefix.back() != '/') prefix += '/';
   return prefix;
@@ -75,7 +136,10 @@ std::string with_slash(std::string prefix) {
 
 }  // namespace
 
-Storage::Storage() = default;
+Storage::Storage(const DataCacheOptions& cache) {
+  if (!cache.dir.empty()) cache_ = std::make_shared<DataCache>(cache);
+}
+
 Storage::~Storage() = default;
 
 bool Storage::is_s3(const std::string& location) { return S3Uri::is_s3_location(location); }
@@ -102,7 +166,10 @@ std::unique_ptr<ByteSource> Storage::open(const std::string& location) {
 std::unique_ptr<ByteSource> Storage::open(const std::string& location, const Listed& known) {
   if (!is_s3(location)) return std::make_unique<File>(File::open_read(location));
   s3();  // made before it is shared
-  return std::make_unique<S3Object>(s3_, S3Uri::parse(location), known.size, known.etag);
+  S3Uri uri = S3Uri::parse(location);
+  auto remote = std::make_unique<S3Object>(s3_, uri, known.size, known.etag);
+  if (!cache_ || !cache_->admits(known.size, known.etag)) return remote;
+  return std::make_unique<CachedObject>(std::move(remote), cache_, std::move(uri));
 }
 
 void Storage::read_all(const std::string& location, std::vector<uint8_t>& out,
@@ -111,8 +178,24 @@ void Storage::read_all(const std::string& location, std::vector<uint8_t>& out,
   const S3Uri uri = S3Uri::parse(location);
   GetOptions g;
   g.if_match = etag;
+  int64_t size = -1;
+  if (cache_ && g.if_match.empty()) {  // the ETag names the copy
+    const ObjectInfo info = s3().head_object(uri.bucket, uri.key);
+    g.if_match = info.etag;
+    size = static_cast<int64_t>(info.size);
+  }
+  if (cache_ && !g.if_match.empty()) {
+    if (File f = cache_->find(uri.bucket, uri.key, g.if_match, size); f.is_open()) {
+      out.resize(static_cast<size_t>(f.size()));
+      return f.pread_exact(out.data(), out.size(), 0);
+    }
+  }
   const GetResult r = s3().get_object(uri.bucket, uri.key, g);
   out.assign(r.data.begin(), r.data.end());
+  if (cache_ && cache_->admits(static_cast<int64_t>(out.size()), g.if_match)) {
+    cache_->fill(uri.bucket, uri.key, g.if_match, static_cast<int64_t>(out.size()),
+                 [&out](int64_t at, void* dst, size_t n) { std::memcpy(dst, out.data() + at, n); });
+  }
 }
 
 std::vector<Listed> Storage::list(const std::string& folder) {

@@ -9,12 +9,15 @@
 #include <vector>
 
 #include "data/image/io.h"
+#include "dtrain/data.h"
 
 namespace dtrain {
 class S3Client;  // dtrain/object_store.h
 }
 
 namespace dtrain::image {
+
+class DataCache;  // data/image/cache.h
 
 /// One file or object of a listing, named relative to the listed folder.
 struct Listed {
@@ -29,7 +32,10 @@ struct Listed {
 /// shares it with every ByteSource it opens. Thread-safe.
 class Storage {
  public:
-  Storage();
+  /// With `cache.dir` set, objects read from S3 go through a DataCache
+  /// (Note [Data cache]); throws InvalidArgument when the directory cannot
+  /// be made or written. Local paths are never cached.
+  explicit Storage(const DataCacheOptions& cache = {});
   ~Storage();
   /// True for "s3://..."; false for a local path; InvalidArgument for any
   /// other "scheme://" (S3Uri::is_s3_location).
@@ -44,7 +50,8 @@ class Storage {
   /// As open(), with the size and ETag a listing already gave.
   std::unique_ptr<ByteSource> open(const std::string& location, const Listed& known);
   /// The whole file or object; throws DataError naming it. A non-empty
-  /// `etag` (from a listing) is sent as If-Match.
+  /// `etag` (from a listing) is sent as If-Match. With a cache, an object
+  /// with no `etag` given is asked for its ETag first (a HEAD).
   void read_all(const std::string& location, std::vector<uint8_t>& out,
                 const std::string& etag = "");
   /// Everything under the folder or prefix, recursively, sorted by name.
@@ -60,6 +67,7 @@ class Storage {
   S3Client& s3();
   std::mutex mu_;
   std::shared_ptr<S3Client> s3_;
+  std::shared_ptr<DataCache> cache_;  // null: no cache
 };
 
 /// A ByteSource read front to back in large blocks (for indexing a remote

@@ -79,7 +79,9 @@ struct Entry {
 
 class PackedSource : public ImageSource {
  public:
-  PackedSource(const std::string& dir, const std::vector<std::string>& class_names) : dir_(dir) {
+  PackedSource(const std::string& dir, const std::vector<std::string>& class_names,
+               const DataCacheOptions& cache)
+      : storage_(cache), dir_(dir) {
     const std::string index_path = dir + "/index.bin";
     if (!storage_.is_directory(dir)) {
       throw DataError(cat("packed dataset '", dir,
@@ -203,8 +205,9 @@ std::string shard_path(const std::string& dir, uint32_t shard) {
 }  // namespace image
 
 std::shared_ptr<ImageSource> open_packed(const std::string& dir,
-                                         const std::vector<std::string>& class_names) {
-  return std::make_shared<image::PackedSource>(dir, class_names);
+                                         const std::vector<std::string>& class_names,
+                                         const DataCacheOptions& cache) {
+  return std::make_shared<image::PackedSource>(dir, class_names, cache);
 }
 
 PrepareStats pack_image_folder(const std::string& folder, const std::string& out_dir,

@@ -74,15 +74,16 @@ constexpr const char* kPackedLayout =
     "DATA_DIR/{train,val}/ made by 'dtrain data pack IMAGEFOLDER DATA_DIR/train' (and val)";
 
 using OpenSplit = std::shared_ptr<ImageSource> (*)(const std::string& dir,
-                                                   const std::vector<std::string>& classes);
+                                                   const std::vector<std::string>& classes,
+                                                   const DataCacheOptions& cache);
 
 // ImageNet-style splits (train plus val or test); the test split takes the
 // training split's class order (an empty list lets the opener find them).
 DatasetSplits open_imagenet_like(const DatasetOptions& o, const char* layout,
                                  OpenSplit open_split) {
   const auto [train_dir, test_dir] = split_dirs(o, layout);
-  auto train = open_split(train_dir, {});
-  auto test = open_split(test_dir, train->classes());
+  auto train = open_split(train_dir, {}, o.cache);
+  auto test = open_split(test_dir, train->classes(), o.cache);
   return make_splits(std::move(train), std::move(test), o,
                      TransformOptions::imagenet_train(crop_size(o)),
                      TransformOptions::imagenet_eval(crop_size(o)));
@@ -129,8 +130,8 @@ DatasetSplits open_webdataset_splits(const DatasetOptions& o) {
   } else {
     std::tie(train_spec, test_spec) = split_dirs(o, kWebDatasetLayout);
   }
-  auto train = open_webdataset(webdataset_shards(o, train_spec));
-  auto test = open_webdataset(webdataset_shards(o, test_spec), train->classes());
+  auto train = open_webdataset(webdataset_shards(o, train_spec), {}, o.cache);
+  auto test = open_webdataset(webdataset_shards(o, test_spec), train->classes(), o.cache);
   return make_splits(std::move(train), std::move(test), o,
                      TransformOptions::imagenet_train(crop_size(o)),
                      TransformOptions::imagenet_eval(crop_size(o)));

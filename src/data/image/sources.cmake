@@ -36,6 +36,7 @@ list(APPEND DTRAIN_IMAGE_SOURCES
   image/tar.cpp
   image/webdataset.cpp
   image/location.cpp
+  image/cache.cpp
   image/prepare.cpp
   image/registry_image.cpp)
 list(APPEND DTRAIN_IMAGE_LIBS ${_dtrain_turbojpeg} ${_dtrain_jpeg} ${_dtrain_png})

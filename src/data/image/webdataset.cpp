@@ -93,7 +93,8 @@ int64_t parse_label(const ByteSource& shard, const TarEntry& e, const std::strin
 class WebDatasetSource : public ImageSource {
  public:
   WebDatasetSource(const std::vector<std::string>& shards,
-                   const std::vector<std::string>& class_names) {
+                   const std::vector<std::string>& class_names, const DataCacheOptions& cache)
+      : storage_(cache) {
     if (shards.empty()) throw DataError("webdataset: the shard list is empty");
     int64_t max_label = -1;
     for (const std::string& path : shards) {
@@ -244,8 +245,9 @@ std::vector<std::string> expand_braces(const std::string& pattern) {
 }
 
 std::shared_ptr<ImageSource> open_webdataset(const std::vector<std::string>& shards,
-                                             const std::vector<std::string>& class_names) {
-  return std::make_shared<image::WebDatasetSource>(shards, class_names);
+                                             const std::vector<std::string>& class_names,
+                                             const DataCacheOptions& cache) {
+  return std::make_shared<image::WebDatasetSource>(shards, class_names, cache);
 }
 
 }  // namespace dtrain
