@@ -18,12 +18,13 @@
 // A slow but alive member is declared dead only when its detector thread
 // does not run for failure_timeout (10 missed beats at the defaults): a
 // busy training thread does not delay it. Nor is a member blamed for the
-// watcher's own stall: when the watcher's ticks come more than two
-// intervals apart (its thread was starved on a loaded machine, or a store
-// call was slow), the excess is added to every watched member's last-change
-// time, so a counter is stale only for failure_timeout of the watcher's
-// running time. Members that all stall together (an overloaded host) are
-// therefore not declared dead by the first watcher that runs again.
+// watcher's own stall: when the watcher's thread wakes for a tick more than
+// an interval later than it was due (it was starved on a loaded machine),
+// the lateness beyond that interval is added to every watched member's
+// last-change time, so a counter is stale only for failure_timeout of the
+// watcher's running time. Time spent in the watcher's own store calls is
+// not credited: a slow store does not slow detection down. Members that all stall together (an
+// overloaded host) are therefore not declared dead by the first watcher that runs again.
 #include "live/detector.h"
 
 #include <signal.h>
@@ -118,6 +119,7 @@ void Detector::run() {
     lock.unlock();
     tick();
     lock.lock();
+    due_ = std::chrono::steady_clock::now() + interval_;
     cv_.wait_for(lock, interval_, [this] { return stop_; });
   }
 }
@@ -127,13 +129,12 @@ void Detector::tick() {
   std::map<std::string, Watched> watched;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (last_tick_) {
-      const auto excess = (now - *last_tick_) - 2 * interval_;
+    if (due_) {
+      const auto excess = (now - *due_) - interval_;
       if (excess > std::chrono::steady_clock::duration::zero()) {
         for (auto& [member, w] : watched_) w.changed += excess;
       }
     }
-    last_tick_ = now;
     watched = watched_;
   }
   try {

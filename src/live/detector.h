@@ -77,7 +77,8 @@ class Detector {
   std::map<std::string, Death> deaths_;
   std::string fence_reason_;
   std::chrono::steady_clock::time_point last_store_ok_;
-  std::optional<std::chrono::steady_clock::time_point> last_tick_;  // Note [Heartbeats]
+  // When the next tick is due (Note [Heartbeats]: lateness is credited).
+  std::optional<std::chrono::steady_clock::time_point> due_;
   std::thread thread_;
 };
 
