@@ -173,16 +173,20 @@ struct Member {
     live->register_optimizer(*opt);
     live->wrap_ddp(*model);
   }
-  // One attempt at the current step; true when it committed.
-  bool step() {
-    const LiveStep& s = live->begin_step();
+  // The step's forward and backward for each of this member's logical ranks.
+  bool run_logical(const LiveStep& s) {
     opt->zero_grad();
-    const bool ok = live->run_logical([&](int r) {
+    return live->run_logical([&](int r) {
       s.ddp->prepare_forward();
       torch::Tensor out = model->forward(micro_batch(r, s.step));
       s.ddp->finish_forward({out});
       out.pow(2).sum().backward();
     });
+  }
+  // One attempt at the current step; true when it committed.
+  bool step() {
+    const LiveStep& s = live->begin_step();
+    const bool ok = run_logical(s);
     if (ok && live->should_commit()) {
       opt->step();
       committed_generations.push_back(s.generation);
@@ -274,13 +278,7 @@ TEST(LiveGroup, AStepThatFailedOnOneMemberIsCommittedByNoneAndRedoneInANewGenera
             const LiveStep& s = m.live->begin_step();
             EXPECT_EQ(s.generation, 0);
             if (i == 1) m.live->report_failure("injected");
-            m.opt->zero_grad();
-            bool ok = m.live->run_logical([&](int r) {
-              s.ddp->prepare_forward();
-              torch::Tensor out = m.model->forward(micro_batch(r, s.step));
-              s.ddp->finish_forward({out});
-              out.pow(2).sum().backward();
-            });
+            const bool ok = m.run_logical(s);
             EXPECT_FALSE(ok && m.live->should_commit()) << "member " << i << " committed";
             continue;
           }
@@ -442,13 +440,7 @@ TEST(LiveGroup, AJoinerReceivesTheStateAndEndsWithTheSameWeightsAsTheOthers) {
       EXPECT_TRUE(s.state_received);
       EXPECT_GT(s.step, 0);
       EXPECT_EQ(s.members.size(), 3u);
-      m.opt->zero_grad();
-      bool ok = m.live->run_logical([&](int r) {
-        s.ddp->prepare_forward();
-        torch::Tensor out = m.model->forward(micro_batch(r, s.step));
-        s.ddp->finish_forward({out});
-        out.pow(2).sum().backward();
-      });
+      const bool ok = m.run_logical(s);
       if (ok && m.live->should_commit()) m.opt->step();
       while (m.live->step() < 8) m.step();
       got[2] = m.weights();
