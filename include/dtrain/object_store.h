@@ -188,6 +188,10 @@ struct ObjectInfo {
   std::string last_modified;
 };
 
+/// Lower-case hex SHA-256 of `data`: SigV4's payload hash, and the name the
+/// data cache (DataCacheOptions, dtrain/data.h) gives an object's copy.
+std::string sha256_hex(std::string_view data);
+
 /// The ETag S3 gives an object stored by one PutObject without SSE-KMS: the
 /// quoted lower-case hex MD5 of its bytes. Multipart and KMS-encrypted
 /// objects have other ETags.

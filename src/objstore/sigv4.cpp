@@ -75,8 +75,15 @@ Pairs canonical_headers(const Pairs& headers) {
 }
 
 }  // namespace
+}  // namespace dtrain::objstore
 
-std::string sha256_hex(std::string_view data) { return hex(digest(EVP_sha256(), data)); }
+namespace dtrain {
+std::string sha256_hex(std::string_view data) {
+  return objstore::hex(objstore::digest(EVP_sha256(), data));
+}
+}  // namespace dtrain
+
+namespace dtrain::objstore {
 
 std::string hmac_sha256(std::string_view key, std::string_view data) {
   unsigned char out[EVP_MAX_MD_SIZE];

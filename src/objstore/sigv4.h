@@ -14,8 +14,8 @@ namespace dtrain::objstore {
 
 using Pairs = std::vector<std::pair<std::string, std::string>>;
 
-/// Lower-case hex SHA-256 of `data`.
-std::string sha256_hex(std::string_view data);
+/// Lower-case hex SHA-256 of `data` (public: dtrain/object_store.h).
+using dtrain::sha256_hex;
 /// Raw (32-byte) HMAC-SHA256 of `data` under `key`.
 std::string hmac_sha256(std::string_view key, std::string_view data);
 /// Lower-case hex of raw bytes.

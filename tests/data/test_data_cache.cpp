@@ -20,8 +20,8 @@
 
 #include "data/image/cache.h"
 #include "dtrain/errors.h"
+#include "dtrain/object_store.h"
 #include "image_fixtures.h"
-#include "objstore/sigv4.h"
 
 namespace dtrain::image {
 namespace {
@@ -102,7 +102,7 @@ TEST(DataCache, CopiesPastTheBoundEvictTheLeastRecentlyReadFirst) {
 TEST(DataCache, AHalfWrittenTemporaryFileIsNeverServedAndIsDeletedOnceItsWriterIsGone) {
   TempDir dir;
   DataCache cache(DataCacheOptions().set_dir(dir / "c"));
-  const std::string hash = objstore::sha256_hex("b\nk7\ne7");
+  const std::string hash = sha256_hex("b\nk7\ne7");
   // As a writer killed half-way leaves it (pid 2^30: no such process).
   const std::string tmp = dir / ("c/tmp/" + hash + ".1000.1073741824.0.tmp");
   {

@@ -61,7 +61,7 @@
 
 #include "common/strings.h"
 #include "dtrain/errors.h"
-#include "objstore/sigv4.h"
+#include "dtrain/object_store.h"
 
 namespace dtrain {
 
@@ -180,7 +180,7 @@ std::string DataCache::object_path(const std::string& hash) const {
 
 File DataCache::find(const std::string& bucket, const std::string& key, const std::string& etag,
                      int64_t size) const {
-  const std::string path = object_path(objstore::sha256_hex(cat(bucket, '\n', key, '\n', etag)));
+  const std::string path = object_path(sha256_hex(cat(bucket, '\n', key, '\n', etag)));
   File f = File::open_if_exists(path);
   if (!f.is_open()) return f;
   if (size >= 0 && f.size() != size) {
@@ -197,7 +197,7 @@ File DataCache::fill(const std::string& bucket, const std::string& key, const st
   if (busy) *busy = false;
   if (!admits(size, etag)) return File();
   if (File f = find(bucket, key, etag, size); f.is_open()) return f;
-  const std::string hash = objstore::sha256_hex(cat(bucket, '\n', key, '\n', etag));
+  const std::string hash = sha256_hex(cat(bucket, '\n', key, '\n', etag));
   const std::string path = object_path(hash);
   CacheFd lock(::open(lock_file_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
   if (lock.fd < 0) {
