@@ -46,7 +46,9 @@ void rethrow_dist_error(const std::exception& e, int rank, const std::string& wh
 // behind. With a wait_interrupt (live recovery) a wait is cut into slices of
 // wait_slice; c10d's Work::wait(timeout) may be called again after it timed
 // out (the collective stays in flight), and isCompleted() tells a slice's
-// timeout from the collective's own failure. Between slices the interrupt
+// timeout from the collective's end; a completed collective's outcome is
+// then read with one more wait (it may have finished just after the slice
+// timed out). Between slices the interrupt
 // runs and may throw to give the wait up. Without an interrupt the wait is
 // one call, as before. A timeout of 0 would mean "forever" to c10d: the
 // group's timeout is always positive.
@@ -75,7 +77,19 @@ void wait_c10d_work(c10d::Work& work, std::optional<std::chrono::milliseconds> t
       }
       return;
     } catch (const std::exception& e) {
-      if (last || work.isCompleted()) rethrow_dist_error(e, rank, what, report_timeout);
+      if (last) rethrow_dist_error(e, rank, what, report_timeout);
+      if (work.isCompleted()) {
+        // The slice timed out and then the collective finished, or it had
+        // failed: its own outcome decides, not the slice's "Operation timed
+        // out!" (taken for a failure before, a redone live step with nobody
+        // lost, found by RecoveryEvent::redo_reason in bench/recovery.sh).
+        try {
+          work.wait(std::chrono::milliseconds(1));
+        } catch (const std::exception& failed) {
+          rethrow_dist_error(failed, rank, what, report_timeout);
+        }
+        return;
+      }
     }
     interrupt();
   }

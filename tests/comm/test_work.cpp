@@ -8,6 +8,7 @@
 #include <chrono>
 #include <thread>
 
+#include "comm/state.h"
 #include "dtrain/comm.h"
 #include "dtrain/errors.h"
 #include "support/ranks.h"
@@ -92,6 +93,44 @@ TEST(Work, AllGatherAsyncWithTheWrongNumberOfOutputsNamesTheNumberNeeded) {
   ProcessGroup pg;
   const std::string e = testing::error_of([&] { pg.all_gather_async(at::ones({1}), {}); });
   EXPECT_EQ(e, "rank 0: all_gather needs 1 output tensors (one per rank), got 0");
+}
+
+// A collective that finishes just after a wait slice timed out: c10d's
+// wait(timeout) has thrown "Operation timed out!", and by the time the
+// caller looks, isCompleted() is true. `fails` picks how it finished.
+class FinishesAfterTheFirstSlice : public c10d::Work {
+ public:
+  explicit FinishesAfterTheFirstSlice(bool fails) : fails_(fails) {}
+  bool wait(std::chrono::milliseconds timeout) override {
+    if (++calls_ == 1) {
+      finish(fails_ ? std::make_exception_ptr(std::runtime_error("Connection reset by peer"))
+                    : nullptr);
+      throw std::runtime_error("Operation timed out!");
+    }
+    return c10d::Work::wait(timeout);
+  }
+  int calls_ = 0;
+
+ private:
+  bool fails_;
+};
+
+// Note [Sliced waits]: before, the slice's timeout was reported as the
+// collective's failure, and live recovery redid a step nobody had failed.
+TEST(Work, ASlicedWaitWhoseCollectiveFinishesJustAfterASliceTimedOutReportsItsOwnOutcome) {
+  int interrupts = 0;
+  auto interrupt = [&] { ++interrupts; };
+  FinishesAfterTheFirstSlice ok(false);
+  EXPECT_NO_THROW(wait_c10d_work(ok, std::nullopt, interrupt, 20ms, 0, "allreduce", 300s));
+  EXPECT_EQ(interrupts, 0);
+  FinishesAfterTheFirstSlice failed(true);
+  try {
+    wait_c10d_work(failed, std::nullopt, interrupt, 20ms, 0, "allreduce", 300s);
+    ADD_FAILURE() << "a failed collective was not reported";
+  } catch (const DistError& e) {
+    EXPECT_NE(std::string(e.what()).find("Connection reset by peer"), std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace
