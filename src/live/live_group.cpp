@@ -146,6 +146,7 @@ struct LiveGroup::Impl {
   bool has_state = true;
   bool need_new_gen = true;
   bool gen_clean = true;
+  bool gen_committed = false;  // a step of generation `gen` committed
   int64_t step = 0;
   LiveStep view;
 
@@ -222,9 +223,12 @@ struct LiveGroup::Impl {
   // joiner's), not by the longer collective_timeout.
   // A member that finished forming may already wait in the generation's
   // first step when another gives the formation up, so the key is checked
-  // at every wait slice, not only while forming, and by decide().
+  // at every wait slice until the generation's first commit, and by
+  // decide(); after a commit every member had formed, nobody writes it, and
+  // the steady state's waits pay no extra store call.
+  bool may_be_abandoned() const { return gen >= 0 && !gen_committed; }
   void interrupt_if_abandoned() {
-    if (store->check({keys.abandoned(gen)})) {
+    if (may_be_abandoned() && store->check({keys.abandoned(gen)})) {
       throw GenerationLostError(cat(where(), ": generation ", gen, "'s group was given up by ",
                                     get_string(*store, keys.abandoned(gen))));
     }
@@ -465,6 +469,7 @@ struct LiveGroup::Impl {
     joined_upto = roster.joined_upto;
     detector->watch(members);
     gen_clean = false;  // until formed
+    gen_committed = false;
     forming_bound = long_bound ? opt.start_timeout : opt.form_timeout;
     forming_until = Clock::now() + forming_bound;
     try {
@@ -714,7 +719,8 @@ struct LiveGroup::Impl {
         break;
       }
       check_fenced();
-      if (detector->any_dead(members) || store->check({keys.abandoned(gen)})) {
+      if (detector->any_dead(members) ||
+          (may_be_abandoned() && store->check({keys.abandoned(gen)}))) {
         decision = propose(kAbort);
         break;
       }
@@ -747,6 +753,7 @@ struct LiveGroup::Impl {
         // Housekeeping only.
       }
     }
+    gen_committed = true;
     ++step;
     return true;
   }
