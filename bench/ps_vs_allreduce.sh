@@ -2,8 +2,8 @@
 # Issue 10's benchmark: dtrain's parameter server against allreduce (Gloo,
 # DDP's collective) on the same shaped network, in one run.
 #
-#   bench/ps_vs_allreduce.sh [--models "resnet18 vgg16"] [--servers "1 2"]
-#       [--sweep "1K 64M 8"] [--iters 3] [--warmup 1] [--rate 1gbit]
+#   bench/ps_vs_allreduce.sh [--models "resnet18 vgg16"] [--workers 2]
+#       [--servers "1 2"] [--sweep "1K 64M 8"] [--iters 3] [--warmup 1] [--rate 1gbit]
 #       [--train] [--train-steps 5] [--train-warmup 2] [--batch-size 8]
 #       [--image-size 32] [--pslite-runs 3] [--pslite-workers 1]
 #       [--build DIR] [--out DIR] [--timeout 600] [--keep-netns]
@@ -11,10 +11,12 @@
 # Topology: one namespace per node, every node's veth "eth0" plugged into a
 # bridge that lives in a namespace of its own, each link shaped to --rate in
 # both directions (tbf on the node's eth0 and on its bridge port), like a
-# switched 1 GbE network:
-#   dtpsb0 10.217.0.1 worker 0      dtpsb2 10.217.0.3 server 0
-#   dtpsb1 10.217.0.2 worker 1      dtpsb3 10.217.0.4 server 1
-#   dtpsb4 10.217.0.5 scheduler     dtpsbsw           the bridge
+# switched 1 GbE network. W = --workers (2..8), S = the largest of --servers
+# (each 1..8); node n is dtpsb<n> at 10.217.0.<n+1>:
+#   nodes 0 .. W-1        workers (PS workers; allreduce ranks)
+#   nodes W .. W+S-1      PS servers (one per node)
+#   node  W+S             the PS scheduler;   dtpsbsw: the bridge
+# e.g. the default (W 2, S 2): workers 10.217.0.1-2, servers .3-.4, scheduler .5.
 # Only these addresses, only inside these namespaces; all removed on exit.
 #
 # Phases (each job's roles started explicitly, bounded by --timeout):
@@ -41,6 +43,7 @@ ROOT=$(cd "$HERE/.." && pwd)
 PY=/usr/bin/python3
 
 MODELS="resnet18 vgg16"
+WORKERS=2
 SERVERS="1 2"
 SWEEP="1K 64M 8"
 ITERS=3
@@ -59,10 +62,11 @@ TIMEOUT=600
 KEEP_NETNS=0
 PSLITE_BENCH=${PSLITE_BENCH:-}
 
-usage() { sed -n '2,36p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
+usage() { sed -n '2,41p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
 while [[ $# -gt 0 ]]; do
     case "$1" in
         --models) MODELS=$2; shift 2 ;;
+        --workers) WORKERS=$2; shift 2 ;;
         --servers) SERVERS=$2; shift 2 ;;
         --sweep) SWEEP=$2; shift 2 ;;
         --iters) ITERS=$2; shift 2 ;;
@@ -83,7 +87,12 @@ while [[ $# -gt 0 ]]; do
         *) echo "unknown argument: $1" >&2; usage 2 ;;
     esac
 done
-for s in $SERVERS; do [[ $s == 1 || $s == 2 ]] || { echo "--servers: 1 and/or 2 (two server nodes; \"\": no PS jobs)" >&2; exit 2; }; done
+[[ $WORKERS =~ ^[2-8]$ ]] || { echo "--workers: 2 to 8 (one node each)" >&2; exit 2; }
+SMAX=0
+for s in $SERVERS; do
+    [[ $s =~ ^[1-8]$ ]] || { echo "--servers: numbers from 1 to 8 (one node each; \"\": no PS jobs)" >&2; exit 2; }
+    ((s > SMAX)) && SMAX=$s
+done
 [[ $PSLITE_WORKERS == 1 || $PSLITE_WORKERS == 2 ]] || { echo "--pslite-workers: 1 or 2" >&2; exit 2; }
 read -r SWEEP_MIN SWEEP_MAX SWEEP_FACTOR <<<"$SWEEP"
 if [[ -n $SWEEP && -z ${SWEEP_FACTOR:-} ]]; then
@@ -106,10 +115,11 @@ RESULTS=$OUT/results.jsonl
 # --- namespaces --------------------------------------------------------------
 P=dtpsb
 SW=${P}sw
-NODES=5
+NODES=$((WORKERS + SMAX + 1))
 addr() { echo "10.217.0.$(($1 + 1))"; }
 ns() { echo "$P$1"; }
-SCHED_NODE=4
+SERVER_NODE0=$WORKERS
+SCHED_NODE=$((WORKERS + SMAX))
 
 ns_exists() { ip netns list 2>/dev/null | awk '{print $1}' | grep -qx "$1"; }
 ns_down() {
@@ -215,7 +225,7 @@ results, args = sys.argv[1], sys.argv[2:]
 rec = {}
 for a in args:
     k, v = a.split("=", 1)
-    if k == "json":
+    if k.startswith("json"):
         last = None
         for line in open(v, errors="replace"):
             i = line.find("{")
@@ -259,8 +269,8 @@ ps_job() {
     pids+=("$LAST_PID")
     for i in $(seq 0 $((s - 1))); do
         # shellcheck disable=SC2086
-        run_in $((2 + i)) "$OUT/$tag.server$i.log" "${env[@]}" DMLC_ROLE=server \
-            DMLC_NODE_HOST="$(addr $((2 + i)))" $server
+        run_in $((SERVER_NODE0 + i)) "$OUT/$tag.server$i.log" "${env[@]}" DMLC_ROLE=server \
+            DMLC_NODE_HOST="$(addr $((SERVER_NODE0 + i)))" $server
         pids+=("$LAST_PID")
     done
     local torchrun=() mport
@@ -290,15 +300,15 @@ ps_job() {
 # loaded machine made the agents see the membership change and restart the
 # round again and again. 24 missed beats (2 min) keep one round.
 RDZV_CONF="heartbeat_interval=5,missed_heartbeats=24"
-# ar_job TAG CMD...: CMD on workers 0 and 1 under `dtrain run` (c10d rendezvous on worker 0)
+# ar_job TAG CMD...: CMD on the W workers under `dtrain run` (c10d rendezvous on worker 0)
 ar_job() {
     local tag=$1; shift
     local port pids=() i before
     next_port; port=$PORT
     before=$(counters)
-    for i in 1 0; do
+    for i in $(seq $((WORKERS - 1)) -1 0); do
         run_in "$i" "$OUT/$tag.node$i.log" env OMP_NUM_THREADS=1 GLOO_SOCKET_IFNAME=eth0 \
-            "$DTRAIN" run --nnodes 2 --nproc-per-node 1 --rdzv-backend c10d \
+            "$DTRAIN" run --nnodes "$WORKERS" --nproc-per-node 1 --rdzv-backend c10d \
             --rdzv-endpoint "$(addr 0):$port" --rdzv-id "$tag" --rdzv-conf "$RDZV_CONF" -- "$@"
         pids+=("$LAST_PID")
     done
@@ -308,6 +318,14 @@ ar_job() {
         echo "FAILED ($WAIT_RC): $tag; logs $OUT/$tag.*.log" >&2
         tail -n 5 "$OUT/$tag".*.log >&2 || true
     fi
+}
+
+# node_logs KEY TAG: KEY=OUT/TAG.node0.log KEY1=... for every worker (rank 0
+# of `dtrain run` may be on any node), into NODE_LOGS
+node_logs() {
+    local i
+    NODE_LOGS=("$1=$OUT/$2.node0.log")
+    for i in $(seq 1 $((WORKERS - 1))); do NODE_LOGS+=("$1$i=$OUT/$2.node$i.log"); done
 }
 
 model_bytes() {  # MODEL -> fp32 bytes of its parameters (1000 classes)
@@ -320,9 +338,11 @@ KV=("$DTRAIN" bench kvstore -n "$ITERS" -w "$WARMUP" --interface eth0 --json)
 echo "load before: $(uptime)" >&2
 ns_up
 
-# bandwidth check: worker 0 -> server 0, 2 s
+# bandwidth check: worker 0 -> server 0 (worker 1 with no servers), 2 s
 next_port; port=$PORT
-run_in 2 "$OUT/verify.recv.log" "$PY" -c '
+CHECK_NODE=$SERVER_NODE0
+((SMAX == 0)) && CHECK_NODE=1
+run_in "$CHECK_NODE" "$OUT/verify.recv.log" "$PY" -c '
 import socket, sys, time
 s = socket.socket(); s.bind((sys.argv[1], int(sys.argv[2]))); s.listen(1)
 c, _ = s.accept(); buf = bytearray(1 << 20); n = 0; t0 = None
@@ -331,7 +351,7 @@ while True:
     if not k: break
     if t0 is None: t0 = time.perf_counter()
     n += k
-print(f"{n * 8 / (time.perf_counter() - t0) / 1e9:.3f}")' "$(addr 2)" "$port"
+print(f"{n * 8 / (time.perf_counter() - t0) / 1e9:.3f}")' "$(addr "$CHECK_NODE")" "$port"
 rpid=$LAST_PID
 sleep 0.5
 run_in 0 "$OUT/verify.send.log" "$PY" -c '
@@ -339,11 +359,11 @@ import socket, sys, time
 s = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=5)
 d = b"\0" * (1 << 20); end = time.perf_counter() + 2
 while time.perf_counter() < end: s.sendall(d)
-s.close()' "$(addr 2)" "$port"
+s.close()' "$(addr "$CHECK_NODE")" "$port"
 wait_all "$LAST_PID" "$rpid"
 LINK_GBPS=$(cat "$OUT/verify.recv.log" 2>/dev/null || echo "?")
-echo "link check: $LINK_GBPS Gbit/s (worker 0 -> server 0)" >&2
-record phase=link gbps="$LINK_GBPS" rate="$RATE"
+echo "link check: $LINK_GBPS Gbit/s (worker 0 -> node $CHECK_NODE)" >&2
+record phase=link gbps="$LINK_GBPS" rate="$RATE" workers="$WORKERS"
 
 # 1. models' parameter sizes
 for model in $MODELS; do
@@ -351,10 +371,10 @@ for model in $MODELS; do
     [[ -n $bytes ]] || { echo "unknown model $model (see '$DTRAIN models')" >&2; exit 2; }
     for s in $SERVERS; do
         tag=kv.$model.s$s
-        echo "== $tag: PS, 2 workers, $s server(s): ${KV[*]} --model $model" >&2
-        ps_job "$tag" "$s" 2 "${DTRAIN_PS[*]} scheduler" "${DTRAIN_PS[*]} server" -- "${KV[@]}" --model "$model"
-        record phase=model model="$model" impl=ps servers="$s" rc="$WAIT_RC" wire="$WIRE" \
-            json="$OUT/$tag.worker0.log"
+        echo "== $tag: PS, $WORKERS workers, $s server(s): ${KV[*]} --model $model" >&2
+        ps_job "$tag" "$s" "$WORKERS" "${DTRAIN_PS[*]} scheduler" "${DTRAIN_PS[*]} server" -- "${KV[@]}" --model "$model"
+        record phase=model model="$model" impl=ps servers="$s" workers="$WORKERS" rc="$WAIT_RC" \
+            wire="$WIRE" json="$OUT/$tag.worker0.log"
     done
     tag=ar.$model
     # bench collective's check holds about 16 bytes per element in double
@@ -362,10 +382,11 @@ for model in $MODELS; do
     # here); above 256 MiB the allreduce is timed unchecked (PS is checked).
     check=1
     ((bytes > 268435456)) && check=0
-    echo "== $tag: allreduce of $bytes bytes between the 2 workers (check $check)" >&2
+    echo "== $tag: allreduce of $bytes bytes between the $WORKERS workers (check $check)" >&2
     ar_job "$tag" "$DTRAIN" bench collective allreduce -b "$bytes" -e "$bytes" -n "$ITERS" -w "$WARMUP" -c "$check"
-    record phase=model model="$model" impl=allreduce bytes="$bytes" rc="$WAIT_RC" wire="$WIRE" \
-        ops=$((2 * (ITERS + WARMUP + check))) log="$OUT/$tag.node0.log" log1="$OUT/$tag.node1.log"
+    node_logs log "$tag"
+    record phase=model model="$model" impl=allreduce bytes="$bytes" workers="$WORKERS" rc="$WAIT_RC" \
+        wire="$WIRE" ops=$((2 * (ITERS + WARMUP + check))) "${NODE_LOGS[@]}"
 done
 
 # 2. size sweep
@@ -373,16 +394,16 @@ if [[ -n $SWEEP ]]; then
     for s in $SERVERS; do
         tag=kv.sweep.s$s
         echo "== $tag: PS sweep $SWEEP, $s server(s)" >&2
-        ps_job "$tag" "$s" 2 "${DTRAIN_PS[*]} scheduler" "${DTRAIN_PS[*]} server" -- "${KV[@]}" \
+        ps_job "$tag" "$s" "$WORKERS" "${DTRAIN_PS[*]} scheduler" "${DTRAIN_PS[*]} server" -- "${KV[@]}" \
             -b "$SWEEP_MIN" -e "$SWEEP_MAX" -f "$SWEEP_FACTOR"
-        record phase=sweep impl=ps servers="$s" rc="$WAIT_RC" wire="$WIRE" json="$OUT/$tag.worker0.log"
+        record phase=sweep impl=ps servers="$s" workers="$WORKERS" rc="$WAIT_RC" wire="$WIRE" json="$OUT/$tag.worker0.log"
     done
     tag=ar.sweep
     echo "== $tag: allreduce sweep $SWEEP" >&2
     ar_job "$tag" "$DTRAIN" bench collective allreduce -b "$SWEEP_MIN" -e "$SWEEP_MAX" -f "$SWEEP_FACTOR" \
         -n "$ITERS" -w "$WARMUP" -c 1
-    record phase=sweep impl=allreduce rc="$WAIT_RC" wire="$WIRE" log="$OUT/$tag.node0.log" \
-        log1="$OUT/$tag.node1.log"
+    node_logs log "$tag"
+    record phase=sweep impl=allreduce workers="$WORKERS" rc="$WAIT_RC" wire="$WIRE" "${NODE_LOGS[@]}"
 fi
 
 # 3. training images/sec
@@ -397,18 +418,19 @@ if [[ $TRAIN == 1 ]]; then
         if [[ $HAVE_KV_TRAIN == 1 ]]; then
             for s in $SERVERS; do
                 tag=train.$model.s$s
-                echo "== $tag: dtrain bench train --kvstore dist_sync, 2 workers, $s server(s)" >&2
-                ps_job "$tag" "$s" 2 "${DTRAIN_PS[*]} scheduler" "${DTRAIN_PS[*]} server" -- \
+                echo "== $tag: dtrain bench train --kvstore dist_sync, $WORKERS workers, $s server(s)" >&2
+                ps_job "$tag" "$s" "$WORKERS" "${DTRAIN_PS[*]} scheduler" "${DTRAIN_PS[*]} server" -- \
                     "$DTRAIN" bench train --model "$model" --kvstore dist_sync "${TRAIN_FLAGS[@]}"
-                record phase=train model="$model" impl=ps servers="$s" rc="$WAIT_RC" wire="$WIRE" \
+                record phase=train model="$model" impl=ps servers="$s" workers="$WORKERS" rc="$WAIT_RC" wire="$WIRE" \
                     json="$OUT/$tag.worker0.log"
             done
         fi
         tag=train.$model.ar
-        echo "== $tag: dtrain bench train (DDP, Gloo) under dtrain run, 2 nodes" >&2
+        echo "== $tag: dtrain bench train (DDP, Gloo) under dtrain run, $WORKERS nodes" >&2
         ar_job "$tag" "$DTRAIN" bench train --model "$model" "${TRAIN_FLAGS[@]}"
-        record phase=train model="$model" impl=allreduce rc="$WAIT_RC" wire="$WIRE" \
-            json="$OUT/$tag.node0.log" json="$OUT/$tag.node1.log"
+        node_logs json "$tag"
+        record phase=train model="$model" impl=allreduce workers="$WORKERS" rc="$WAIT_RC" wire="$WIRE" \
+            "${NODE_LOGS[@]}"
     done
     PS_TORCHRUN_ENV=0
 fi

@@ -6,8 +6,8 @@ Usage: ps_vs_allreduce_report.py OUT/results.jsonl [MORE/results.jsonl ...]
 PS rows come from `dtrain bench kvstore --json` (worker 0; times and wire bytes
 per iteration averaged over the workers). Allreduce rows come from `dtrain bench
 collective allreduce`'s table (the in-place columns: DDP reduces its buckets in
-place); their wire bytes are the two workers' eth0 counters over the whole job
-divided by the number of allreduces it ran (2 modes x (warm-up + timed + check)),
+place); their wire bytes are the workers' eth0 counters (averaged over the workers)
+over the whole job divided by the number of allreduces it ran (2 modes x (warm-up + timed + check)),
 so they include the rendezvous and barriers (a few kB).
 """
 import json
@@ -24,10 +24,10 @@ PULL = re.compile(r"Pull average time cost: ([\d.]+)ms")
 def collective_rows(rec):
     """{bytes: (in-place time us, algbw GB/s, wrong)} from rank 0's table."""
     rows = {}
-    for key in ("log", "log1"):
+    for key in sorted(k for k in rec if k.startswith("log")):
         try:
             text = open(rec[key], errors="replace").read()
-        except (KeyError, OSError):
+        except OSError:
             continue
         for line in text.splitlines():
             m = ROW.match(line)
@@ -37,6 +37,13 @@ def collective_rows(rec):
                 wrong = "-" if "N/A" in (m.group(6), m.group(10)) else int(m.group(6)) + int(m.group(10))
                 rows[size] = (t, size / t / 1e3, wrong)
     return rows
+
+
+def impl_name(r):
+    """'PS S=2' or 'allreduce', with ' W=4' where the run had other than 2 workers."""
+    name = f"PS S={r['servers']}" if r["impl"] == "ps" else "allreduce"
+    w = r.get("workers", 2)
+    return name if w == 2 else f"{name} W={w}"
 
 
 def mb(x):
@@ -55,17 +62,20 @@ def main():
         for line in open(path):
             if line.strip():
                 r = json.loads(line)
-                merged[tuple(str(r.get(k)) for k in ("phase", "model", "impl", "servers", "run"))] = r
+                merged[tuple(str(r.get(k)) for k in ("phase", "model", "impl", "servers", "run", "workers"))] = r
     recs = list(merged.values())
     link = next((r for r in recs if r.get("phase") == "link"), None)
+    # Records before --workers existed ran 2 workers.
+    workers = sorted({r.get("workers", 2) for r in recs if r.get("phase") != "link"}) or [2]
+    nworkers = " / ".join(map(str, workers))
     if link:
         print(f"link: {link['rate']} tbf each way per node; measured {link['gbps']} Gbit/s worker 0 -> server 0")
 
     models = [r for r in recs if r.get("phase") == "model"]
     if models:
         print("\nPush-pull of every parameter tensor (one key each, PS) vs one allreduce of the same bytes,"
-              " 2 workers")
-        hdr = (f"{'model':9s} {'impl':10s} {'MB':>7s} {'time ms':>9s} {'algbw GB/s':>10s}"
+              f" {nworkers} workers")
+        hdr = (f"{'model':9s} {'impl':14s} {'MB':>7s} {'time ms':>9s} {'algbw GB/s':>10s}"
                f" {'wire tx MB':>10s} {'wire rx MB':>10s} {'#wrong':>6s} {'AR/PS time':>10s}")
         print(hdr + "\n" + "-" * len(hdr))
         ar_time = {}
@@ -73,14 +83,15 @@ def main():
             if r["impl"] == "allreduce":
                 rows = collective_rows(r)
                 if rows:
-                    ar_time[r["model"]] = next(iter(rows.values()))[0]
+                    ar_time[(r["model"], r.get("workers", 2))] = next(iter(rows.values()))[0]
         for r in models:
             name = r["model"]
             if r["impl"] == "ps":
                 res = (r.get("result") or {}).get("rows", [{}])[0] if r.get("result") else {}
                 t = res.get("time_us")
-                ratio = f"{ar_time[name] / t:.2f}" if t and name in ar_time else "-"
-                print(f"{name:9s} {'PS S=' + str(r['servers']):10s} {mb(res.get('bytes')):>7s} {ms(t):>9s}"
+                key = (name, r.get("workers", 2))
+                ratio = f"{ar_time[key] / t:.2f}" if t and key in ar_time else "-"
+                print(f"{name:9s} {impl_name(r):14s} {mb(res.get('bytes')):>7s} {ms(t):>9s}"
                       f" {res.get('algbw_gbps', 0):10.3f} {mb(res.get('tx_bytes')):>10s}"
                       f" {mb(res.get('rx_bytes')):>10s} {res.get('wrong', '-'):>6} {ratio:>10s}"
                       + ("" if r["rc"] == 0 else f"  FAILED rc {r['rc']}"))
@@ -89,9 +100,10 @@ def main():
                 t, bw, wrong = next(iter(rows.values())) if rows else (None, 0, "-")
                 w = r.get("wire") or []
                 ops = r.get("ops") or 1
-                tx = (w[0][0] + w[1][0]) / 2 / ops if len(w) > 1 else None
-                rx = (w[0][1] + w[1][1]) / 2 / ops if len(w) > 1 else None
-                print(f"{name:9s} {'allreduce':10s} {mb(r.get('bytes')):>7s} {ms(t):>9s} {bw:10.3f}"
+                n = r.get("workers", 2)
+                tx = sum(x[0] for x in w[:n]) / n / ops if len(w) >= n else None
+                rx = sum(x[1] for x in w[:n]) / n / ops if len(w) >= n else None
+                print(f"{name:9s} {impl_name(r):14s} {mb(r.get('bytes')):>7s} {ms(t):>9s} {bw:10.3f}"
                       f" {mb(tx):>10s} {mb(rx):>10s} {wrong:>6} {'1.00':>10s}"
                       + ("" if r["rc"] == 0 else f"  FAILED rc {r['rc']}"))
         print("wire: bytes one worker's eth0 sent/received per iteration (PS: measured around the timed"
@@ -102,20 +114,21 @@ def main():
         cols, data = [], {}
         for r in sweep:
             if r["impl"] == "ps":
-                name = f"PS S={r['servers']}"
+                name = impl_name(r)
                 for row in (r.get("result") or {}).get("rows", []):
                     data.setdefault(row["bytes"], {})[name] = (row["time_us"], row["algbw_gbps"],
                                                                 (row["tx_bytes"] + row["rx_bytes"]) / row["bytes"])
             else:
-                name = "allreduce"
+                name = impl_name(r)
                 for b, (t, bw, _) in collective_rows(r).items():
                     data.setdefault(b, {})[name] = (t, bw, None)
             cols.append(name)
-        print("\nSize sweep, 2 workers: time per push-pull / in-place allreduce (us), algbw (GB/s),"
+        print(f"\nSize sweep, {nworkers} workers: time per push-pull / in-place allreduce (us), algbw (GB/s),"
               " PS wire (tx+rx)/size per worker")
         hdr = f"{'bytes':>10s}" + "".join(f" | {c:>9s} {'us':>10s} {'GB/s':>6s} {'wire':>5s}" for c in cols)
-        if "allreduce" in cols:
-            hdr += "".join(f" | AR/{c.replace(' ', '')}" for c in cols if c != "allreduce")
+        ar_cols = [c for c in cols if c.startswith("allreduce")]
+        if ar_cols:
+            hdr += "".join(f" | AR/{c.replace(' ', '')}" for c in cols if c not in ar_cols)
         print(hdr + "\n" + "-" * len(hdr))
         for b in sorted(data):
             line = f"{b:10d}"
@@ -123,10 +136,10 @@ def main():
                 t, bw, wr = data[b].get(c, (None, None, None))
                 line += (f" | {'':9s} {t:10.1f} {bw:6.3f} {'-' if wr is None else format(wr, '.2f'):>5s}"
                          if t is not None else f" | {'':9s} {'-':>10s} {'-':>6s} {'-':>5s}")
-            if "allreduce" in cols:
-                ar = data[b].get("allreduce")
+            if ar_cols:
+                ar = data[b].get(ar_cols[0])
                 for c in cols:
-                    if c == "allreduce":
+                    if c in ar_cols:
                         continue
                     ps = data[b].get(c)
                     line += f" | {ar[0] / ps[0]:8.2f}" if ar and ps else f" | {'-':>8s}"
@@ -134,15 +147,15 @@ def main():
 
     train = [r for r in recs if r.get("phase") == "train"]
     if train:
-        print("\nTraining images/sec (dtrain bench train, synthetic data, 2 workers)")
-        base = {r["model"]: (r.get("result") or {}).get("images_per_sec")
+        print(f"\nTraining images/sec (dtrain bench train, synthetic data, {nworkers} workers)")
+        base = {(r["model"], r.get("workers", 2)): (r.get("result") or {}).get("images_per_sec")
                 for r in train if r["impl"] == "allreduce"}
         for r in train:
             ips = (r.get("result") or {}).get("images_per_sec")
-            impl = "allreduce" if r["impl"] == "allreduce" else f"PS S={r['servers']}"
-            b = base.get(r["model"])
+            impl = impl_name(r)
+            b = base.get((r["model"], r.get("workers", 2)))
             ratio = f"{ips / b:.2f}" if ips and b else "-"
-            print(f"{r['model']:9s} {impl:10s} {('-' if ips is None else format(ips, '.1f')):>10s}"
+            print(f"{r['model']:9s} {impl:14s} {('-' if ips is None else format(ips, '.1f')):>10s}"
                   f"  ratio to allreduce {ratio}" + ("" if r["rc"] == 0 else f"  FAILED rc {r['rc']}"))
 
     pl = [r for r in recs if r.get("phase") == "pslite"]

@@ -177,6 +177,22 @@ struct KVStoreOptions {
   /// Arrays of at least this many elements are split over all servers
   /// (env: MXNET_KVSTORE_BIGARRAY_BOUND).
   size_t bigarray_bound = 1000000;
+  /// dist workers cut every array of more than this many bytes (as fp32)
+  /// into parts of at most this size, spread round-robin over the servers,
+  /// so that a server answers the start of a big array while the rest is
+  /// still arriving (Note [Partitions] in src/ps/worker/dist_store.cpp;
+  /// BytePS's partitioning). 0: MXNet's placement exactly (one part per
+  /// server), which every worker of a job must then use. Uncompressed
+  /// pushes only (2-bit compression keeps MXNet's parts). Keys must be
+  /// below 2^20 and an array at most 2047 parts (env:
+  /// DTRAIN_KVSTORE_PARTITION_BYTES).
+  size_t partition_bytes = 262144;
+  /// The kernel send buffer of each node's connections to the others, in
+  /// bytes (SO_SNDBUF through ZMQ_SNDBUF; Linux doubles it). Small buffers
+  /// keep a worker's flows to its S servers in step, so that no server waits
+  /// for one worker's late part (Note [Send buffers] in src/ps/wire/van.cpp).
+  /// 0: the kernel's autotuning (env: DTRAIN_PS_SEND_BUFFER).
+  int send_buffer_bytes = 65536;
   /// Server snapshots and node recovery (docs/ps.md): where servers write
   /// their snapshots; non-empty also turns recovery on in the scheduler and
   /// the workers, so set it on every process of the job (env:
@@ -216,6 +232,8 @@ struct KVStoreOptions {
   DTRAIN_SETTER(KVStoreOptions, heartbeat_timeout)
   DTRAIN_SETTER(KVStoreOptions, connect_timeout)
   DTRAIN_SETTER(KVStoreOptions, bigarray_bound)
+  DTRAIN_SETTER(KVStoreOptions, partition_bytes)
+  DTRAIN_SETTER(KVStoreOptions, send_buffer_bytes)
   DTRAIN_SETTER(KVStoreOptions, log)
   DTRAIN_SETTER(KVStoreOptions, snapshot_dir)
   DTRAIN_SETTER(KVStoreOptions, recovery_timeout)

@@ -134,6 +134,8 @@ JobConfig job_config_from_env(const KVStoreOptions& base, const EnvLookup& env,
   n.recovery_timeout = base.recovery_timeout;
   n.finalize_timeout = base.finalize_timeout;
   c.bigarray_bound = base.bigarray_bound;
+  c.partition_bytes = base.partition_bytes;
+  n.send_buffer_bytes = base.send_buffer_bytes;
 
   const std::string launch_fix = "set it as MXNet's launch.py or an MXJob does (docs/ps.md)";
   if (role) {
@@ -193,6 +195,12 @@ JobConfig job_config_from_env(const KVStoreOptions& base, const EnvLookup& env,
   }
   if (auto b = optional_int(env, "MXNET_KVSTORE_BIGARRAY_BOUND", 1, 1LL << 40)) {
     c.bigarray_bound = static_cast<size_t>(*b);
+  }
+  if (auto b = optional_int(env, "DTRAIN_KVSTORE_PARTITION_BYTES", 0, 1LL << 40)) {
+    c.partition_bytes = static_cast<size_t>(*b);
+  }
+  if (auto b = optional_int(env, "DTRAIN_PS_SEND_BUFFER", 0, 1 << 30)) {
+    n.send_buffer_bytes = static_cast<int>(*b);
   }
   return c;
 }

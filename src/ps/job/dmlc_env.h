@@ -13,6 +13,7 @@ namespace dtrain::ps {
 struct JobConfig {
   NodeOptions node;
   size_t bigarray_bound = 1000000;
+  size_t partition_bytes = 262144;  // KVStoreOptions::partition_bytes
   /// SSP bound for dist_async (KVStoreOptions::staleness); −1: none.
   int staleness = -1;
 };

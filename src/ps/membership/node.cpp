@@ -39,7 +39,9 @@ Clock::time_point deadline_after(Clock::time_point now, Millis d) {
 
 }  // namespace
 
-Node::Node(NodeOptions options) : options_(std::move(options)) {}
+Node::Node(NodeOptions options) : options_(std::move(options)) {
+  van_.set_send_buffer(options_.send_buffer_bytes);
+}
 
 Node::~Node() {
   stop_ = true;

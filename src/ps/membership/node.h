@@ -138,6 +138,9 @@ struct NodeOptions {
   /// first worker reached the final barrier, for every other node
   /// (PS_FINALIZE_TIMEOUT). Millis::max(): no deadline.
   Millis finalize_timeout{600000};
+  /// SO_SNDBUF of the connections to other nodes (KVStoreOptions::
+  /// send_buffer_bytes); 0: the kernel's autotuning.
+  int send_buffer_bytes = 0;
   /// Test hook: called on the handler thread before each data message is
   /// handled (tests stall a server's handler with it). Empty: none.
   std::function<void(const Message&)> before_data;

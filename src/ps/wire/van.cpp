@@ -43,6 +43,22 @@ constexpr size_t kMaxFrames = 16;
 // costs less than the allocation of a free-callback hint.
 constexpr size_t kZeroCopyBytes = 4096;
 
+// Note [Send buffers]
+// A dist_sync server answers a part only when every worker's push of it has
+// arrived, so its answers go at the pace of the slowest of the W flows into
+// it. Each worker sends to its S servers over S connections that share its
+// uplink; with the kernel's autotuned send buffers (up to 4 MB each) one of
+// them can run megabytes ahead of another, and the servers then wait on the
+// late one while their uplinks idle: measured on 1 Gbit/s links with 4
+// workers and 4 servers, ResNet-18's push-pull took 570 ms against a 390 ms
+// line-rate bound, the answers trailing the pushes by 100-150 ms
+// (docs/benchmarks.md). With a small SO_SNDBUF the bytes queued per
+// connection stay small, ZeroMQ's I/O thread fills the S sockets in turn and
+// the flows advance together (490 ms). 64 KB (the kernel doubles it) still
+// covers a 10 Gbit/s link's bandwidth-delay product at the 100 us round
+// trips of one data centre per connection; 0 restores autotuning for long
+// round trips.
+
 std::string zmq_error() { return zmq_strerror(zmq_errno()); }
 
 // Drops the reference a sent zmq message held (ZeroMQ's free callback).
@@ -134,6 +150,9 @@ void Van::connect(int peer_id, const std::string& host, int port, int my_id, boo
   // failure detector (heartbeats) bounds how long it grows.
   int hwm = 0;
   zmq_setsockopt(s, ZMQ_SNDHWM, &hwm, sizeof(hwm));
+  if (const int sndbuf = send_buffer_.load(); sndbuf > 0) {  // Note [Send buffers]
+    zmq_setsockopt(s, ZMQ_SNDBUF, &sndbuf, sizeof(sndbuf));
+  }
   if (my_id != kEmpty) {
     const std::string id = identity(my_id);
     zmq_setsockopt(s, ZMQ_ROUTING_ID, id.data(), id.size());

@@ -53,6 +53,9 @@ class Van {
 
   /// How long closing waits to flush queued messages (Note [No hang at exit]).
   void set_linger(int ms) { linger_ms_ = ms; }
+  /// SO_SNDBUF of the connections made after this call (Note [Send
+  /// buffers] in van.cpp); 0 (the default): the kernel's autotuning.
+  void set_send_buffer(int bytes) { send_buffer_ = bytes; }
 
  private:
   void* context_ = nullptr;
@@ -61,6 +64,7 @@ class Van {
   std::map<int, void*> senders_;
   uint64_t bytes_sent_ = 0;
   std::atomic<int> linger_ms_{2000};
+  std::atomic<int> send_buffer_{0};
 };
 
 }  // namespace dtrain::ps

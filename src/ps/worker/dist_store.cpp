@@ -9,6 +9,24 @@
 // routes it. Values travel as bytes (CHAR) with their byte length, the dtype
 // in the command head (Note [MXNet's server]).
 //
+// Note [Partitions]
+// With KVStoreOptions::partition_bytes = P > 0 (the default), an
+// uncompressed array of more than P bytes (counted as fp32, so that fp16
+// pushes of a key land where its fp32 init did) is instead cut into
+// C = ceil(bytes / P) parts of equal length (at least S when it also
+// reaches bigarray_bound), part j on server (first + j) mod S with
+// first = (key·9973) mod S, under the server key key + j·2^20. A server
+// answers each part as soon as every worker's push of it has arrived, so
+// the answers of a big array start flowing while its later parts are still
+// on the wire, and the job's last answer trails its last push by one part
+// instead of one server's whole share of the array (BytePS's partitions;
+// measured in docs/benchmarks.md). Arrays of at most P bytes keep MXNet's
+// placement above. The server keys must not collide, so keys stay below
+// 2^20 and an array has at most 2047 parts; P = 0 gives MXNet's placement
+// exactly, which a job mixing dtrain's workers with MXNet's needs. The parts
+// of one request that share a server are sent as separate requests (their
+// own timestamps) so that each answer is matched to its part.
+//
 // Note [Pushed arrays]
 // ConstValues is a raw view whose caller may reuse the array as soon as the
 // call returns (dtrain/kvstore.h), so each part of a push is copied once,
@@ -35,6 +53,10 @@
 
 namespace dtrain::ps {
 namespace {
+
+// Note [Partitions]: part j of a key is server key key + j * kPartitionKeyStride.
+constexpr uint64_t kPartitionKeyStride = uint64_t{1} << 20;
+constexpr size_t kMaxPartitions = 2047;
 
 struct Part {
   int server_id;
@@ -195,6 +217,7 @@ class DistKVStore : public KVStore {
     // Note [Node recovery] (recovery.cpp), with recovery on only: server id
     // -> the message it has not answered yet, to re-send to a replacement.
     std::map<int, Message> unanswered;
+    int parts_left = 0;  // answers this timestamp still expects
   };
 
   void check_open() const {
@@ -215,7 +238,28 @@ class DistKVStore : public KVStore {
     }
     std::vector<Part> parts;
     const int S = config_.node.num_servers;
-    if (compress_ && count >= config_.bigarray_bound) {
+    const size_t P = config_.partition_bytes;
+    if (!compress_ && P > 0 && count * 4 > P) {  // Note [Partitions]
+      size_t C = (count * 4 + P - 1) / P;
+      if (count >= config_.bigarray_bound) C = std::max(C, static_cast<size_t>(S));
+      const bool key_too_big = static_cast<uint64_t>(key) >= kPartitionKeyStride;
+      if (key_too_big || C > kMaxPartitions) {
+        throw InvalidArgument(cat(
+            "key ", key, " of ", count, " values: with partition_bytes ", P, " it would need ",
+            key_too_big ? "keys below 1048576" : cat(C, " parts (at most 2047)"),
+            "; raise partition_bytes (DTRAIN_KVSTORE_PARTITION_BYTES) or set it to 0 for MXNet's "
+            "placement"));
+      }
+      const int first = static_cast<int>((static_cast<int64_t>(key) * 9973) % S);
+      for (size_t j = 0; j < C; ++j) {
+        const auto lo = static_cast<size_t>(std::round(static_cast<double>(count) / C * j));
+        const auto hi = static_cast<size_t>(std::round(static_cast<double>(count) / C * (j + 1)));
+        const int server = static_cast<int>((first + j) % static_cast<size_t>(S));
+        const uint64_t local = static_cast<uint64_t>(key) + j * kPartitionKeyStride;
+        parts.push_back(Part{server_rank_to_id(server), key_range_begin(server, S) + local, lo,
+                             hi - lo, key_range_begin(server, S) + (hi - lo)});
+      }
+    } else if (compress_ && count >= config_.bigarray_bound) {
       // MXNet's EncodeCompressedKey: parts on multiples of 16 values.
       const size_t compr = compressed_floats(count);
       size_t done_compr = 0, done = 0;
@@ -275,6 +319,9 @@ class DistKVStore : public KVStore {
     auto state = std::make_shared<KVHandle::State>();
     state->what = cat(op, " of key ", key, " (", describe_parts(parts), ")");
     state->remaining = static_cast<int>(parts.size());
+    // Note [Partitions]: one timestamp per part when parts share a server.
+    // (Only partitioned arrays have more parts than servers.)
+    const bool shared_server = parts.size() > static_cast<size_t>(config_.node.num_servers);
     const int ts = node_.new_timestamp();
     std::vector<Message> messages;
     for (const Part& p : parts) {
@@ -286,7 +333,7 @@ class DistKVStore : public KVStore {
       msg.meta.pull = pull != nullptr;
       msg.meta.head = data_command(request_type, mshadow(dtype));
       msg.meta.body = body;
-      msg.meta.timestamp = ts;
+      msg.meta.timestamp = shared_server && !messages.empty() ? node_.new_timestamp() : ts;
       if (compressed) {
         add_compressed_push(msg, p, static_cast<const float*>(push->data), residual.data());
       } else if (push) {
@@ -303,7 +350,18 @@ class DistKVStore : public KVStore {
       }
       messages.push_back(std::move(msg));
     }
-    track(ts, Request{state, parts, pull ? *pull : Values{}, updates, {}}, messages, parts);
+    if (shared_server) {
+      for (size_t i = 0; i < parts.size(); ++i) {
+        track(messages[i].meta.timestamp,
+              Request{state, {parts[i]}, pull ? *pull : Values{}, updates, {}, 1}, {messages[i]},
+              {parts[i]});
+      }
+    } else {
+      track(ts,
+            Request{
+                state, parts, pull ? *pull : Values{}, updates, {}, static_cast<int>(parts.size())},
+            messages, parts);
+    }
     for (size_t i = 0; i < parts.size(); ++i) {
       if (!node_.send(parts[i].server_id, messages[i])) {
         state->fail(cat(state->what, ": no connection to server ", id_to_rank(parts[i].server_id)),
@@ -327,6 +385,9 @@ class DistKVStore : public KVStore {
 
   std::string describe_parts(const std::vector<Part>& parts) const {
     if (parts.size() == 1) return cat("on server ", id_to_rank(parts[0].server_id));
+    if (parts.size() > static_cast<size_t>(config_.node.num_servers)) {
+      return cat(parts.size(), " parts over ", config_.node.num_servers, " servers");
+    }
     return cat("split over ", parts.size(), " servers");
   }
 
@@ -349,7 +410,8 @@ class DistKVStore : public KVStore {
       messages.push_back(std::move(msg));
       servers.push_back(Part{server_rank_to_id(r), 0, 0, 0});
     }
-    track(ts, Request{state, {}, Values{}, nullptr, {}}, messages, servers);
+    track(ts, Request{state, {}, Values{}, nullptr, {}, static_cast<int>(servers.size())}, messages,
+          servers);
     for (size_t i = 0; i < servers.size(); ++i) node_.send(servers[i].server_id, messages[i]);
     KVHandle(state).wait(timeout_);
   }
@@ -409,10 +471,8 @@ class DistKVStore : public KVStore {
       finished = --state->remaining == 0;
       if (finished) state->done = true;
     }
-    if (finished) {
-      pending_.erase(it);
-      state->cv.notify_all();
-    }
+    if (--req.parts_left <= 0) pending_.erase(it);
+    if (finished) state->cv.notify_all();
   }
 
   // Copies a pull response's values into the caller's buffer; "" or why not.

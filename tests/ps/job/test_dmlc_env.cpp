@@ -46,6 +46,8 @@ TEST(PsEnv, ALaunchersVariablesBecomeNodeOptions) {
   env["PS_HEARTBEAT_TIMEOUT"] = "7";
   env["PS_FINALIZE_TIMEOUT"] = "42";
   env["MXNET_KVSTORE_BIGARRAY_BOUND"] = "123";
+  env["DTRAIN_KVSTORE_PARTITION_BYTES"] = "0";
+  env["DTRAIN_PS_SEND_BUFFER"] = "4096";
   const JobConfig c = job_config_from_env(KVStoreOptions{}, lookup(env));
   EXPECT_EQ(c.node.role, Role::kWorker);
   EXPECT_EQ(c.node.scheduler_host, "127.0.0.1");
@@ -57,6 +59,8 @@ TEST(PsEnv, ALaunchersVariablesBecomeNodeOptions) {
   EXPECT_EQ(c.node.heartbeat_timeout, std::chrono::seconds(7));
   EXPECT_EQ(c.node.finalize_timeout, std::chrono::seconds(42));
   EXPECT_EQ(c.bigarray_bound, 123u);
+  EXPECT_EQ(c.partition_bytes, 0u);
+  EXPECT_EQ(c.node.send_buffer_bytes, 4096);
   EXPECT_FALSE(c.node.bind_any);
 }
 

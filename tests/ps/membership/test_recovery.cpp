@@ -44,6 +44,9 @@ Env recovery_env(const std::string& role, int port, int servers, const std::stri
   env["PS_NODE_OPTIMIZER"] = "sgd lr=0.05 momentum=0.9 wd=0.01";
   env["PS_NODE_BIG"] = "3000";  // split over both servers
   env["MXNET_KVSTORE_BIGARRAY_BOUND"] = "1000";
+  // Note [Partitions]: 12,000 bytes in 3 parts, two on one server, so the
+  // re-sent requests include parts that share a server.
+  env["DTRAIN_KVSTORE_PARTITION_BYTES"] = "4000";
   return env;
 }
 

@@ -4,7 +4,9 @@
 #include <netdb.h>
 
 #include <atomic>
+#include <cstring>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <numeric>
 
@@ -121,6 +123,130 @@ TEST(PsCluster, Float16PushesAndPullsRoundTrip) {
     uint16_t out[3] = {};
     kv.pushpull(5, ConstValues(one_and_half, 3), Values(out, 3));
     for (uint16_t h : out) ASSERT_EQ(h, 0x4200);  // 3.0
+  });
+}
+
+// Note [Partitions] (src/ps/worker/dist_store.cpp): with partition_bytes 64
+// (16 floats) the arrays below are cut into 2, 7 and 63 parts, more parts
+// than servers, so parts share a server and travel as requests of their own.
+TEST(PsCluster, PartitionedArraysSumExactlyInSyncAsyncAndFloat16WithMorePartsThanServers) {
+  const std::vector<size_t> sizes = {10, 17, 100, 1000};
+  auto small_parts = [](int, ps::JobConfig& c, std::chrono::milliseconds&) {
+    c.partition_bytes = 64;
+  };
+  for (int servers = 1; servers <= 3; ++servers) {
+    SCOPED_TRACE(std::to_string(servers) + " servers");
+    const int workers = 3;
+    run_job(
+        servers, workers, /*sync=*/true, /*bigarray_bound=*/1000000,
+        [&](KVStore& kv) {
+          for (size_t k = 0; k < sizes.size(); ++k) {
+            kv.init(static_cast<int>(k), std::vector<float>(sizes[k], 0.0f));
+          }
+          for (int step = 0; step < 2; ++step) {
+            for (size_t k = 0; k < sizes.size(); ++k) {
+              std::vector<float> grad(sizes[k]), out(sizes[k], -1.0f);
+              for (size_t i = 0; i < grad.size(); ++i) grad[i] = grad_value(kv.rank(), i, step);
+              kv.pushpull(static_cast<int>(k), grad, out);
+              for (size_t i = 0; i < out.size(); ++i) {
+                float want = 0;
+                for (int r = 0; r < workers; ++r) want += grad_value(r, i, step);
+                ASSERT_EQ(out[i], want) << "key " << k << " element " << i << " step " << step;
+              }
+            }
+          }
+          // push, barrier, pull: the round's sum, every part
+          kv.push(3, std::vector<float>(1000, float(kv.rank() + 1)));
+          kv.barrier();
+          std::vector<float> got(1000, -1.0f);
+          kv.pull(3, got);
+          for (size_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], 6.0f) << "element " << i;
+          // fp16: 40 values are 160 bytes as fp32, so 3 parts of 2-byte values
+          std::vector<uint16_t> zero(40, 0), half(40, 0x3c00), out16(40, 0);  // 1.0
+          kv.init(9, ConstValues(zero.data(), zero.size()));
+          kv.pushpull(9, ConstValues(half.data(), half.size()), Values(out16.data(), out16.size()));
+          for (uint16_t h : out16) ASSERT_EQ(h, 0x4200);  // 3.0
+        },
+        small_parts);
+  }
+  // dist_async: each push applied as it arrives, part by part
+  run_job(
+      2, 2, /*sync=*/false, 1000000,
+      [&](KVStore& kv) {
+        kv.init(1, std::vector<float>(300, 0.0f));
+        for (int i = 0; i < 5; ++i) kv.push(1, std::vector<float>(300, 2.0f));
+        kv.barrier();
+        std::vector<float> out(300);
+        kv.pull(1, out);
+        for (float v : out) ASSERT_EQ(v, 20.0f);
+      },
+      small_parts);
+}
+
+// Note [Partitions]: part sizes at most partition_bytes, parts dealt
+// round-robin, so each server receives the same bytes within one part; with
+// partition_bytes 0 the same array is MXNet's: all of it on one server.
+TEST(PsCluster, PartitionsDealAnArraysBytesEvenlyOverTheServersAndZeroKeepsMxnetsPlacement) {
+  constexpr int kServers = 4;
+  for (size_t partition : {size_t{400}, size_t{0}}) {
+    SCOPED_TRACE("partition_bytes " + std::to_string(partition));
+    std::mutex mu;
+    std::map<int, std::vector<size_t>> parts;  // server rank -> pushed part sizes
+    auto node_setup = [&](ps::NodeOptions& o) {
+      if (o.role != ps::Role::kServer) return;
+      o.before_data = [&](const ps::Message& msg) {
+        // the pushpull (init's push from rank 0 is not counted)
+        if (!msg.meta.push || !msg.meta.pull || msg.data.size() < 2) return;
+        if (msg.data[0].size() != 8) return;
+        uint64_t ps_key = 0;
+        std::memcpy(&ps_key, msg.data[0].data(), 8);
+        const int server = static_cast<int>(ps_key / (UINT64_MAX / kServers));
+        std::lock_guard<std::mutex> lock(mu);
+        parts[server].push_back(msg.data[1].size());
+      };
+    };
+    run_job(
+        kServers, 1, /*sync=*/true, /*bigarray_bound=*/1000000,
+        [&](KVStore& kv) {
+          kv.init(0, std::vector<float>(1000, 0.0f));  // 4000 bytes: 10 parts of 400
+          std::vector<float> out(1000);
+          kv.pushpull(0, std::vector<float>(1000, 1.0f), out);
+          for (float v : out) ASSERT_EQ(v, 1.0f);
+        },
+        [&](int, ps::JobConfig& c, std::chrono::milliseconds&) { c.partition_bytes = partition; },
+        node_setup);
+    std::lock_guard<std::mutex> lock(mu);
+    if (partition == 0) {
+      ASSERT_EQ(parts.size(), 1u);  // (0 * 9973) mod 4: server 0, as MXNet
+      EXPECT_EQ(parts[0], std::vector<size_t>({4000}));
+      continue;
+    }
+    ASSERT_EQ(parts.size(), static_cast<size_t>(kServers));
+    size_t total = 0;
+    for (const auto& [server, sizes] : parts) {
+      EXPECT_GE(sizes.size(), 2u) << "server " << server;  // 10 parts over 4: 3, 3, 2, 2
+      EXPECT_LE(sizes.size(), 3u) << "server " << server;
+      for (size_t b : sizes) {
+        EXPECT_EQ(b, 400u) << "server " << server;
+        total += b;
+      }
+    }
+    EXPECT_EQ(total, 4000u);
+  }
+}
+
+TEST(PsCluster, APartitionedKeyAbove2To20IsRefusedNamingTheKeyAndTheOption) {
+  run_job(1, 1, true, 1000000, [&](KVStore& kv) {
+    try {
+      kv.init(1 << 20, std::vector<float>(100000, 0.0f));  // 400 KB: partitioned
+      FAIL() << "no error";
+    } catch (const InvalidArgument& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("key 1048576"), std::string::npos) << what;
+      EXPECT_NE(what.find("partition_bytes"), std::string::npos) << what;
+      EXPECT_NE(what.find("DTRAIN_KVSTORE_PARTITION_BYTES"), std::string::npos) << what;
+    }
+    kv.init(1 << 20, std::vector<float>(10, 0.0f));  // small arrays keep MXNet's placement
   });
 }
 
