@@ -87,10 +87,18 @@ PsRole resolve_ps_role(KVStoreType type, const EnvLookup& env = {});
 enum class KVDType { kFloat32, kFloat16 };
 
 /// A caller-owned array a call reads. fp16 values are IEEE half bit patterns.
+/// Without an owner the dist store copies what it pushes when the call is
+/// made, so the caller may reuse the array at once. With `owner` (which
+/// keeps `data` alive; kv_values() in dtrain/kvstore_torch.h sets it to the
+/// tensor) the dist store sends the bytes in place, holding `owner` until
+/// they are on the socket; the caller then must not modify them until the
+/// handle's wait() has returned (Note [Pushed arrays] in
+/// src/ps/worker/dist_store.cpp).
 struct ConstValues {
   const void* data = nullptr;
   size_t count = 0;
   KVDType dtype = KVDType::kFloat32;
+  std::shared_ptr<const void> owner;
   ConstValues() = default;
   ConstValues(const float* p, size_t n) : data(p), count(n) {}
   ConstValues(const std::vector<float>& v) : data(v.data()), count(v.size()) {}  // NOLINT

@@ -64,6 +64,9 @@ inline ConstValues kv_values(const at::Tensor& t) {
   v.dtype = detail::kv_dtype(t, "kv_values");
   v.data = t.data_ptr();
   v.count = static_cast<size_t>(t.numel());
+  // Pushed in place, not copied (ConstValues::owner): the tensor's storage
+  // lives as long as the dist store holds the bytes.
+  v.owner = std::make_shared<at::Tensor>(t);
   return v;
 }
 

@@ -28,14 +28,20 @@
 // own timestamps) so that each answer is matched to its part.
 //
 // Note [Pushed arrays]
-// ConstValues is a raw view whose caller may reuse the array as soon as the
-// call returns (dtrain/kvstore.h), so each part of a push is copied once,
-// when the call is made, into a buffer its frame owns; the Van sends that
-// buffer without a further copy (Note [Copies per hop] in van.cpp), and a
-// message kept for re-sending (Note [Node recovery]) shares it. Sending the
-// caller's array itself would need an owner in ConstValues and the promise
-// not to write it until the handle completes (ps-lite's SArray, MXNet's
-// engine dependencies): a public API change, not made here.
+// A ConstValues without an owner is a raw view whose caller may reuse the
+// array as soon as the call returns (dtrain/kvstore.h), so each part of a
+// push is copied once, when the call is made, into a buffer its frame owns;
+// the Van sends that buffer without a further copy (Note [Copies per hop] in
+// van.cpp), and a message kept for re-sending (Note [Node recovery]) shares
+// it. With an owner (kv_values() of a tensor: the DDP comm hook's bucket)
+// the caller has promised not to write the array until the handle completes
+// (ps-lite's SArray, MXNet's engine dependencies), so each part's frame
+// shares the caller's bytes and holds the owner until ZeroMQ has sent them:
+// no user-space copy on the worker's way out. A pushpull completes only
+// after every server answered, i.e. after it received the whole push, so
+// the bytes are sent by the time the caller may write them again; after a
+// failed or timed-out wait ZeroMQ may still hold them, alive through the
+// owner, and the job is over anyway.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -340,7 +346,8 @@ class DistKVStore : public KVStore {
         msg.add_data(&p.ps_key, 1, DataType::kUint64);
         const char* bytes = static_cast<const char*>(push->data) + p.offset * elem_size(dtype);
         const int32_t len = static_cast<int32_t>(p.count * elem_size(dtype));
-        msg.add_frame(Frame(bytes, static_cast<size_t>(len)),
+        msg.add_frame(push->owner ? Frame::share(push->owner, bytes, static_cast<size_t>(len))
+                                  : Frame(bytes, static_cast<size_t>(len)),
                       DataType::kChar);  // Note [Pushed arrays]
         msg.add_data(&len, 1, DataType::kInt32);
       } else {

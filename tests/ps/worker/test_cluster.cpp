@@ -5,10 +5,12 @@
 
 #include <atomic>
 #include <cstring>
+#include <filesystem>
 #include <functional>
 #include <map>
 #include <mutex>
 #include <numeric>
+#include <thread>
 
 #include "dtrain/errors.h"
 #include "ps/cluster.h"
@@ -248,6 +250,50 @@ TEST(PsCluster, APartitionedKeyAbove2To20IsRefusedNamingTheKeyAndTheOption) {
     }
     kv.init(1 << 20, std::vector<float>(10, 0.0f));  // small arrays keep MXNet's placement
   });
+}
+
+// Note [Pushed arrays]: with an owner the push's frames share the caller's
+// bytes. With recovery on a worker keeps each request's messages until the
+// servers answer, and a dist_sync push is answered only when every worker
+// has pushed, so between worker 0's push and worker 1's the owner is held by
+// worker 0's messages (a copy would not hold it); once the round is done
+// every reference is dropped and the sum is right.
+TEST(PsCluster, APushWithAnOwnerSendsTheCallersBytesInPlaceAndReleasesTheOwnerWhenAnswered) {
+  const std::string dir = ::testing::TempDir() + "ps_owner_" + std::to_string(::getpid());
+  std::filesystem::remove_all(dir);
+  std::atomic<bool> pushed{false};
+  std::atomic<long> held{-1};
+  run_job(
+      2, 2, /*sync=*/true, 1000000,
+      [&](KVStore& kv) {
+        constexpr size_t n = 300000;  // 1.2 MB: 5 parts of at most 256 KB
+        kv.init(0, std::vector<float>(n, 0.0f));
+        auto data = std::make_shared<std::vector<float>>(n, float(kv.rank() + 1));
+        std::weak_ptr<std::vector<float>> weak = data;
+        std::vector<float> out(n, -1.0f);
+        {
+          ConstValues values(*data);
+          values.owner = data;
+          if (kv.rank() == 1) {
+            while (!pushed) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+          }
+          KVHandle h = kv.pushpull_async(0, values, Values(out));
+          if (kv.rank() == 0) {
+            held = weak.use_count() - 2;  // beyond `data` and `values.owner`
+            pushed = true;
+          }
+          h.wait(kv.timeout());
+        }
+        data.reset();
+        for (int i = 0; i < 500 && !weak.expired(); ++i) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        }
+        EXPECT_TRUE(weak.expired()) << "worker " << kv.rank() << " still holds the pushed array";
+        for (size_t i = 0; i < n; ++i) ASSERT_EQ(out[i], 3.0f) << "element " << i;
+      },
+      {}, [&](ps::NodeOptions& o) { o.snapshot_dir = dir; });
+  EXPECT_GE(held.load(), 5) << "worker 0's 5 part messages did not share the pushed array";
+  std::filesystem::remove_all(dir);
 }
 
 TEST(PsCluster, TwoBitCompressedPushesSumWhatEachWorkersResidualReleases) {
