@@ -32,7 +32,8 @@ struct DdpBenchOptions {
   int warmup = 3;
   int threads = 0;  ///< intra-op threads (0: LibTorch default)
   double bucket_cap_mb = 25.0;
-  /// comm_hook_by_name(): none, fp16, bf16, powersgd (with `powersgd`).
+  /// comm_hook_by_name(): none, fp16, bf16, powersgd (with `powersgd`), noop
+  /// (no communication: the step rate the others are measured against).
   std::string comm_hook = "none";
   PowerSGDOptions powersgd;
   /// DdpOptions::find_unused_parameters (PyTorch DDP's flag of the same name).
