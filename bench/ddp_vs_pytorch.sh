@@ -355,7 +355,8 @@ def f(v, spec):
 cols = [("step_ms", "step ms", ".1f"), ("images_per_sec", "img/s", ".2f"),
         ("step_nosync_ms", "nosync ms", ".1f"), ("backward_ms", "bwd ms", ".1f"),
         ("backward_compute_ms", "bwd cmp", ".1f"), ("comm_ms", "comm ms", ".1f"),
-        ("exposed_comm_ms", "exposed", ".1f"), ("hidden_fraction", "hidden", ".0%")]
+        ("exposed_comm_ms", "exposed", ".1f"), ("hidden_fraction", "hidden", ".0%"),
+        ("powersgd_compression_rate", "psgd rate", ".1f")]
 print()
 print("DDP step benchmark, 2 processes, Gloo; loopback = 127.0.0.1, "
       f"netns = two namespaces over veth shaped to {rate}")
@@ -388,6 +389,7 @@ print("n = rounds with a result (figures: medians over them); ratio = dtrain img
       "img/s, same hook; of noop = img/s / the same implementation's noop img/s (the rate "
       "with no communication at all); of nosync = median no_sync step / median DDP step, same "
       "run; comm = standalone uncompressed allreduce + buffer broadcast; hidden = 1 - "
-      "exposed/comm (exposed = median DDP step - median no_sync step)")
+      "exposed/comm (exposed = median DDP step - median no_sync step); psgd rate = PowerSGD's "
+      "compression rate (elements before / after, compressed matrices only)")
 print(f"(results: {results})")
 EOF

@@ -60,6 +60,10 @@ struct DdpBenchResult {
   std::vector<int64_t> bucket_bytes;
   /// The shapes of the gradients DDP reduces (fp32), in parameter order.
   std::vector<std::vector<int64_t>> grad_shapes;
+  /// With comm_hook "powersgd": the hook's statistics after the run
+  /// (iterations = DDP steps it saw, warm-up included; the compression rate
+  /// of the compressed steps, PyTorch's compression_stats()).
+  std::optional<PowerSGDStats> powersgd_stats;
 };
 
 /// Runs the DDP step benchmark on synthetic data. Collective.
