@@ -32,9 +32,11 @@ debugging_hooks.noop_hook, no communication at all; fp16 / bf16:
 default_hooks.fp16_compress_hook / bf16_compress_hook; powersgd:
 powerSGD_hook.powerSGD_hook with PowerSGDState(matrix_approximation_rank=
 --powersgd-rank, start_powerSGD_iter=--powersgd-start-iter), its other
-arguments at their defaults). The hook runs in the DDP steps only (no_sync
-steps call no hook, so PowerSGD's iteration count sees DDP steps alone, the
-warm-up ones first); allreduce_ms stays the standalone uncompressed allreduce.
+arguments at their defaults; each bucket's hook waits for the previous
+bucket's reduction unless --powersgd-unordered: see in_bucket_order). The
+hook runs in the DDP steps only (no_sync steps call no hook, so PowerSGD's
+iteration count sees DDP steps alone, the warm-up ones first); allreduce_ms
+stays the standalone uncompressed allreduce.
 
 Each time is the mean over --steps measured steps per rank, then averaged over
 ranks. Start one process per rank with RANK, WORLD_SIZE, MASTER_ADDR,
@@ -84,9 +86,35 @@ def register_hook(model, args):
         state = powerSGD.PowerSGDState(process_group=None,
                                        matrix_approximation_rank=args.powersgd_rank,
                                        start_powerSGD_iter=args.powersgd_start_iter)
-        model.register_comm_hook(state, powerSGD.powerSGD_hook)
+        hook = powerSGD.powerSGD_hook
+        if not args.powersgd_unordered:
+            hook = in_bucket_order(hook)
+        model.register_comm_hook(state, hook)
         return state
     return None
+
+
+def in_bucket_order(hook):
+    """The hook, run for bucket b only once bucket b-1's reduction finished.
+
+    powerSGD_hook issues a bucket's P and Q allreduces from future callbacks
+    (on the thread that completed the previous stage), while DDP issues the
+    next bucket's first allreduce from the autograd thread: the two ranks can
+    issue them in different orders, which Gloo (collectives matched by issue
+    order) answers with "Received data size doesn't match expected size" or a
+    hang (seen here with VGG-16's 5 buckets). Waiting on the autograd thread
+    for the previous bucket keeps every rank's order the same; bucket b-1's
+    communication still overlaps bucket b's backward compute."""
+    last = [None]
+
+    def ordered(state, bucket):
+        if bucket.index() > 0 and last[0] is not None:
+            last[0].wait()
+        fut = hook(state, bucket)
+        last[0] = None if bucket.is_last() else fut
+        return fut
+
+    return ordered
 
 
 def parse_args(argv=None):
@@ -110,6 +138,9 @@ def parse_args(argv=None):
     p.add_argument("--powersgd-start-iter", type=int, default=1000,
                    help="PowerSGDState(start_powerSGD_iter=...): DDP steps of plain allreduce "
                         "first; >= 2 (error feedback and warm start are on)")
+    p.add_argument("--powersgd-unordered", action="store_true",
+                   help="register powerSGD_hook as is, without waiting for the previous "
+                        "bucket (can abort or hang on Gloo with several buckets: in_bucket_order)")
     p.add_argument("--no-nosync-barrier", action="store_true",
                    help="do not end no_sync backward with a barrier")
     p.add_argument("--lr", type=float, default=0.01)
@@ -339,6 +370,7 @@ def main(argv=None):
         if psgd_state is not None:
             rec["powersgd_rank"] = args.powersgd_rank
             rec["powersgd_start_iter"] = args.powersgd_start_iter
+            rec["powersgd_in_bucket_order"] = not args.powersgd_unordered
             rec["powersgd_iterations"] = psgd_state.iter
             rec["powersgd_compression_rate"] = round(float(psgd_state.compression_stats()[0]), 3)
         print(json.dumps(rec), flush=True)
