@@ -26,6 +26,18 @@ without a profiler (see bench/README.md, "Hidden communication"):
                       the per-step times, robust to outliers on a shared machine)
   hidden_fraction     clamp(1 - exposed_comm_ms / comm_ms, 0, 1)
 
+--comm-hook registers one of torch.distributed.algorithms.ddp_comm_hooks on
+DDP (allreduce: none registered, DDP's built-in allreduce; noop:
+debugging_hooks.noop_hook, no communication at all; fp16 / bf16:
+default_hooks.fp16_compress_hook / bf16_compress_hook; powersgd:
+powerSGD_hook.powerSGD_hook with PowerSGDState(matrix_approximation_rank=
+--powersgd-rank, start_powerSGD_iter=--powersgd-start-iter), its other
+arguments at their defaults; each bucket's hook waits for the previous
+bucket's reduction unless --powersgd-unordered: see in_bucket_order). The
+hook runs in the DDP steps only (no_sync steps call no hook, so PowerSGD's
+iteration count sees DDP steps alone, the warm-up ones first); allreduce_ms
+stays the standalone uncompressed allreduce.
+
 Each time is the mean over --steps measured steps per rank, then averaged over
 ranks. Start one process per rank with RANK, WORLD_SIZE, MASTER_ADDR,
 MASTER_PORT set (or under torchrun). Rank 0 prints one JSON line on stdout and
@@ -47,22 +59,70 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from cnn import Net  # noqa: E402  (bench/peer/cnn.py, next to this script)
 
+MODELS = ["cnn", "resnet18", "vgg16"]
+HOOKS = ["allreduce", "noop", "fp16", "bf16", "powersgd"]
+
 
 def build_model(name):
     if name == "cnn":
         return Net(10), (1, 28, 28)
-    if name == "resnet18":
+    if name in ("resnet18", "vgg16"):
         import torchvision
-        return torchvision.models.resnet18(num_classes=10), None
-    raise ValueError(f"unknown model {name!r}; valid: cnn, resnet18")
+        return getattr(torchvision.models, name)(num_classes=10), None
+    raise ValueError(f"unknown model {name!r}; valid: {', '.join(MODELS)}")
+
+
+def register_hook(model, args):
+    """Registers --comm-hook on the DDP model; returns the PowerSGD state (or None)."""
+    from torch.distributed.algorithms.ddp_comm_hooks import debugging_hooks, default_hooks
+    from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as powerSGD
+    if args.comm_hook == "noop":
+        model.register_comm_hook(None, debugging_hooks.noop_hook)
+    elif args.comm_hook == "fp16":
+        model.register_comm_hook(None, default_hooks.fp16_compress_hook)
+    elif args.comm_hook == "bf16":
+        model.register_comm_hook(None, default_hooks.bf16_compress_hook)
+    elif args.comm_hook == "powersgd":
+        state = powerSGD.PowerSGDState(process_group=None,
+                                       matrix_approximation_rank=args.powersgd_rank,
+                                       start_powerSGD_iter=args.powersgd_start_iter)
+        hook = powerSGD.powerSGD_hook
+        if not args.powersgd_unordered:
+            hook = in_bucket_order(hook)
+        model.register_comm_hook(state, hook)
+        return state
+    return None
+
+
+def in_bucket_order(hook):
+    """The hook, run for bucket b only once bucket b-1's reduction finished.
+
+    powerSGD_hook issues a bucket's P and Q allreduces from future callbacks
+    (on the thread that completed the previous stage), while DDP issues the
+    next bucket's first allreduce from the autograd thread: the two ranks can
+    issue them in different orders, which Gloo (collectives matched by issue
+    order) answers with "Received data size doesn't match expected size" or a
+    hang (seen here with VGG-16's 5 buckets). Waiting on the autograd thread
+    for the previous bucket keeps every rank's order the same; bucket b-1's
+    communication still overlaps bucket b's backward compute."""
+    last = [None]
+
+    def ordered(state, bucket):
+        if bucket.index() > 0 and last[0] is not None:
+            last[0].wait()
+        fut = hook(state, bucket)
+        last[0] = None if bucket.is_last() else fut
+        return fut
+
+    return ordered
 
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--model", default="cnn", choices=["cnn", "resnet18"])
+    p.add_argument("--model", default="cnn", choices=MODELS)
     p.add_argument("--batch-size", type=int, default=64, help="per process")
     p.add_argument("--image-size", type=int, default=32,
-                   help="resnet18 input side (3xSxS); cnn is always 1x28x28")
+                   help="resnet18/vgg16 input side (3xSxS); cnn is always 1x28x28")
     p.add_argument("--steps", type=int, default=20, help="measured steps per mode")
     p.add_argument("--warmup", type=int, default=3, help="unmeasured steps per mode")
     p.add_argument("--block", type=int, default=5,
@@ -71,6 +131,16 @@ def parse_args(argv=None):
     p.add_argument("--bucket-cap-mb", type=float, default=25.0)
     p.add_argument("--no-broadcast-buffers", action="store_true")
     p.add_argument("--find-unused-parameters", action="store_true")
+    p.add_argument("--comm-hook", default="allreduce", choices=HOOKS,
+                   help="DDP comm hook (allreduce: DDP's built-in, no hook registered)")
+    p.add_argument("--powersgd-rank", type=int, default=1,
+                   help="PowerSGDState(matrix_approximation_rank=...)")
+    p.add_argument("--powersgd-start-iter", type=int, default=1000,
+                   help="PowerSGDState(start_powerSGD_iter=...): DDP steps of plain allreduce "
+                        "first; >= 2 (error feedback and warm start are on)")
+    p.add_argument("--powersgd-unordered", action="store_true",
+                   help="register powerSGD_hook as is, without waiting for the previous "
+                        "bucket (can abort or hang on Gloo with several buckets: in_bucket_order)")
     p.add_argument("--no-nosync-barrier", action="store_true",
                    help="do not end no_sync backward with a barrier")
     p.add_argument("--lr", type=float, default=0.01)
@@ -82,6 +152,12 @@ def parse_args(argv=None):
             p.error(f"--{name.replace('_', '-')} must be positive")
     if a.warmup < 0:
         p.error("--warmup must be >= 0")
+    if a.comm_hook == "powersgd":
+        if a.powersgd_rank < 1:
+            p.error("--powersgd-rank must be at least 1")
+        if a.powersgd_start_iter < 2:
+            p.error("--powersgd-start-iter must be at least 2 (PowerSGDState refuses less "
+                    "with error feedback or warm start)")
     return a
 
 
@@ -180,6 +256,7 @@ def main(argv=None):
     model = DDP(net, bucket_cap_mb=args.bucket_cap_mb,
                 broadcast_buffers=not args.no_broadcast_buffers,
                 find_unused_parameters=args.find_unused_parameters)
+    psgd_state = register_hook(model, args)
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum)
     g = torch.Generator().manual_seed(args.seed + rank)
     x = torch.randn((args.batch_size,) + tuple(shape), generator=g)
@@ -264,6 +341,7 @@ def main(argv=None):
             "threads": args.threads,
             "bucket_cap_mb": args.bucket_cap_mb,
             "find_unused_parameters": args.find_unused_parameters,
+            "comm_hook": args.comm_hook,
             "steps": args.steps,
             "warmup": args.warmup,
             "step_ms": r(step_ms),
@@ -289,8 +367,15 @@ def main(argv=None):
             "bucket_bytes": buckets,
             "bucket_source": bucket_src,
         }
+        if psgd_state is not None:
+            rec["powersgd_rank"] = args.powersgd_rank
+            rec["powersgd_start_iter"] = args.powersgd_start_iter
+            rec["powersgd_in_bucket_order"] = not args.powersgd_unordered
+            rec["powersgd_iterations"] = psgd_state.iter
+            rec["powersgd_compression_rate"] = round(float(psgd_state.compression_stats()[0]), 3)
         print(json.dumps(rec), flush=True)
-        print(f"[pytorch {args.model} bs={args.batch_size} ws={world}] step {step_ms:.1f} ms "
+        print(f"[pytorch {args.model} {args.comm_hook} bs={args.batch_size} ws={world}] "
+              f"step {step_ms:.1f} ms "
               f"({rec['images_per_sec']:.0f} img/s), no_sync step {ns_step_ms:.1f} ms, "
               f"fwd {fwd_ms:.1f} / bwd {bwd_ms:.1f} (compute {ns_bwd_ms:.1f}) / opt {opt_ms:.1f} ms, "
               f"comm {comm_ms:.1f} ms ({len(buckets)} buckets, {grad_bytes / 1e6:.1f} MB), "
@@ -298,7 +383,7 @@ def main(argv=None):
 
     # Release DDP (its reducer) while the process group is alive: destroying
     # it after destroy_process_group() can hang at exit in torch 1.13.
-    del ddp_t, nos_t, nosync_step, opt, model
+    del ddp_t, nos_t, nosync_step, opt, model, psgd_state
     dist.barrier()
     dist.destroy_process_group()
     return 0

@@ -32,7 +32,8 @@ struct DdpBenchOptions {
   int warmup = 3;
   int threads = 0;  ///< intra-op threads (0: LibTorch default)
   double bucket_cap_mb = 25.0;
-  /// comm_hook_by_name(): none, fp16, bf16, powersgd (with `powersgd`).
+  /// comm_hook_by_name(): none, fp16, bf16, powersgd (with `powersgd`), noop
+  /// (no communication: the step rate the others are measured against).
   std::string comm_hook = "none";
   PowerSGDOptions powersgd;
   /// DdpOptions::find_unused_parameters (PyTorch DDP's flag of the same name).
@@ -59,6 +60,10 @@ struct DdpBenchResult {
   std::vector<int64_t> bucket_bytes;
   /// The shapes of the gradients DDP reduces (fp32), in parameter order.
   std::vector<std::vector<int64_t>> grad_shapes;
+  /// With comm_hook "powersgd": the hook's statistics after the run
+  /// (iterations = DDP steps it saw, warm-up included; the compression rate
+  /// of the compressed steps, PyTorch's compression_stats()).
+  std::optional<PowerSGDStats> powersgd_stats;
 };
 
 /// Runs the DDP step benchmark on synthetic data. Collective.

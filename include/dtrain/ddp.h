@@ -193,12 +193,22 @@ std::shared_ptr<CommHook> allreduce_hook();
 std::shared_ptr<CommHook> fp16_compress_hook();
 /// The same with bfloat16 (fp32's range, 8 bits of mantissa).
 std::shared_ptr<CommHook> bf16_compress_hook();
+/// No communication at all, for measurement only (PyTorch's
+/// debugging_hooks.noop_hook): the bucket is left as the hook receives it, so
+/// each rank keeps its own gradient divided by the world size (PyTorch's
+/// keeps it undivided, as its hooks divide) and the replicas drift apart. A
+/// DDP step with it costs what the step costs with no communication: the
+/// reference for how much of that rate a real hook keeps (Note [The noop
+/// hook] in src/ddp/comm_hooks.cpp). Never train with it.
+std::shared_ptr<CommHook> noop_hook();
 /// Hook by name: one of comm_hook_names() ("allreduce" is also "none";
-/// "powersgd" with PowerSGDOptions' defaults, dtrain/powersgd.h). Throws
-/// InvalidArgument naming the value and listing the names. The one place hook
-/// names are spelled: the CLI's --comm-hook takes these.
+/// "powersgd" with PowerSGDOptions' defaults, dtrain/powersgd.h; "noop" is
+/// noop_hook(), for measurement only). Throws InvalidArgument naming the
+/// value and listing the names. The one place hook names are spelled: the
+/// CLI's --comm-hook takes these.
 std::shared_ptr<CommHook> comm_hook_by_name(const std::string& name);
-/// The names comm_hook_by_name() takes: "none", "fp16", "bf16".
+/// The names comm_hook_by_name() takes: "none", "fp16", "bf16", "powersgd",
+/// "noop".
 std::vector<std::string> comm_hook_names();
 
 /// One bucket's reduction in one backward pass, as the reducer timed it (the

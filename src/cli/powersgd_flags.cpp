@@ -10,7 +10,9 @@ namespace dtrain::cli {
 void add_comm_hook_flags(CLI::App* cmd, CommHookFlags* f) {
   PowerSGDOptions& p = f->powersgd;
   cmd->add_option("--comm-hook", f->name,
-                  "Gradient communication: " + join(comm_hook_names(), ", "))
+                  "Gradient communication: " + join(comm_hook_names(), ", ") +
+                      " (noop: none at all, each rank keeps its own gradient divided by the world "
+                      "size; for measuring the step without communication, never for training)")
       ->capture_default_str()
       ->check(CLI::IsMember(comm_hook_names()));
   auto& v = f->powersgd_flags;

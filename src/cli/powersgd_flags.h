@@ -20,7 +20,8 @@ struct CommHookFlags {
   std::vector<CLI::Option*> powersgd_flags;  // to tell which were given
 };
 
-/// Adds --comm-hook (none, fp16, bf16, powersgd) and the PowerSGD options.
+/// Adds --comm-hook (none, fp16, bf16, powersgd, noop: no communication, for
+/// measurement only) and the PowerSGD options.
 void add_comm_hook_flags(CLI::App* cmd, CommHookFlags* f);
 
 /// The PowerSGD options the flags give (checked as below).

@@ -107,6 +107,26 @@ class CastHook : public CommHook {
   c10::optional<at::ScalarType> wire_type_;
 };
 
+// Note [The noop hook]
+// PyTorch's debugging_hooks.noop_hook: the bucket is handed back as it came,
+// with no collective, so a DDP step with it costs what the step costs without
+// any communication (headroom analysis: how fast could the step be). dtrain's
+// reducer has already divided the bucket by the world size while copying the
+// gradients in (one pass, Reducer::mark_ready_locked), so each rank keeps its
+// own gradient divided by the world size; PyTorch leaves hooked buckets
+// undivided (its hooks divide), so there each rank keeps its own gradient.
+// Undoing the division here would cost a pass over every gradient that
+// PyTorch's noop step does not pay, so the scale is left as it is: the
+// replicas diverge either way, and the hook is for measuring only.
+class NoopHook : public CommHook {
+ public:
+  std::unique_ptr<PendingReduction> start(const ProcessGroup& /*pg*/,
+                                          GradBucket& /*bucket*/) override {
+    return make_pending_reduction(Work());
+  }
+  std::string name() const override { return "noop"; }
+};
+
 }  // namespace
 
 std::unique_ptr<PendingReduction> make_pending_reduction(Work work, std::function<void()> finish) {
@@ -129,15 +149,18 @@ std::shared_ptr<CommHook> bf16_compress_hook() {
   return std::make_shared<CastHook>("bf16", at::kBFloat16);
 }
 
+std::shared_ptr<CommHook> noop_hook() { return std::make_shared<NoopHook>(); }
+
 std::shared_ptr<CommHook> comm_hook_by_name(const std::string& name) {
   if (name == "none" || name == "allreduce") return allreduce_hook();
   if (name == "fp16") return fp16_compress_hook();
   if (name == "bf16") return bf16_compress_hook();
   if (name == "powersgd") return powersgd_hook();
+  if (name == "noop") return noop_hook();
   throw InvalidArgument(
       cat("unknown comm hook '", name, "'; valid hooks: ", join(comm_hook_names(), ", ")));
 }
 
-std::vector<std::string> comm_hook_names() { return {"none", "fp16", "bf16", "powersgd"}; }
+std::vector<std::string> comm_hook_names() { return {"none", "fp16", "bf16", "powersgd", "noop"}; }
 
 }  // namespace dtrain

@@ -89,6 +89,7 @@ CommChoiceFigures comm_choice_figures(const DdpBenchResult& r) {
   double own_bytes = ring_bytes;
   if (r.options.comm_hook == "fp16" || r.options.comm_hook == "bf16") own_bytes /= 2;
   if (r.options.comm_hook == "powersgd") own_bytes = powersgd_link_bytes(f, r.options.powersgd);
+  if (r.options.comm_hook == "noop") own_bytes = 0;  // no gradient travels
   const double own_ms = own_bytes / f.link_bytes_per_sec * 1000.0 + f.fixed_ms;
   f.hideable_ms = r.exposed_comm_ms > 0 ? std::max(0.0, own_ms - r.exposed_comm_ms)
                                         : std::max(own_ms, r.backward_compute_ms);

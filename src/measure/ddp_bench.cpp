@@ -179,6 +179,9 @@ DdpBenchResult run_ddp_bench(const DdpBenchOptions& o, const ProcessGroup& pg) {
     done += n;
   }
   DdpStats stats = ddp.stats();
+  if (const auto* p = dynamic_cast<const PowerSGDHook*>(dopt.comm_hook.get())) {
+    r.powersgd_stats = p->stats();
+  }
   r.bucket_bytes = stats.bucket_bytes;
   for (int64_t b : r.bucket_bytes) r.grad_bytes += b;
   for (const auto& p : model->parameters()) {
@@ -242,6 +245,12 @@ std::string to_json(const DdpBenchResult& r) {
   j["grad_bytes"] = r.grad_bytes;
   j["num_buckets"] = r.bucket_bytes.size();
   j["bucket_bytes"] = r.bucket_bytes;
+  if (r.powersgd_stats) {
+    j["powersgd_rank"] = r.options.powersgd.matrix_approximation_rank;
+    j["powersgd_start_iter"] = r.options.powersgd.start_powersgd_iter;
+    j["powersgd_iterations"] = r.powersgd_stats->iterations;
+    j["powersgd_compression_rate"] = r.powersgd_stats->compression_rate();
+  }
   return j.dump();
 }
 

@@ -274,6 +274,43 @@ TEST_P(DdpWorldSize, Bf16HookGradientsAgreeWithinBfloat16Precision) {
 
 INSTANTIATE_TEST_SUITE_P(WorldSizes, DdpWorldSize, ::testing::Values(1, 2, 3, 4));
 
+TEST(Ddp, NoopHookLeavesEachRankItsOwnGradientDividedByTheWorldSize) {
+  const int world = 2;
+  Data d = make_data(world, 1);
+  // The reference: one process's backward of each rank's own batch (the
+  // replicas start equal: DDP broadcasts rank 0's parameters).
+  std::vector<std::vector<torch::Tensor>> expected;
+  for (int r = 0; r < world; ++r) {
+    Net ref = make_net(0);
+    torch::mse_loss(ref->forward(shard(d.x[0], r)), shard(d.y[0], r)).backward();
+    expected.push_back(grads(ref));
+  }
+  std::vector<Net> nets;
+  for (int r = 0; r < world; ++r) nets.push_back(make_net(r));
+  std::vector<std::vector<torch::Tensor>> got(world);
+  std::vector<DdpStats> stats(world);
+  run_ranks(world, [&](const ProcessGroup& pg) {
+    Net& net = nets[pg.rank()];
+    DdpOptions o;
+    o.comm_hook = comm_hook_by_name("noop");
+    o.bucket_cap_mb = 0.001;  // several buckets
+    o.first_bucket_cap_mb = 0.0005;
+    DistributedDataParallel ddp(net.ptr(), pg, o);
+    torch::mse_loss(ddp.forward(shard(d.x[0], pg.rank())), shard(d.y[0], pg.rank())).backward();
+    got[pg.rank()] = grads(net);
+    stats[pg.rank()] = ddp.stats();
+  });
+  for (int r = 0; r < world; ++r) {
+    std::vector<torch::Tensor> local;
+    for (const auto& g : expected[r]) local.push_back(g / world);
+    expect_close(got[r], local, 1e-6, "noop grad rank " + std::to_string(r));
+    EXPECT_EQ(stats[r].comm_hook, "noop");
+    EXPECT_GT(stats[r].bucket_bytes.size(), 1u);
+  }
+  // The ranks' batches differ, so their gradients must too (nothing was summed).
+  EXPECT_GT((got[0][0] - got[1][0]).abs().max().item<double>(), 1e-4);
+}
+
 TEST(Ddp, BuffersAreBroadcastFromRankZeroBeforeEachForward) {
   const int world = 2;
   Data d = make_data(world, 2);
