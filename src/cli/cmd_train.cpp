@@ -140,6 +140,11 @@ int run_live(const TrainOptions& o) {
 int run_train(const TrainFlags& f) {
   try {
     TrainOptions o = f.options;
+    if (f.hook.name == "noop") {  // Note [The noop hook] (src/ddp/comm_hooks.cpp)
+      throw InvalidArgument(
+          "--comm-hook noop sends no gradients, so every rank would train a model of its own; "
+          "it is for measuring (dtrain bench ddp|train): use none, fp16, bf16 or powersgd");
+    }
     o.ddp.comm_hook = comm_hook_from_flags(f.hook, nullptr);
     o.optimizer.type = parse_optimizer_type(f.optimizer);
     o.amp = parse_amp_mode(f.amp);

@@ -113,6 +113,26 @@ void orthogonalize(const at::Tensor& m, double epsilon) {
 // torch.bmm(a, b, out=out): `out` is a view into P, Q or the bucket.
 void bmm_into(at::Tensor out, const at::Tensor& a, const at::Tensor& b) { at::bmm_out(out, a, b); }
 
+// Note [Skinny products]
+// Compression computes P = M·Q and Q = Mᵀ·P, M [B, n, m] the gradients
+// (row-major) and P, Q of r columns, r = 1..4 in practice. PyTorch's hook
+// writes them as torch.bmm(M, Q) and torch.bmm(Mᵀ, P), and on the CPU
+// LibTorch's BLAS (MKL in PyTorch's wheel; measured on this project's AMD
+// EPYC, one thread) runs those two shapes far off its speed for r >= 2:
+// VGG-16's 25088 x 4096 classifier weight took 860 ms for Mᵀ·P against 39
+// ms for the same product as (Pᵀ)·M with Pᵀ contiguous, and 121 ms for M·Q
+// against 39 ms with Q's columns contiguous (rank 2; docs/benchmarks.md).
+// So Q is computed as the transpose of bmm(contiguous(Pᵀ), M), and P as
+// bmm(M, Q laid out column by column): the same products, summed in
+// another order, so equal to PyTorch's within fp32 rounding (the reference
+// tests' tolerance). The extra copies are of P or Q only (r·n values).
+void m_times_q(at::Tensor p, const at::Tensor& m, const at::Tensor& q) {
+  at::bmm_out(p, m, q.transpose(1, 2).contiguous().transpose(1, 2));
+}
+void mt_times_p(at::Tensor q, const at::Tensor& m, const at::Tensor& p) {
+  q.copy_(at::bmm(p.transpose(1, 2).contiguous(), m).transpose(1, 2));
+}
+
 // What one gradient of n x m elements sends, and whether it is compressed:
 // PyTorch's _should_compress, (n + m)·r·min_compression_rate < n·m.
 int64_t numel_sent(int64_t n, int64_t m, const PowerSGDOptions& o, bool* compressed) {
@@ -280,7 +300,7 @@ class PowerSGDHookImpl : public PowerSGDHook {
     }
     if (!batches.empty()) {
       for (Batch& b : batches) orthogonalize(b.q, o_.orthogonalization_epsilon);
-      for (Batch& b : batches) bmm_into(b.p, b.m, b.q);
+      for (Batch& b : batches) m_times_q(b.p, b.m, b.q);  // Note [Skinny products]
     }
     lock.unlock();
 
@@ -310,7 +330,7 @@ class PowerSGDHookImpl : public PowerSGDHook {
     stages.push_back([batches, q_memory, p_epsilon, group, &bucket]() {
       at::NoGradGuard no_grad;
       for (const Batch& b : batches) orthogonalize(b.p, p_epsilon);
-      for (const Batch& b : batches) bmm_into(b.q, b.m.transpose(1, 2), b.p);
+      for (const Batch& b : batches) mt_times_p(b.q, b.m, b.p);  // Note [Skinny products]
       return group->all_reduce_sum_async(q_memory, what(bucket, "PowerSGD Q allreduce"));
     });
     return make_staged_reduction(std::move(p_work), std::move(stages), std::move(finish));

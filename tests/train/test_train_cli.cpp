@@ -204,6 +204,12 @@ TEST_F(TrainCli, BadPowerSGDFlagsAreOneLineUsageErrorsNamingTheFlagAndTheFix) {
                           "start (got 1)"),
             std::string::npos)
       << r.output;
+  r = dtrain_cli("train " + data_ + " --comm-hook noop");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.output,
+            "dtrain train: error: --comm-hook noop sends no gradients, so every rank would train a "
+            "model of its own; it is for measuring (dtrain bench ddp|train): use none, fp16, bf16 "
+            "or powersgd\n");
   r = dtrain_cli("train " + data_ + " --comm-hook powersgd --kvstore local");
   EXPECT_EQ(r.code, 2);
   EXPECT_EQ(r.output,
