@@ -191,9 +191,10 @@ struct KVStoreOptions {
   /// still arriving (Note [Partitions] in src/ps/worker/dist_store.cpp;
   /// BytePS's partitioning). 0: MXNet's placement exactly (one part per
   /// server), which every worker of a job must then use. Uncompressed
-  /// pushes only (2-bit compression keeps MXNet's parts). Keys must be
-  /// below 2^20 and an array at most 2047 parts (env:
-  /// DTRAIN_KVSTORE_PARTITION_BYTES).
+  /// pushes only (2-bit compression keeps MXNet's parts). A partitioned
+  /// key must be below 2^20 and have at most 2047 parts; part j uses the
+  /// server key key + j·2^20, and a key that would share one is refused at
+  /// init (InvalidArgument) (env: DTRAIN_KVSTORE_PARTITION_BYTES).
   size_t partition_bytes = 262144;
   /// The kernel send buffer of each node's connections to the others, in
   /// bytes (SO_SNDBUF through ZMQ_SNDBUF; Linux doubles it). Small buffers

@@ -297,6 +297,18 @@ class DistKVStore : public KVStore {
       }
     }
     (void)dtype;
+    // Note [Partitions]: part j > 0 of a key uses the server key of key + j·2^20,
+    // which a small array with that key would use too.
+    for (const Part& p : parts) {
+      auto [it, fresh] = server_keys_.emplace(p.ps_key, key);
+      if (!fresh && it->second != key) {
+        throw InvalidArgument(cat("key ", key, " and key ", it->second, " would share server key ",
+                                  p.ps_key - key_range_begin(id_to_rank(p.server_id), S),
+                                  " on server ", id_to_rank(p.server_id),
+                                  " (a partition of the other); use keys below 1048576 or set "
+                                  "partition_bytes (DTRAIN_KVSTORE_PARTITION_BYTES) to 0"));
+      }
+    }
     return keys_.emplace(key, std::make_pair(count, std::move(parts))).first->second.second;
   }
 
@@ -522,7 +534,8 @@ class DistKVStore : public KVStore {
   float threshold_ = 0.5f;
   std::map<int, std::vector<float>> residual_;                // key -> error feedback
   std::map<int, std::pair<size_t, std::vector<Part>>> keys_;  // key -> (count, parts)
-  std::mutex mu_;                                             // guards pending_
+  std::map<uint64_t, int> server_keys_;  // ps-lite key of every placed part -> its key
+  std::mutex mu_;                        // guards pending_
   std::map<int, Request> pending_;
   Node node_;  // last: its threads end before the members above go
 };

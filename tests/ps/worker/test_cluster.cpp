@@ -250,6 +250,21 @@ TEST(PsCluster, APartitionedKeyAbove2To20IsRefusedNamingTheKeyAndTheOption) {
     }
     kv.init(1 << 20, std::vector<float>(10, 0.0f));  // small arrays keep MXNet's placement
   });
+  // A small array's key equal to a partition's server key is refused, not mixed in:
+  // key 0's second part is server key 0 + 2^20 on the only server.
+  run_job(1, 1, true, 1000000, [&](KVStore& kv) {
+    kv.init(0, std::vector<float>(100000, 0.0f));  // 400 KB: 2 parts
+    try {
+      kv.init(1 << 20, std::vector<float>(10, 0.0f));
+      FAIL() << "no error";
+    } catch (const InvalidArgument& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("key 1048576 and key 0 would share server key 1048576"),
+                std::string::npos)
+          << what;
+      EXPECT_NE(what.find("DTRAIN_KVSTORE_PARTITION_BYTES"), std::string::npos) << what;
+    }
+  });
 }
 
 // Note [Pushed arrays]: with an owner the push's frames share the caller's
