@@ -233,6 +233,10 @@ class ImageSource {
   virtual void read(int64_t i, SampleData& out) const = 0;
   /// Class names, index = label.
   virtual const std::vector<std::string>& classes() const = 0;
+  /// Whether read() goes over the network (`s3://` data, even through a data
+  /// cache): the loader then reads ahead on threads of its own
+  /// (ImageLoaderOptions::fetch_threads). Default: false.
+  virtual bool remote() const { return false; }
   /// What identifies the samples and their order (DataFingerprint in
   /// dtrain/data.h), from what opening learned; no sample is read. Safe to
   /// call while read() runs on other threads. The default: the classes and
@@ -304,11 +308,24 @@ struct ImageLoaderOptions {
   bool pin_memory = true;
   /// Longest next() waits for a batch before throwing TimeoutError.
   std::chrono::milliseconds timeout{std::chrono::minutes(10)};
+  /// Threads that read samples ahead of the decode threads, in the sampler's
+  /// order, each with one request (one connection) open at a time, so that
+  /// decoding never waits on the network in steady state (Note [Fetch ahead]
+  /// in src/data/image/fetcher.cpp). -1 (default): 16 when the source is
+  /// remote (ImageSource::remote(): `s3://` data), else 0. 0: each decode
+  /// thread reads its own samples. Samples are fetched at most
+  /// prefetch_batches batches past the one being decoded.
+  int fetch_threads = -1;
+  /// No new read ahead starts while the samples read and not yet decoded
+  /// hold this many bytes (memory: this plus one sample per fetch thread).
+  int64_t fetch_bytes = int64_t{64} << 20;
 
   DTRAIN_SETTER(ImageLoaderOptions, prefetch_batches)
   DTRAIN_SETTER(ImageLoaderOptions, strict)
   DTRAIN_SETTER(ImageLoaderOptions, pin_memory)
   DTRAIN_SETTER(ImageLoaderOptions, timeout)
+  DTRAIN_SETTER(ImageLoaderOptions, fetch_threads)
+  DTRAIN_SETTER(ImageLoaderOptions, fetch_bytes)
 };
 
 /// Decodes and augments an ImageSource into batches with worker threads.

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <mutex>
 #include <set>
 #include <thread>
 
@@ -28,7 +29,17 @@ class CountingSource : public ImageSource {
   int64_t label(int64_t i) const override { return i % 10; }
   std::string name(int64_t i) const override { return "sample-" + std::to_string(i); }
   void read(int64_t i, SampleData& out) const override {
+    const int now = ++in_flight_;
+    for (int seen = most_in_flight_;
+         now > seen && !most_in_flight_.compare_exchange_weak(seen, now);) {
+    }
+    ++reads_;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      readers_.insert(std::this_thread::get_id());
+    }
     if (delay_.count() > 0) std::this_thread::sleep_for(delay_);
+    --in_flight_;
     if (bad_.count(i)) throw DataError("not an image");
     out.encoded = false;
     out.image.reset(4, 4, 3);
@@ -37,12 +48,22 @@ class CountingSource : public ImageSource {
     }
   }
   const std::vector<std::string>& classes() const override { return classes_; }
+  bool remote() const override { return remote_; }
+  size_t readers() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return readers_.size();
+  }
   std::chrono::milliseconds delay_{0};
+  bool remote_ = false;
+  mutable std::atomic<int> in_flight_{0}, most_in_flight_{0};
+  mutable std::atomic<int64_t> reads_{0};
 
  private:
   int64_t n_;
   std::set<int64_t> bad_;
   std::vector<std::string> classes_ = std::vector<std::string>(10, "c");
+  mutable std::mutex mu_;
+  mutable std::set<std::thread::id> readers_;
 };
 
 TransformOptions raw_transform() {
@@ -253,6 +274,116 @@ TEST(ImageLoader, HeldBatchesAreNeverOverwritten) {
     copies.push_back(b.inputs.clone());
   }
   for (size_t i = 0; i < held.size(); ++i) EXPECT_TRUE(at::equal(held[i].inputs, copies[i])) << i;
+}
+
+// Note [Fetch ahead] (src/data/image/fetcher.cpp).
+TEST(ImageLoader, ARemoteSourceIsReadAheadOnFetchThreadsAndGivesTheSameBatches) {
+  auto local = std::make_shared<CountingSource>(120);
+  auto remote = std::make_shared<CountingSource>(120);
+  remote->remote_ = true;
+  remote->delay_ = std::chrono::milliseconds(2);
+  ImageLoader reference(local, loader_options(1), raw_transform(), {});
+  ImageLoader fetching(remote, loader_options(1), raw_transform(), {});  // fetch_threads -1
+  for (int64_t epoch : {0, 1}) {
+    const auto a = epoch_inputs(reference, epoch);
+    const auto b = epoch_inputs(fetching, epoch);
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(at::equal(a[i], b[i])) << epoch << " " << i;
+  }
+  EXPECT_EQ(local->most_in_flight_.load(), 1);  // a local source: the one decode thread reads
+  EXPECT_GT(remote->readers(), 2u);             // the fetch threads read
+  EXPECT_GT(remote->most_in_flight_.load(), 1);
+  EXPECT_LE(remote->most_in_flight_.load(), 16 + 1);  // 16 fetch threads, 1 decode thread
+  EXPECT_EQ(remote->reads_.load(), 240);              // each sample read once per epoch
+}
+
+TEST(ImageLoader, ReadAheadStaysWithinItsThreadsAndItsWindowWhileTheConsumerWaits) {
+  auto source = std::make_shared<CountingSource>(400);
+  source->remote_ = true;
+  source->delay_ = std::chrono::milliseconds(1);
+  ImageLoaderOptions o;
+  o.prefetch_batches = 2;
+  o.fetch_threads = 3;
+  ImageLoader loader(source, loader_options(1), raw_transform(), o);
+  loader.start_epoch(0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the consumer takes nothing
+  // Decoded: 2 slots of 8; fetched ahead: at most 2 batches past the lowest untaken position.
+  EXPECT_LE(source->reads_.load(), 2 * 8 + 2 * 8 + 1);
+  EXPECT_GE(source->reads_.load(), 2 * 8);
+  EXPECT_LE(source->most_in_flight_.load(), 3 + 1);
+  int64_t rows = 0;
+  for (Batch b; loader.next(b);) rows += b.inputs.size(0);
+  EXPECT_EQ(rows, 400);
+}
+
+TEST(ImageLoader, ReadAheadStopsAtItsByteBound) {
+  auto source = std::make_shared<CountingSource>(400);
+  source->remote_ = true;
+  ImageLoaderOptions o;
+  o.prefetch_batches = 2;
+  o.fetch_threads = 4;
+  o.fetch_bytes = 1;  // one fetched sample (48 bytes) is over it
+  ImageLoader loader(source, loader_options(1), raw_transform(), o);
+  loader.start_epoch(0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_LE(source->reads_.load(), 2 * 8 + 1 + 4);  // decoded, taken, one read per thread
+  int64_t rows = 0;
+  for (Batch b; loader.next(b);) rows += b.inputs.size(0);
+  EXPECT_EQ(rows, 400);
+}
+
+TEST(ImageLoader, AReadAheadFailureIsReplacedCountedAndNamedAsWithoutReadAhead) {
+  auto source = std::make_shared<CountingSource>(20, std::set<int64_t>{3, 11});
+  source->remote_ = true;
+  LoaderOptions o = loader_options(2);
+  o.shuffle = false;
+  ImageLoader loader(source, o, raw_transform(), {});
+  loader.start_epoch(0);
+  ::testing::internal::CaptureStderr();
+  std::vector<int64_t> rows;
+  for (Batch b; loader.next(b);) {
+    for (int64_t r = 0; r < b.inputs.size(0); ++r) rows.push_back(index_of_row(b.inputs, r));
+  }
+  const std::string warnings = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(loader.skipped_samples(), 2);
+  EXPECT_NE(warnings.find("sample-3: not an image"), std::string::npos) << warnings;
+  ASSERT_EQ(rows.size(), 20u);
+  EXPECT_EQ(rows[3], 4);
+  EXPECT_EQ(rows[11], 12);
+}
+
+TEST(ImageLoader, AReadAheadLoaderResumedMidEpochMatchesTheFullEpoch) {
+  auto source = std::make_shared<CountingSource>(50);
+  source->remote_ = true;
+  ImageLoader full(source, loader_options(3), raw_transform(), {});
+  const auto expected = epoch_inputs(full, 2);
+  ImageLoader resumed(source, loader_options(0), raw_transform(), {});  // inline decode
+  resumed.start_epoch(2);
+  Batch b;
+  ASSERT_TRUE(resumed.next(b));
+  resumed.skip_to(4);
+  size_t at = 8;
+  for (; resumed.next(b); at += 2) {
+    ASSERT_LT(at, expected.size());
+    EXPECT_TRUE(at::equal(b.inputs, expected[at]));
+  }
+  EXPECT_EQ(at, expected.size());
+}
+
+TEST(ImageLoader, BadReadAheadOptionsAreRefusedNamingTheField) {
+  auto source = std::make_shared<CountingSource>(8);
+  ImageLoaderOptions o;
+  o.fetch_threads = -2;
+  EXPECT_THROW(
+      {
+        try {
+          ImageLoader(source, loader_options(1), raw_transform(), o);
+        } catch (const InvalidArgument& e) {
+          EXPECT_NE(std::string(e.what()).find("fetch_threads"), std::string::npos) << e.what();
+          throw;
+        }
+      },
+      InvalidArgument);
 }
 
 TEST(ImageLoader, Uint8BatchesNormaliseToTheFloatBatches) {

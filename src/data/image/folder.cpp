@@ -164,6 +164,7 @@ class FolderSource : public ImageSource {
     storage_->read_all(name(i), out.bytes, index_.etags.empty() ? "" : index_.etags[i]);
   }
   const std::vector<std::string>& classes() const override { return index_.classes; }
+  bool remote() const override { return Storage::is_s3(index_.root); }
   // Note [Dataset fingerprints]: paths below the root, labels, sizes, ETags.
   DataFingerprint fingerprint() const override {
     data::FingerprintBuilder b;

@@ -22,6 +22,7 @@
 
 #include "common/random.h"
 #include "common/strings.h"
+#include "data/image/fetcher.h"
 #include "dtrain/errors.h"
 #include "dtrain/image.h"
 
@@ -68,6 +69,14 @@ class ImageLoader::Impl {
     if (transform_.size < 1) {
       throw InvalidArgument(cat("image size must be positive, got ", transform_.size));
     }
+    if (options_.fetch_threads < -1 || options_.fetch_bytes < 1) {
+      throw InvalidArgument(cat("ImageLoaderOptions: fetch_threads must be >= -1 (got ",
+                                options_.fetch_threads, ") and fetch_bytes >= 1 (got ",
+                                options_.fetch_bytes, ")"));
+    }
+    fetch_threads_ = options_.fetch_threads >= 0 ? options_.fetch_threads
+                     : source_->remote()         ? kRemoteFetchThreads
+                                                 : 0;
     slots_.resize(std::max(1, options_.prefetch_batches));
     pin_ = options_.pin_memory && at::globalContext().hasCUDA();
     seek(0, 0, 0);
@@ -114,6 +123,14 @@ class ImageLoader::Impl {
     for (Slot& s : slots_) s.batch = -1;
     stop_ = false;
     error_ = nullptr;
+    if (fetch_threads_ > 0 && next_pos_ < end_pos_) {  // Note [Fetch ahead]
+      image::FetchOptions f;
+      f.threads = fetch_threads_;
+      f.max_ahead = static_cast<int64_t>(slots_.size()) * loader_.batch_size;
+      f.max_bytes = options_.fetch_bytes;
+      fetcher_ = std::make_unique<image::Fetcher>(
+          *source_, std::vector<int64_t>(order_.begin(), order_.begin() + end_pos_), next_pos_, f);
+    }
     for (int t = 0; t < loader_.threads; ++t) workers_.emplace_back([this] { work(); });
   }
 
@@ -165,6 +182,7 @@ class ImageLoader::Impl {
     work_cv_.notify_all();
     for (std::thread& t : workers_) t.join();
     workers_.clear();
+    fetcher_.reset();  // after the workers: none is waiting on it
   }
 
  private:
@@ -242,7 +260,11 @@ class ImageLoader::Impl {
     const size_t row_bytes = slot.inputs.nbytes() / loader_.batch_size;
     void* dst = static_cast<char*>(slot.inputs.data_ptr()) + row * row_bytes;
     try {
-      source_->read(index, data);
+      if (fetcher_) {
+        fetcher_->take(pos, data);
+      } else {
+        source_->read(index, data);
+      }
       const uint64_t seed =
           mix_seed(loader_.seed, static_cast<uint64_t>(epoch_), static_cast<uint64_t>(index));
       if (data.encoded) {
@@ -300,6 +322,9 @@ class ImageLoader::Impl {
   ImageLoaderOptions options_;
   DistributedSampler sampler_;
   bool pin_ = false;
+  static constexpr int kRemoteFetchThreads = 16;  // ImageLoaderOptions::fetch_threads
+  int fetch_threads_ = 0;
+  std::unique_ptr<image::Fetcher> fetcher_;  // this epoch's, when fetch_threads_ > 0
 
   int64_t epoch_ = 0;
   std::vector<int64_t> order_;  // this rank's sample indices for the epoch

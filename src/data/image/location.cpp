@@ -9,11 +9,10 @@
 // one ranged GET per image). Nothing is copied to disk unless a data cache
 // is given (DataCacheOptions, Note [Data cache] in cache.cpp: then each
 // object is copied whole at its first read and read locally after). The
-// loader's worker threads issue the GETs in the sampler's order, batches
-// ahead of the step,
-// so what is in memory is bounded by the loader's prefetch slots
-// (ImageLoaderOptions::prefetch_batches) times the batch size. Each rank
-// reads only its own samples. Every GET of a listed object carries its
+// sources say they are remote(), so the loader issues the GETs from fetch
+// threads of its own in the sampler's order, ahead of its decode threads
+// (Note [Fetch ahead] in fetcher.cpp), bounded in requests, positions and
+// bytes. Each rank reads only its own samples. Every GET of a listed object carries its
 // ETag (If-Match): an object replaced during an epoch fails that read, which
 // the loader handles as any unreadable image (named in a warning and
 // replaced by another image of the batch; --strict: fatal).

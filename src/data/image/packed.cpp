@@ -107,6 +107,7 @@ class PackedSource : public ImageSource {
     shards_[e.shard]->pread_exact(out.bytes.data(), e.size, static_cast<int64_t>(e.offset));
   }
   const std::vector<std::string>& classes() const override { return classes_; }
+  bool remote() const override { return Storage::is_s3(dir_); }
   // Note [Dataset fingerprints]: the index's entries, the shards' sizes and ETags.
   DataFingerprint fingerprint() const override {
     data::FingerprintBuilder b;

@@ -32,6 +32,7 @@ list(APPEND DTRAIN_IMAGE_SOURCES
   image/packed.cpp
   image/binary_sets.cpp
   image/loader.cpp
+  image/fetcher.cpp
   image/synthetic.cpp
   image/tar.cpp
   image/webdataset.cpp

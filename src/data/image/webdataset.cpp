@@ -101,6 +101,7 @@ class WebDatasetSource : public ImageSource {
       shards_.push_back(storage_.open(path));  // Note [Data locations]
       std::vector<WebDatasetSample> found;
       if (Storage::is_s3(path)) {
+        remote_ = true;
         found = index_webdataset_shard(ReadAhead(*shards_.back()));  // large GETs, in order
       } else {
         found = index_webdataset_shard(*shards_.back());
@@ -140,6 +141,7 @@ class WebDatasetSource : public ImageSource {
     shards_[shard]->pread_exact(out.bytes.data(), out.bytes.size(), s.offset);
   }
   const std::vector<std::string>& classes() const override { return classes_; }
+  bool remote() const override { return remote_; }
   // Note [Dataset fingerprints]: each shard's file name, size and ETag, then
   // its samples' keys, labels, offsets and sizes.
   DataFingerprint fingerprint() const override {
@@ -166,6 +168,7 @@ class WebDatasetSource : public ImageSource {
   std::vector<std::unique_ptr<ByteSource>> shards_;
   std::vector<std::pair<uint32_t, WebDatasetSample>> samples_;
   std::vector<std::string> classes_;
+  bool remote_ = false;  // a shard is in s3://
 };
 
 }  // namespace

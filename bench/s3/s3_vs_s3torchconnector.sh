@@ -1,0 +1,149 @@
+#!/usr/bin/env bash
+# Issue 18: images/sec of decode + RandomResizedCrop(224) + flip + normalise
+# read from an S3 bucket behind a link shaped like S3 from a cloud VM (1 Gbit/s,
+# 10 ms round trip), dtrain's ImageLoader (`s3://`, bench/loader/bench_loader)
+# against AWS's s3torchconnector 1.5 (S3MapDataset and S3IterableDataset with
+# torchvision's transforms in a DataLoader, bench/s3/s3torchconnector_loader.py),
+# and against dtrain reading the same JPEGs from local disk; plus each client's
+# CPU seconds per GB for raw GETs (bytes read, nothing decoded).
+#
+#   bench/s3/s3_vs_s3torchconnector.sh [--build build] [--data DIR] [--images N]
+#                                      [--epochs E] [--repeat R] [--rate 1gbit]
+#                                      [--delay 5ms] [--timeout SECS]
+#
+# Layout: two network namespaces (bench/netns/netns.sh: dtrainbench0, the
+# client, 10.213.0.1; dtrainbench1, the server, 10.213.0.2) joined by a veth
+# pair whose two ends are shaped with tbf to RATE. The server is Debian's nginx
+# serving the folder as a path-style S3 bucket (bench/s3/static_s3.py:
+# ListObjectsV2 pages, ranged GETs, If-Match; moto_server's own speed, about
+# 100 GETs/s per core, would be what is measured), on loopback behind
+# bench/s3/delay_relay.py, which adds DELAY each way (the round trip is
+# 2 x DELAY): this kernel has no netem qdisc, so tc cannot add the latency. Every client runs pinned to CPU 0 (`taskset -c 0`),
+# the server to CPU 1, so each figure is per client core: dtrain with one
+# decode thread (and its fetch threads), the peer with one DataLoader worker.
+# Each configuration runs R times (default 3), interleaved; the best is kept.
+# Needs root (ip netns), nginx, and the peer venv of scripts/peer-torch.sh,
+# into which s3torchconnector 1.5 is installed when missing.
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+root="$(cd "$here/../.." && pwd)"
+# shellcheck source=bench/peer_python.sh
+source "$root/bench/peer_python.sh"
+build="$root/build"
+data="${TMPDIR:-/tmp}/dtrain-s3-bench"
+images=2000
+epochs=2
+repeat=3
+rate=1gbit
+delay=5ms
+limit=900
+port=39180
+s3tc_version=1.5.0
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --build) build="$2"; shift 2 ;;
+    --data) data="$2"; shift 2 ;;
+    --images) images="$2"; shift 2 ;;
+    --epochs) epochs="$2"; shift 2 ;;
+    --repeat) repeat="$2"; shift 2 ;;
+    --rate) rate="$2"; shift 2 ;;
+    --delay) delay="$2"; shift 2 ;;
+    --timeout) limit="$2"; shift 2 ;;
+    *) echo "unknown argument: $1" >&2; exit 2 ;;
+  esac
+done
+bench="$build/bench/bench_loader"
+[[ -x "$bench" ]] || { echo "missing $bench; build with -DDTRAIN_BUILD_BENCH=ON" >&2; exit 1; }
+command -v nginx >/dev/null || { echo "nginx is missing: apt-get install nginx-light" >&2; exit 1; }
+peer_select "$build/dtrain" || exit 1
+py=("${PEER_ENV[@]}" "$PEER_PY")
+if ! "${py[@]}" -c "import s3torchconnector" 2>/dev/null; then
+  echo "installing s3torchconnector $s3tc_version into the peer venv"
+  "$PEER_PY" -m pip install --quiet "s3torchconnector==$s3tc_version" \
+    "s3torchconnectorclient==$s3tc_version" >&2
+fi
+peer_versions
+echo "s3torchconnector $("${py[@]}" -c 'import importlib.metadata as m; print(m.version("s3torchconnector"))')"
+
+bucket=bench
+objects="$data/root/$bucket/train"
+if [[ ! -f "$data/.complete-$images" ]]; then
+  rm -rf "$data"
+  echo "generating $images JPEGs (500x375) in $objects"
+  timeout "$limit" "${py[@]}" "$root/bench/loader/make_jpegs.py" "$objects" --classes 10 \
+    --per-class $((images / 10))
+  touch "$data/.complete-$images"
+fi
+run="$data/run"
+mkdir -p "$run"
+server=10.213.0.2
+"${py[@]}" "$here/static_s3.py" "$data/root" "$bucket" "127.0.0.1:$((port + 1))" "$run/nginx.conf" train/
+echo "dataset: $(find "$objects" -name '*.JPEG' | wc -l) JPEGs, $(du -sh "$objects" | cut -f1)"
+bytes_per_epoch=$(find "$objects" -name '*.JPEG' -printf '%s\n' | awk '{ s += $1 } END { print s }')
+
+netns="$root/bench/netns/netns.sh"
+cleanup() {
+  [[ -f "$run/nginx.pid" ]] && kill "$(cat "$run/nginx.pid")" 2>/dev/null || true
+  bash "$netns" down >/dev/null 2>&1 || true
+}
+trap cleanup EXIT
+DTRAINBENCH_RATE=$rate bash "$netns" up
+ip netns exec dtrainbench1 taskset -c 1 nginx -c "$run/nginx.conf" &
+ip netns exec dtrainbench1 taskset -c 1 "$PEER_PY" "$here/delay_relay.py" "$server" "$port" \
+  127.0.0.1 $((port + 1)) "${delay%ms}" &
+for _ in $(seq 1 50); do
+  ip netns exec dtrainbench0 curl -sf -o /dev/null "http://$server:$port/$bucket?list-type=2" && break
+  sleep 0.1
+done
+rtt=$(ip netns exec dtrainbench0 curl -s -o /dev/null -w '%{time_starttransfer}' \
+  "http://$server:$port/$bucket?list-type=2&prefix=none")
+echo "link: $rate each way (tbf), ${delay} each way through the relay; a request's time to first byte on a new connection: $(awk -v t="$rtt" 'BEGIN { printf "%.1f", t * 1000 }') ms"
+echo "cpus: $(nproc) ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')); client on CPU 0, nginx on CPU 1"
+
+# The clients' S3 settings: any keys (nginx checks none), the endpoint, path style.
+s3env=(env AWS_ACCESS_KEY_ID=bench AWS_SECRET_ACCESS_KEY=bench AWS_REGION=us-east-1
+       AWS_ENDPOINT_URL_S3="http://$server:$port" AWS_S3_ADDRESSING_STYLE=path
+       AWS_EC2_METADATA_DISABLED=true)
+client=(ip netns exec dtrainbench0 taskset -c 0 "${s3env[@]}")
+uri="s3://$bucket/train"
+declare -A cmd r cpu
+cmd[local]="$bench $objects --threads 1 --epochs $epochs"
+cmd[s3]="$bench $uri --threads 1 --epochs $epochs"
+cmd[s3-nofetch]="$bench $uri --threads 1 --fetch-threads 0 --epochs $epochs"
+cmd[s3tc-map]="${py[*]} $here/s3torchconnector_loader.py $uri/ --endpoint http://$server:$port --workers 1 --epochs $epochs"
+cmd[s3tc-iter]="${py[*]} $here/s3torchconnector_loader.py $uri/ --endpoint http://$server:$port --dataset iterable --workers 1 --epochs $epochs"
+cmd[raw-dtrain]="$bench $uri --fetch-only --epochs $epochs"
+cmd[raw-s3tc]="${py[*]} $here/s3torchconnector_loader.py $uri/ --endpoint http://$server:$port --raw --workers 1 --epochs $epochs"
+order=(local s3 s3tc-map s3tc-iter s3-nofetch raw-dtrain raw-s3tc)
+echo "load before: $(uptime)"
+for ((round = 0; round < repeat; round++)); do
+  for key in "${order[@]}"; do
+    load=$(cut -d' ' -f1 /proc/loadavg)
+    # shellcheck disable=SC2086
+    line=$(timeout "$limit" "${client[@]}" ${cmd[$key]})
+    echo "round $((round + 1)) $key (load before $load): $line" >&2
+    v=$(sed -n 's/.*images_per_sec=\([0-9.]*\).*/\1/p' <<<"$line")
+    c=$(sed -n 's/.*cpu_seconds=\([0-9.]*\).*/\1/p' <<<"$line")
+    if awk -v a="${r[$key]:-0}" -v b="$v" 'BEGIN { exit !(b > a) }'; then
+      r[$key]=$v
+      cpu[$key]=$c
+    fi
+  done
+done
+echo "load after: $(uptime)"
+gb=$(awk -v b="$bytes_per_epoch" -v e="$epochs" 'BEGIN { print b * e / 1e9 }')
+echo
+echo "| client (1 core) | images/s | dtrain S3 against it | CPU s per GB |"
+echo "|---|---|---|---|"
+for key in s3 s3-nofetch local s3tc-map s3tc-iter; do
+  awk -v k="$key" -v v="${r[$key]}" -v d="${r[s3]}" -v c="${cpu[$key]}" -v gb="$gb" 'BEGIN {
+    printf "| %s | %.0f | %.2fx | %.1f |\n", k, v, d / v, c / gb }'
+done
+echo
+echo "| raw GETs, no decoding (1 core) | objects/s | MB/s | CPU s per GB |"
+echo "|---|---|---|---|"
+for key in raw-dtrain raw-s3tc; do
+  awk -v k="$key" -v v="${r[$key]}" -v c="${cpu[$key]}" -v gb="$gb" -v n="$images" -v b="$bytes_per_epoch" 'BEGIN {
+    printf "| %s | %.0f | %.1f | %.2f |\n", k, v, v * b / n / 1e6, c / gb }'
+done

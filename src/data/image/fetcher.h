@@ -1,0 +1,73 @@
+#pragma once
+// Fetcher: reads an epoch's samples ahead of the decode threads, in the
+// sampler's order, over a bounded number of threads (each one request, so one
+// connection, at a time) and a bounded number of bytes (Note [Fetch ahead] in
+// fetcher.cpp). The ImageLoader uses one per epoch for remote sources.
+
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "dtrain/image.h"
+
+namespace dtrain::image {
+
+struct FetchOptions {
+  /// Threads reading ahead (>= 1).
+  int threads = 16;
+  /// Positions fetched at most this far past the lowest one not yet taken.
+  int64_t max_ahead = 256;
+  /// No new fetch starts while the fetched, untaken samples hold this many
+  /// bytes (so memory is bounded by it plus one sample per thread).
+  int64_t max_bytes = int64_t{64} << 20;
+};
+
+class Fetcher {
+ public:
+  /// Fetches positions [begin, order.size()) of `order` (sample indices of
+  /// `source`, which must outlive the fetcher).
+  Fetcher(const ImageSource& source, std::vector<int64_t> order, int64_t begin,
+          FetchOptions options);
+  /// Stops the threads and waits for the reads in flight (each bounded by the
+  /// source's own deadlines).
+  ~Fetcher();
+  Fetcher(const Fetcher&) = delete;
+  Fetcher& operator=(const Fetcher&) = delete;
+
+  /// The sample at position `pos`, each position taken at most once, in
+  /// increasing order per caller: waits for its fetch, or reads it on the
+  /// calling thread when no fetch has started it. Throws what the read threw
+  /// (DataError and the like), as ImageSource::read would.
+  void take(int64_t pos, SampleData& out);
+
+  /// Samples read by the fetch threads (not inline), for tests.
+  int64_t fetched() const;
+
+ private:
+  struct Entry {
+    bool done = false;
+    SampleData data;
+    std::exception_ptr error;
+  };
+  void run();
+
+  const ImageSource& source_;
+  const std::vector<int64_t> order_;
+  const FetchOptions options_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;  // entries done, positions taken, stop
+  std::unordered_map<int64_t, Entry> entries_;
+  int64_t next_ = 0;      // the next position to fetch (or to read inline)
+  int64_t frontier_ = 0;  // one past the highest position taken
+  int64_t bytes_ = 0;     // bytes of done, untaken entries
+  int64_t fetched_ = 0;
+  bool stop_ = false;
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace dtrain::image
