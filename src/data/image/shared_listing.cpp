@@ -10,8 +10,8 @@
 // asks S3 goes through share_from_rank0: rank 0 asks, every other rank waits
 // in a broadcast and gets rank 0's answer:
 //   - Storage::list of an s3:// folder (ImageFolder's scan, a WebDataset
-//     directory's shards): names, sizes and ETags, about 35 bytes an object
-//     in encode_listing's form (45 MB for ImageNet's 1.28 million keys);
+//     directory's shards): names, sizes and ETags, about 30 bytes an object
+//     in encode_listing's form (37 MB for ImageNet's 1.28 million names);
 //   - Storage::is_directory of an s3:// location (the registry's probes of
 //     DATA_DIR, train, val): one byte;
 //   - a WebDataset shard in S3: its size, ETag and sample index

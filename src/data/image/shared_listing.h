@@ -51,7 +51,7 @@ class WireReader {
   size_t at_ = 0;
 };
 
-/// A listing (sorted by name) in about 35 bytes an object for ImageNet's
+/// A listing (sorted by name) in about 30 bytes an object for ImageNet's
 /// keys: names front-coded against the previous name, sizes as varints, S3's
 /// usual ETag (a quoted MD5 in hex) as its 16 bytes.
 std::string encode_listing(const std::vector<Listed>& listing);
