@@ -334,7 +334,12 @@ struct DatasetOptions {
 /// (open_dataset(options) takes an explicit share), for an unknown name
 /// (the message lists the valid ones), and DataError for missing or corrupt
 /// files (the message names the path and, where one exists, the package to
-/// install). Not collective: every rank opens its own share.
+/// install). Collective for datasets in S3 when pg has more than one rank:
+/// every rank calls it with the same options, and rank 0 lists each s3://
+/// folder (and indexes each WebDataset shard) for all of them, sending the
+/// listing over pg (Note [Shared listing] in src/data/image/shared_listing.cpp);
+/// a failure there is the same error on every rank. Local folders are
+/// listed by each rank, and open nothing collective.
 DatasetSplits open_dataset(DatasetOptions options, const ProcessGroup& pg);
 
 /// Opens a dataset with the shares the options name explicitly (e.g. rank 0

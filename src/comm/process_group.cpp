@@ -246,8 +246,9 @@ std::shared_ptr<ProcessGroup::State> new_state(const InitOptions& options) {
 // are connected, and the connecting side of a pair counts as connected once
 // the kernel has completed the TCP handshake with the peer's listening
 // socket, before the peer has accepted it. So a rank can finish forming, do
-// nothing collective (open_dataset(options, pg) only reads rank and size)
-// and destroy its group, closing its sockets, while a peer is still waiting
+// nothing collective (open a local dataset: open_dataset(options, pg) reads
+// only rank and size then) and destroy its group, closing its sockets, while
+// a peer is still waiting
 // for another rank's address; that peer then accepts an already closed
 // connection and its formation fails with Gloo's "Connection closed by peer"
 // (and a third rank, left waiting for the failed one to connect, fails with

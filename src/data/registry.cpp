@@ -71,8 +71,12 @@ DatasetSplits open_idx(const DatasetOptions& options, const IdxDataset& d) {
   return s;
 }
 
-DatasetSplits open_fashion_mnist(const DatasetOptions& o) { return open_idx(o, kFashionMnist); }
-DatasetSplits open_mnist(const DatasetOptions& o) { return open_idx(o, kMnist); }
+DatasetSplits open_fashion_mnist(const DatasetOptions& o, const ProcessGroup*) {
+  return open_idx(o, kFashionMnist);
+}
+DatasetSplits open_mnist(const DatasetOptions& o, const ProcessGroup*) {
+  return open_idx(o, kMnist);
+}
 
 std::vector<DatasetEntry> all_entries() {
   std::vector<DatasetEntry> rows = {
@@ -151,9 +155,8 @@ DatasetSplits fit_image_size(DatasetSplits s, const DatasetOptions& o) {
   return s;
 }
 
-}  // namespace
-
-DatasetSplits open_dataset(const DatasetOptions& options) {
+// `group`: the ranks opening it together, or null (Note [Shared listing]).
+DatasetSplits open_shares(const DatasetOptions& options, const ProcessGroup* group) {
   require_share(options.train, "train");
   require_share(options.test, "test");
   if (options.image_size < 0) {
@@ -161,16 +164,20 @@ DatasetSplits open_dataset(const DatasetOptions& options) {
                               " is negative; give a size in pixels, or 0 for the dataset's own"));
   }
   for (const auto& e : data::all_entries()) {
-    if (options.name == e.name) return fit_image_size(e.open(options), options);
+    if (options.name == e.name) return fit_image_size(e.open(options, group), options);
   }
   throw InvalidArgument(
       cat("unknown dataset '", options.name, "'; valid datasets: ", join(dataset_names(), ", ")));
 }
 
+}  // namespace
+
+DatasetSplits open_dataset(const DatasetOptions& options) { return open_shares(options, nullptr); }
+
 DatasetSplits open_dataset(DatasetOptions options, const ProcessGroup& pg) {
   fill_share(options.train, "train", pg);
   fill_share(options.test, "test", pg);
-  return open_dataset(options);
+  return open_shares(options, pg.size() > 1 ? &pg : nullptr);
 }
 
 }  // namespace dtrain

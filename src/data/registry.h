@@ -5,13 +5,20 @@
 
 #include "dtrain/data.h"
 
+namespace dtrain {
+class ProcessGroup;  // dtrain/comm.h
+}
+
 namespace dtrain::data {
 
 struct DatasetEntry {
   const char* name;
   /// One line for `dtrain train --help`.
   const char* description;
-  DatasetSplits (*open)(const DatasetOptions& options);
+  /// Opens both splits. `group`: the ranks opening it together (every one
+  /// calls this), with which an S3 dataset's listings are shared (Note
+  /// [Shared listing]); null when opened without a group.
+  DatasetSplits (*open)(const DatasetOptions& options, const ProcessGroup* group);
 };
 
 /// Rows for the image datasets (image/registry_image.cpp): imagefolder,

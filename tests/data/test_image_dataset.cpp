@@ -229,7 +229,7 @@ DatasetSplits open_by_name(const std::string& name, const std::string& data_dir)
   o.train.set_rank(0).set_world_size(1);  // the registry's entries take explicit shares
   o.test.set_rank(0).set_world_size(1);
   for (const auto& e : data::image_dataset_entries()) {
-    if (name == e.name) return e.open(o);
+    if (name == e.name) return e.open(o, /*group=*/nullptr);
   }
   throw std::runtime_error("no entry " + name);
 }

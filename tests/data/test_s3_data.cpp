@@ -6,8 +6,10 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <sstream>
 
 #include <ATen/ATen.h>
@@ -19,6 +21,7 @@
 #include "dtrain/image.h"
 #include "image_fixtures.h"
 #include "objstore/peer.h"
+#include "support/ranks.h"
 
 namespace dtrain {
 namespace {
@@ -91,13 +94,20 @@ class S3Data : public ::testing::Test {
       o.train.set_rank(rank).set_world_size(2);
       o.test = LoaderOptions::evaluation().set_batch_size(4).set_rank(rank).set_world_size(2);
       DatasetSplits s = open_dataset(o);
-      for (int64_t epoch : {0, 1}) {
-        for (Loader* l : {s.train.get(), s.test.get()}) {
-          l->set_epoch(epoch);
-          for (Batch& b : *l) {
-            out.push_back(b.inputs.clone());
-            out.push_back(b.targets.clone());
-          }
+      for (at::Tensor& t : epochs_of(s)) out.push_back(std::move(t));
+    }
+    return out;
+  }
+
+  // Every batch (inputs, targets) of epochs 0 and 1 of both splits.
+  static std::vector<at::Tensor> epochs_of(DatasetSplits& s) {
+    std::vector<at::Tensor> out;
+    for (int64_t epoch : {0, 1}) {
+      for (Loader* l : {s.train.get(), s.test.get()}) {
+        l->set_epoch(epoch);
+        for (Batch& b : *l) {
+          out.push_back(b.inputs.clone());
+          out.push_back(b.targets.clone());
         }
       }
     }
@@ -109,21 +119,94 @@ class S3Data : public ::testing::Test {
     for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(at::equal(a[i], b[i])) << "tensor " << i;
   }
 
-  // GetObject requests (not listings) the server answered for keys under
-  // `prefix` in bucket "data" since the last call; forgets them.
-  static int object_gets(const std::string& prefix) {
+  // The requests the server answered since the last count for which
+  // `counts(method, url)` holds; forgets every request.
+  static int requests(const std::function<bool(const std::string&, const std::string&)>& counts) {
     int n = 0;
     std::ifstream in(recording_);
     for (std::string line; std::getline(in, line);) {
       const json request = json::parse(line);
-      const std::string url = request["url"];
-      if (request["method"] == "GET" && url.find("list-type") == std::string::npos &&
-          url.find("/data/" + prefix) != std::string::npos) {
-        ++n;
-      }
+      if (counts(request["method"], request["url"])) ++n;
     }
     std::ofstream(recording_, std::ios::trunc);
     return n;
+  }
+
+  // GetObject requests (not listings) the server answered for keys under
+  // `prefix` in bucket "data" since the last call; forgets them.
+  static int object_gets(const std::string& prefix) {
+    return requests([&](const std::string& method, const std::string& url) {
+      return method == "GET" && url.find("list-type") == std::string::npos &&
+             url.find("/data/" + prefix) != std::string::npos;
+    });
+  }
+
+  // ListObjectsV2 requests (listing pages and directory probes) since the
+  // last count; forgets every request.
+  static int listings() {
+    return requests([](const std::string& method, const std::string& url) {
+      return method == "GET" && url.find("list-type=2") != std::string::npos;
+    });
+  }
+
+  // HEAD requests for keys under `prefix` in bucket "data" since the last
+  // count; forgets every request.
+  static int heads(const std::string& prefix) {
+    return requests([&](const std::string& method, const std::string& url) {
+      return method == "HEAD" && url.find("/data/" + prefix) != std::string::npos;
+    });
+  }
+
+  // The options of `dataset` at `data_dir` with each split's share unset
+  // (open_dataset(options, pg) fills it in).
+  static DatasetOptions group_options(const std::string& dataset, const std::string& data_dir) {
+    DatasetOptions o;
+    o.name = dataset;
+    o.data_dir = data_dir;
+    o.image_size = 28;
+    o.train = LoaderOptions().set_batch_size(4).set_seed(5).set_threads(2);
+    o.test = LoaderOptions::evaluation().set_batch_size(4);
+    return o;
+  }
+
+  // What each of 2 ranks gets from `dataset` at `data_dir`: its batches
+  // (epochs_of) and its training split's fingerprint; `group`: opened
+  // together with open_dataset(options, pg), else each alone with its share.
+  struct RankData {
+    std::vector<at::Tensor> batches;
+    DataFingerprint fingerprint;
+  };
+  static std::vector<RankData> open_on_two_ranks(const std::string& dataset,
+                                                 const std::string& data_dir, bool group) {
+    std::vector<RankData> out(2);
+    auto take = [&](int rank, DatasetSplits s) {
+      out[rank].fingerprint = s.train->fingerprint();
+      out[rank].batches = epochs_of(s);
+    };
+    if (group) {
+      testing::run_ranks(2, [&](const ProcessGroup& pg) {
+        take(pg.rank(), open_dataset(group_options(dataset, data_dir), pg));
+      });
+    } else {
+      for (int rank = 0; rank < 2; ++rank) {
+        DatasetOptions o = group_options(dataset, data_dir);
+        o.train.set_rank(rank).set_world_size(2);
+        o.test.set_rank(rank).set_world_size(2);
+        take(rank, open_dataset(o));
+      }
+    }
+    return out;
+  }
+
+  static void expect_same_ranks(const std::vector<RankData>& a, const std::vector<RankData>& b) {
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t r = 0; r < a.size(); ++r) {
+      SCOPED_TRACE("rank " + std::to_string(r));
+      EXPECT_TRUE(a[r].fingerprint.matches(b[r].fingerprint))
+          << a[r].fingerprint.str() << " vs " << b[r].fingerprint.str();
+      EXPECT_EQ(a[r].fingerprint.etags, b[r].fingerprint.etags);
+      expect_equal(a[r].batches, b[r].batches);
+    }
   }
 
   static inline std::unique_ptr<testing::MotoServer> moto_;
@@ -224,6 +307,65 @@ TEST_F(S3Data, BadLocationsAreOneLineErrorsNamingTheCause) {
   for (const std::string& m : {no_bucket, scheme, empty, bucket}) {
     EXPECT_EQ(m.find('\n'), std::string::npos) << m;
   }
+}
+
+// Note [Shared listing]: two ranks opening an S3 ImageFolder with their
+// group send the server the ListObjectsV2 requests of one rank opening it
+// alone (the probes of DATA_DIR, train and val, and one listing of each
+// split), not two ranks' worth, and each rank gets the batches and the
+// fingerprint it gets opening alone.
+TEST_F(S3Data, RanksOpeningAnS3FolderTogetherListItOnceAndGetWhatEachGetsAlone) {
+  listings();
+  open_dataset(group_options("imagefolder", "s3://data/folder"), ProcessGroup());
+  const int one_rank = listings();
+  EXPECT_GE(one_rank, 5) << "three probes and two listings";
+
+  const std::vector<RankData> alone = open_on_two_ranks("imagefolder", "s3://data/folder", false);
+  EXPECT_EQ(listings(), 2 * one_rank);
+  const std::vector<RankData> together = open_on_two_ranks("imagefolder", "s3://data/folder", true);
+  EXPECT_EQ(listings(), one_rank) << "rank 0 lists for both";
+  expect_same_ranks(together, alone);
+  EXPECT_EQ(together[0].fingerprint.str(), together[1].fingerprint.str());
+}
+
+// Rank 0 HEADs and indexes each WebDataset shard for both ranks (Note
+// [WebDataset order]): one HEAD a shard, and the batches of opening alone.
+TEST_F(S3Data, RanksOpeningS3WebDatasetShardsTogetherIndexEachShardOnce) {
+  const std::string script = DTRAIN_SOURCE_DIR "/tests/data/scripts/make_webdataset.py";
+  for (const char* split : {"train", "val"}) {
+    const testing::ShellRun run =
+        testing::run_shell("/usr/bin/python3 " + script + " " + *dir_ / "folder/" + split + " " +
+                           *dir_ / "swds/" + split + " 4 2>&1");
+    ASSERT_EQ(run.code, 0) << run.output;
+  }
+  upload(*moto_, "data", *dir_ / "swds", "swds");
+  const int shards = static_cast<int>(moto_->peer("list", "data", {"swds/"}).size());
+  ASSERT_GT(shards, 2);
+  heads("swds/");
+  const std::vector<RankData> alone = open_on_two_ranks("webdataset", "s3://data/swds", false);
+  EXPECT_EQ(heads("swds/"), 2 * shards);
+  const std::vector<RankData> together = open_on_two_ranks("webdataset", "s3://data/swds", true);
+  EXPECT_EQ(heads("swds/"), shards) << "rank 0 HEADs each shard for both ranks";
+  expect_same_ranks(together, alone);
+}
+
+// A listing that fails on rank 0 (no such bucket) is the same one-line
+// error on both ranks, at once: rank 1 does not wait out the group's timeout.
+TEST_F(S3Data, AListingErrorOnRank0IsTheSameOneLineErrorOnEveryRankWithoutWaiting) {
+  std::vector<std::string> errors(2);
+  const auto start = std::chrono::steady_clock::now();
+  testing::run_ranks(
+      2,
+      [&](const ProcessGroup& pg) {
+        errors[pg.rank()] = testing::error_of(
+            [&] { open_dataset(group_options("imagefolder", "s3://no-such-bucket/x"), pg); });
+      },
+      std::chrono::seconds(60));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30));
+  EXPECT_EQ(errors[0], errors[1]);
+  EXPECT_NE(errors[0].find("no-such-bucket"), std::string::npos) << errors[0];
+  EXPECT_NE(errors[0].find("rank 0 of 2"), std::string::npos) << errors[0];
+  EXPECT_EQ(errors[0].find('\n'), std::string::npos) << errors[0];
 }
 
 // Note [Data cache]: the first run copies each object it reads, once, and

@@ -191,14 +191,20 @@ class FolderSource : public ImageSource {
 };
 
 }  // namespace
+
+std::shared_ptr<ImageSource> open_image_folder(std::shared_ptr<Storage> storage,
+                                               const std::string& root,
+                                               const std::vector<std::string>& class_names) {
+  FolderIndex index = scan_image_folder(*storage, root, class_names);
+  return std::make_shared<FolderSource>(std::move(storage), std::move(index));
+}
+
 }  // namespace image
 
 std::shared_ptr<ImageSource> open_image_folder(const std::string& root,
                                                const std::vector<std::string>& class_names,
                                                const DataCacheOptions& cache) {
-  auto storage = std::make_shared<image::Storage>(cache);
-  image::FolderIndex index = image::scan_image_folder(*storage, root, class_names);
-  return std::make_shared<image::FolderSource>(std::move(storage), std::move(index));
+  return image::open_image_folder(std::make_shared<image::Storage>(cache), root, class_names);
 }
 
 }  // namespace dtrain

@@ -3,8 +3,13 @@
 // see the same samples in the same order.
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
+
+namespace dtrain {
+class ImageSource;  // dtrain/image.h
+}
 
 namespace dtrain::image {
 
@@ -34,5 +39,11 @@ class Storage;  // data/image/location.h
 /// in dtrain/image.h for the rules).
 FolderIndex scan_image_folder(Storage& storage, const std::string& root,
                               const std::vector<std::string>& class_names);
+
+/// open_image_folder (dtrain/image.h) through `storage`: the registry's
+/// Storage, shared with the group while datasets open (Note [Shared listing]).
+std::shared_ptr<ImageSource> open_image_folder(std::shared_ptr<Storage> storage,
+                                               const std::string& root,
+                                               const std::vector<std::string>& class_names);
 
 }  // namespace dtrain::image

@@ -26,6 +26,8 @@
 
 #include "common/strings.h"
 #include "data/image/cache.h"
+#include "data/image/shared_listing.h"
+#include "dtrain/comm.h"
 #include "dtrain/errors.h"
 #include "dtrain/object_store.h"
 
@@ -133,6 +135,11 @@ std::string with_slash(std::string prefix) {
   return prefix;
 }
 
+void sort_by_name(std::vector<Listed>& listing) {
+  std::sort(listing.begin(), listing.end(),
+            [](const Listed& a, const Listed& b) { return a.name < b.name; });
+}
+
 }  // namespace
 
 Storage::Storage(const DataCacheOptions& cache) {
@@ -151,8 +158,28 @@ S3Client& Storage::s3() {
 
 bool Storage::is_directory(const std::string& location) {
   if (!is_s3(location)) return image::is_directory(location);
-  const S3Uri uri = S3Uri::parse(location);
-  return !s3().list_objects_page(uri.bucket, with_slash(uri.key), "", 1).objects.empty();
+  return once_per_group(cat("probe ", location), [&] {
+           const S3Uri uri = S3Uri::parse(location);
+           const bool found =
+               !s3().list_objects_page(uri.bucket, with_slash(uri.key), "", 1).objects.empty();
+           return std::string(found ? "1" : "0");
+         }) == "1";
+}
+
+void Storage::share_with(const ProcessGroup* group) {
+  std::lock_guard<std::mutex> lock(mu_);
+  group_ = group;
+}
+
+const ProcessGroup* Storage::group() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return group_;
+}
+
+std::string Storage::once_per_group(const std::string& what,
+                                    const std::function<std::string()>& produce) {
+  const ProcessGroup* g = group();
+  return g ? share_from_rank0(*g, what, produce) : produce();
 }
 
 std::unique_ptr<ByteSource> Storage::open(const std::string& location) {
@@ -197,29 +224,36 @@ void Storage::read_all(const std::string& location, std::vector<uint8_t>& out,
   }
 }
 
-std::vector<Listed> Storage::list(const std::string& folder) {
+std::vector<Listed> Storage::list_s3(const std::string& folder) {
   std::vector<Listed> out;
-  if (is_s3(folder)) {
-    const S3Uri uri = S3Uri::parse(folder);
-    const std::string prefix = with_slash(uri.key);
-    for (ObjectInfo& o : s3().list_objects(uri.bucket, prefix)) {
-      if (o.key.size() > prefix.size() && o.key.back() != '/') {
-        out.push_back({o.key.substr(prefix.size()), static_cast<int64_t>(o.size), o.etag});
-      }
+  const S3Uri uri = S3Uri::parse(folder);
+  const std::string prefix = with_slash(uri.key);
+  for (ObjectInfo& o : s3().list_objects(uri.bucket, prefix)) {
+    if (o.key.size() > prefix.size() && o.key.back() != '/') {
+      out.push_back({o.key.substr(prefix.size()), static_cast<int64_t>(o.size), o.etag});
     }
-  } else {
-    std::error_code ec;
-    fs::recursive_directory_iterator it(folder, fs::directory_options::follow_directory_symlink,
-                                        ec);
-    for (fs::recursive_directory_iterator end; !ec && it != end; it.increment(ec)) {
-      if (it->is_directory(ec)) continue;
-      out.push_back({it->path().lexically_relative(folder).string(),
-                     static_cast<int64_t>(it->file_size(ec)), ""});
-    }
-    if (ec) throw DataError(cat("cannot list '", folder, "': ", ec.message()));
   }
-  std::sort(out.begin(), out.end(),
-            [](const Listed& a, const Listed& b) { return a.name < b.name; });
+  sort_by_name(out);
+  return out;
+}
+
+std::vector<Listed> Storage::list(const std::string& folder) {
+  if (is_s3(folder)) {
+    if (!group()) return list_s3(folder);
+    const std::string what = cat("list ", folder);
+    return decode_listing(once_per_group(what, [&] { return encode_listing(list_s3(folder)); }),
+                          cat("the listing of '", folder, "' rank 0 sent"));
+  }
+  std::vector<Listed> out;
+  std::error_code ec;
+  fs::recursive_directory_iterator it(folder, fs::directory_options::follow_directory_symlink, ec);
+  for (fs::recursive_directory_iterator end; !ec && it != end; it.increment(ec)) {
+    if (it->is_directory(ec)) continue;
+    out.push_back({it->path().lexically_relative(folder).string(),
+                   static_cast<int64_t>(it->file_size(ec)), ""});
+  }
+  if (ec) throw DataError(cat("cannot list '", folder, "': ", ec.message()));
+  sort_by_name(out);
   return out;
 }
 

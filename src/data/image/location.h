@@ -3,6 +3,7 @@
 // interface so every image source reads both (Note [Data locations]).
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -12,8 +13,9 @@
 #include "dtrain/data.h"
 
 namespace dtrain {
-class S3Client;  // dtrain/object_store.h
-}
+class ProcessGroup;  // dtrain/comm.h
+class S3Client;      // dtrain/object_store.h
+}  // namespace dtrain
 
 namespace dtrain::image {
 
@@ -29,7 +31,9 @@ struct Listed {
 /// Opens, reads, lists and writes local paths and `s3://bucket/key`
 /// locations alike. Makes one S3Client (credentials, region and endpoint as
 /// AWS's SDKs resolve them, s3_options_from_env) on the first s3:// use and
-/// shares it with every ByteSource it opens. Thread-safe.
+/// shares it with every ByteSource it opens. Thread-safe, except while it
+/// shares with a group (share_with): then list(), is_directory() and
+/// once_per_group() are collectives, called by one thread of each rank.
 class Storage {
  public:
   /// With `cache.dir` set, objects read from S3 go through a DataCache
@@ -43,6 +47,18 @@ class Storage {
   /// A local directory, or an S3 prefix with at least one object under
   /// "location/".
   bool is_directory(const std::string& location);
+  /// From now on rank 0 of `group` lists and probes s3:// locations for
+  /// every rank (Note [Shared listing]): list() and is_directory() of an
+  /// s3:// location and once_per_group() become collectives over `group`,
+  /// which every rank calls in the same order. Local paths are still listed
+  /// by each rank. nullptr (or a group of one rank): each call answers here
+  /// again. `group` must outlive its sharing; the registry shares only while
+  /// open_dataset() runs.
+  void share_with(const ProcessGroup* group);
+  /// Rank 0's `produce()` on every rank of the shared group
+  /// (share_from_rank0 in data/image/shared_listing.h); without one,
+  /// `produce()` here. For what opening an s3:// dataset learns from S3.
+  std::string once_per_group(const std::string& what, const std::function<std::string()>& produce);
   /// Opens a file or object for ranged reads (S3: a HEAD for size and ETag;
   /// every read then sends If-Match, so an object replaced while it is read
   /// fails instead of mixing two versions).
@@ -55,7 +71,8 @@ class Storage {
   void read_all(const std::string& location, std::vector<uint8_t>& out,
                 const std::string& etag = "");
   /// Everything under the folder or prefix, recursively, sorted by name.
-  /// Throws DataError naming it when it cannot be listed.
+  /// Throws DataError naming it when it cannot be listed. With a group
+  /// (share_with), an s3:// prefix is listed by rank 0 and sent to the others.
   std::vector<Listed> list(const std::string& folder);
   /// Writes a whole file (temporary name, then rename) or object (one PUT,
   /// multipart when large; a reader never sees part of it).
@@ -65,7 +82,10 @@ class Storage {
 
  private:
   S3Client& s3();
+  std::vector<Listed> list_s3(const std::string& folder);
+  const ProcessGroup* group();
   std::mutex mu_;
+  const ProcessGroup* group_ = nullptr;  // share_with
   std::shared_ptr<S3Client> s3_;
   std::shared_ptr<DataCache> cache_;  // null: no cache
 };

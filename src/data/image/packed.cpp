@@ -79,18 +79,18 @@ struct Entry {
 
 class PackedSource : public ImageSource {
  public:
-  PackedSource(const std::string& dir, const std::vector<std::string>& class_names,
-               const DataCacheOptions& cache)
-      : storage_(cache), dir_(dir) {
+  PackedSource(std::shared_ptr<Storage> storage, const std::string& dir,
+               const std::vector<std::string>& class_names)
+      : storage_(std::move(storage)), dir_(dir) {
     const std::string index_path = dir + "/index.bin";
-    if (!storage_.is_directory(dir)) {
+    if (!storage_->is_directory(dir)) {
       throw DataError(cat("packed dataset '", dir,
                           "' does not exist; create it with "
                           "'dtrain data pack IMAGEFOLDER ",
                           dir, "'"));
     }
     std::vector<uint8_t> bytes;
-    storage_.read_all(index_path, bytes);
+    storage_->read_all(index_path, bytes);
     parse(Reader(bytes, index_path), index_path, class_names);
   }
 
@@ -154,7 +154,7 @@ class PackedSource : public ImageSource {
     classes_ = class_names.empty() ? own_classes : class_names;
     std::vector<int64_t> shard_sizes;
     for (uint32_t s = 0; s < num_shards; ++s) {
-      shards_.push_back(storage_.open(shard_path(dir_, s)));
+      shards_.push_back(storage_->open(shard_path(dir_, s)));
       shard_sizes.push_back(shards_.back()->size());
     }
     entries_.reserve(num_samples);
@@ -186,7 +186,7 @@ class PackedSource : public ImageSource {
     if (entries_.empty()) throw DataError(cat("packed dataset '", dir_, "' has no samples"));
   }
 
-  Storage storage_;
+  std::shared_ptr<Storage> storage_;
   std::string dir_;
   std::vector<std::string> classes_;
   std::vector<std::unique_ptr<ByteSource>> shards_;
@@ -196,6 +196,11 @@ class PackedSource : public ImageSource {
 };
 
 }  // namespace
+
+std::shared_ptr<ImageSource> open_packed(std::shared_ptr<Storage> storage, const std::string& dir,
+                                         const std::vector<std::string>& class_names) {
+  return std::make_shared<PackedSource>(std::move(storage), dir, class_names);
+}
 
 std::string shard_path(const std::string& dir, uint32_t shard) {
   char name[32];
@@ -208,7 +213,7 @@ std::string shard_path(const std::string& dir, uint32_t shard) {
 std::shared_ptr<ImageSource> open_packed(const std::string& dir,
                                          const std::vector<std::string>& class_names,
                                          const DataCacheOptions& cache) {
-  return std::make_shared<image::PackedSource>(dir, class_names, cache);
+  return image::open_packed(std::make_shared<image::Storage>(cache), dir, class_names);
 }
 
 PrepareStats pack_image_folder(const std::string& folder, const std::string& out_dir,

@@ -21,7 +21,13 @@
 //   so a directory with index.bin holds a complete pack.
 
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <vector>
+
+namespace dtrain {
+class ImageSource;  // dtrain/image.h
+}
 
 namespace dtrain::image {
 
@@ -31,5 +37,13 @@ constexpr uint32_t kPackVersion = 1;
 
 /// "DIR/shard-00003.bin" for shard 3.
 std::string shard_path(const std::string& dir, uint32_t shard);
+
+class Storage;  // data/image/location.h
+
+/// open_packed (dtrain/image.h) through `storage`, the registry's. Each rank
+/// reads index.bin and HEADs the shards itself; only the directory probe is
+/// shared with the group (Note [Shared listing]).
+std::shared_ptr<ImageSource> open_packed(std::shared_ptr<Storage> storage, const std::string& dir,
+                                         const std::vector<std::string>& class_names);
 
 }  // namespace dtrain::image

@@ -4,8 +4,11 @@
 #include <utility>
 
 #include "common/strings.h"
+#include "data/image/folder.h"
 #include "data/image/io.h"
 #include "data/image/location.h"
+#include "data/image/packed.h"
+#include "data/image/webdataset.h"
 #include "data/registry.h"
 #include "dtrain/errors.h"
 #include "dtrain/image.h"
@@ -15,31 +18,48 @@ namespace {
 
 constexpr int kImageNetSize = 224;
 
-// Local directories and s3:// prefixes alike (Note [Data locations]).
-bool is_folder(const std::string& location) {
-  image::Storage storage;
-  return storage.is_directory(location);
-}
+using image::Storage;
 
-std::string require_dir(const DatasetOptions& o, const char* what) {
+// The Storage of one open_dataset() call, read by all its splits: shared with
+// the group while they open (Note [Shared listing]), never after, so the
+// sources it is left in do not hold on to the group.
+class OpenStorage {
+ public:
+  OpenStorage(const DatasetOptions& o, const ProcessGroup* group)
+      : storage_(std::make_shared<Storage>(o.cache)) {
+    storage_->share_with(group);
+  }
+  ~OpenStorage() { storage_->share_with(nullptr); }
+  OpenStorage(const OpenStorage&) = delete;
+  OpenStorage& operator=(const OpenStorage&) = delete;
+  const std::shared_ptr<Storage>& get() const { return storage_; }
+  Storage& operator*() const { return *storage_; }
+
+ private:
+  std::shared_ptr<Storage> storage_;
+};
+
+std::string require_dir(Storage& storage, const DatasetOptions& o, const char* what) {
   if (o.data_dir.empty()) {
     throw InvalidArgument(cat("dataset '", o.name, "' needs DatasetOptions::data_dir: ", what));
   }
-  if (!is_folder(o.data_dir)) {
+  // Local directories and s3:// prefixes alike (Note [Data locations]).
+  if (!storage.is_directory(o.data_dir)) {
     throw DataError(cat("dataset '", o.name, "': directory '", o.data_dir, "' does not exist"));
   }
   return o.data_dir;
 }
 
 // DATA_DIR/train and DATA_DIR/val (or DATA_DIR/test).
-std::pair<std::string, std::string> split_dirs(const DatasetOptions& o, const char* layout) {
-  const std::string root = require_dir(o, layout);
+std::pair<std::string, std::string> split_dirs(Storage& storage, const DatasetOptions& o,
+                                               const char* layout) {
+  const std::string root = require_dir(storage, o, layout);
   const std::string train = root + "/train";
-  if (!is_folder(train)) {
+  if (!storage.is_directory(train)) {
     throw DataError(cat("dataset '", o.name, "': '", train, "' does not exist; expected ", layout));
   }
   for (const char* name : {"/val", "/test"}) {
-    if (is_folder(root + name)) return {train, root + name};
+    if (storage.is_directory(root + name)) return {train, root + name};
   }
   throw DataError(cat("dataset '", o.name, "': neither '", root, "/val' nor '", root,
                       "/test' exists; expected ", layout));
@@ -73,28 +93,29 @@ constexpr const char* kFolderLayout = "DATA_DIR/{train,val}/<class>/<image>.{jpg
 constexpr const char* kPackedLayout =
     "DATA_DIR/{train,val}/ made by 'dtrain data pack IMAGEFOLDER DATA_DIR/train' (and val)";
 
-using OpenSplit = std::shared_ptr<ImageSource> (*)(const std::string& dir,
-                                                   const std::vector<std::string>& classes,
-                                                   const DataCacheOptions& cache);
+using OpenSplit = std::shared_ptr<ImageSource> (*)(std::shared_ptr<Storage> storage,
+                                                   const std::string& dir,
+                                                   const std::vector<std::string>& classes);
 
 // ImageNet-style splits (train plus val or test); the test split takes the
 // training split's class order (an empty list lets the opener find them).
-DatasetSplits open_imagenet_like(const DatasetOptions& o, const char* layout,
-                                 OpenSplit open_split) {
-  const auto [train_dir, test_dir] = split_dirs(o, layout);
-  auto train = open_split(train_dir, {}, o.cache);
-  auto test = open_split(test_dir, train->classes(), o.cache);
+DatasetSplits open_imagenet_like(const DatasetOptions& o, const ProcessGroup* group,
+                                 const char* layout, OpenSplit open_split) {
+  OpenStorage storage(o, group);
+  const auto [train_dir, test_dir] = split_dirs(*storage, o, layout);
+  auto train = open_split(storage.get(), train_dir, {});
+  auto test = open_split(storage.get(), test_dir, train->classes());
   return make_splits(std::move(train), std::move(test), o,
                      TransformOptions::imagenet_train(crop_size(o)),
                      TransformOptions::imagenet_eval(crop_size(o)));
 }
 
-DatasetSplits open_folder(const DatasetOptions& o) {
-  return open_imagenet_like(o, kFolderLayout, &open_image_folder);
+DatasetSplits open_folder(const DatasetOptions& o, const ProcessGroup* group) {
+  return open_imagenet_like(o, group, kFolderLayout, &image::open_image_folder);
 }
 
-DatasetSplits open_packed_dataset(const DatasetOptions& o) {
-  return open_imagenet_like(o, kPackedLayout, &open_packed);
+DatasetSplits open_packed_dataset(const DatasetOptions& o, const ProcessGroup* group) {
+  return open_imagenet_like(o, group, kPackedLayout, &image::open_packed);
 }
 
 constexpr const char* kWebDatasetLayout =
@@ -102,10 +123,12 @@ constexpr const char* kWebDatasetLayout =
     "'/data/train-{000000..000146}.tar::/data/val-{000000..000006}.tar'";
 
 // A split's shards: the *.tar files of a directory in name order, or a brace list.
-std::vector<std::string> webdataset_shards(const DatasetOptions& o, const std::string& spec) {
-  if (spec.find('{') != std::string::npos || !is_folder(spec)) return expand_braces(spec);
+std::vector<std::string> webdataset_shards(Storage& storage, const DatasetOptions& o,
+                                           const std::string& spec) {
+  if (spec.find('{') != std::string::npos || !storage.is_directory(spec)) {
+    return expand_braces(spec);
+  }
   std::vector<std::string> shards;
-  image::Storage storage;
   for (const image::Listed& f : storage.list(spec)) {
     const bool tar = f.name.size() > 4 && f.name.compare(f.name.size() - 4, 4, ".tar") == 0;
     if (tar && f.name.find('/') == std::string::npos) shards.push_back(spec + "/" + f.name);
@@ -117,21 +140,24 @@ std::vector<std::string> webdataset_shards(const DatasetOptions& o, const std::s
   return shards;
 }
 
-DatasetSplits open_webdataset_splits(const DatasetOptions& o) {
+DatasetSplits open_webdataset_splits(const DatasetOptions& o, const ProcessGroup* group) {
   if (o.data_dir.empty()) {
     throw InvalidArgument(
         cat("dataset '", o.name, "' needs DatasetOptions::data_dir: ", kWebDatasetLayout));
   }
+  OpenStorage storage(o, group);
   std::string train_spec, test_spec;
   const size_t sep = o.data_dir.find("::");
   if (sep != std::string::npos) {
     train_spec = o.data_dir.substr(0, sep);
     test_spec = o.data_dir.substr(sep + 2);
   } else {
-    std::tie(train_spec, test_spec) = split_dirs(o, kWebDatasetLayout);
+    std::tie(train_spec, test_spec) = split_dirs(*storage, o, kWebDatasetLayout);
   }
-  auto train = open_webdataset(webdataset_shards(o, train_spec), {}, o.cache);
-  auto test = open_webdataset(webdataset_shards(o, test_spec), train->classes(), o.cache);
+  auto train =
+      image::open_webdataset(storage.get(), webdataset_shards(*storage, o, train_spec), {});
+  auto test = image::open_webdataset(storage.get(), webdataset_shards(*storage, o, test_spec),
+                                     train->classes());
   return make_splits(std::move(train), std::move(test), o,
                      TransformOptions::imagenet_train(crop_size(o)),
                      TransformOptions::imagenet_eval(crop_size(o)));
@@ -150,14 +176,16 @@ DatasetSplits open_fixed(std::shared_ptr<ImageSource> train, std::shared_ptr<Ima
   return make_splits(std::move(train), std::move(test), o, train_t, t);
 }
 
-DatasetSplits open_stl(const DatasetOptions& o) {
-  const std::string dir = require_dir(o, "the directory of train_X.bin (stl10_binary)");
+DatasetSplits open_stl(const DatasetOptions& o, const ProcessGroup*) {
+  Storage storage;  // local files only: nothing to share
+  const std::string dir = require_dir(storage, o, "the directory of train_X.bin (stl10_binary)");
   return open_fixed(open_stl10(dir, true), open_stl10(dir, false), o, 96,
                     {0.4467f, 0.4398f, 0.4066f}, {0.2603f, 0.2566f, 0.2713f});
 }
 
-DatasetSplits open_cifar(const DatasetOptions& o) {
-  const std::string dir = require_dir(o, "the directory of data_batch_1.bin");
+DatasetSplits open_cifar(const DatasetOptions& o, const ProcessGroup*) {
+  Storage storage;  // local files only: nothing to share
+  const std::string dir = require_dir(storage, o, "the directory of data_batch_1.bin");
   return open_fixed(open_cifar10(dir, true), open_cifar10(dir, false), o, 32,
                     {0.4914f, 0.4822f, 0.4465f}, {0.2470f, 0.2435f, 0.2616f});
 }
@@ -166,7 +194,7 @@ DatasetSplits open_cifar(const DatasetOptions& o) {
 // without one the samples are 3 x image_size x image_size (224 by default),
 // as `dtrain bench train --image-size` makes them. (An explicit HxW that
 // differs from image_size is resized: Note [Resizing to --image-size].)
-DatasetSplits open_synthetic(const DatasetOptions& o) {
+DatasetSplits open_synthetic(const DatasetOptions& o, const ProcessGroup*) {
   std::vector<int64_t> shape{3, crop_size(o), crop_size(o)};
   long long classes = 1000, samples = 12800;
   if (!o.data_dir.empty()) {

@@ -19,6 +19,7 @@
 #include "common/strings.h"
 #include "data/fingerprint.h"
 #include "data/image/location.h"
+#include "data/image/shared_listing.h"
 #include "data/image/tar.h"
 #include "dtrain/errors.h"
 #include "dtrain/image.h"
@@ -90,20 +91,65 @@ int64_t parse_label(const ByteSource& shard, const TarEntry& e, const std::strin
   return v;
 }
 
+// A shard in S3, HEADed and indexed with large GETs in order (Note [Data
+// locations]), as once_per_group sends it: size, ETag, then the samples.
+std::string index_s3_shard(Storage& storage, const std::string& path) {
+  const std::unique_ptr<ByteSource> shard = storage.open(path);
+  WireWriter w;
+  w.u64(static_cast<uint64_t>(shard->size()));
+  w.bytes(shard->etag());
+  const std::vector<WebDatasetSample> samples = index_webdataset_shard(ReadAhead(*shard));
+  w.u64(samples.size());
+  for (const WebDatasetSample& s : samples) {
+    w.bytes(s.key);
+    w.u64(static_cast<uint64_t>(s.offset));
+    w.u64(static_cast<uint64_t>(s.size));
+    w.u64(static_cast<uint64_t>(s.label));
+  }
+  return std::move(w.str());
+}
+
+std::vector<WebDatasetSample> decode_shard_index(std::string_view bytes, const std::string& path,
+                                                 Listed* shard) {
+  WireReader r(bytes, cat("the index of '", path, "' rank 0 sent"));
+  shard->size = static_cast<int64_t>(r.u64());
+  shard->etag = std::string(r.bytes());
+  const uint64_t n = r.u64();
+  if (n > bytes.size()) r.fail("it claims more samples than it has bytes");
+  std::vector<WebDatasetSample> samples;
+  samples.reserve(static_cast<size_t>(n));
+  for (uint64_t i = 0; i < n; ++i) {
+    WebDatasetSample s;
+    s.key = std::string(r.bytes());
+    s.offset = static_cast<int64_t>(r.u64());
+    s.size = static_cast<int64_t>(r.u64());
+    s.label = static_cast<int64_t>(r.u64());
+    samples.push_back(std::move(s));
+  }
+  if (!r.done()) r.fail("bytes follow the last sample");
+  return samples;
+}
+
 class WebDatasetSource : public ImageSource {
  public:
-  WebDatasetSource(const std::vector<std::string>& shards,
-                   const std::vector<std::string>& class_names, const DataCacheOptions& cache)
-      : storage_(cache) {
+  WebDatasetSource(std::shared_ptr<Storage> storage, const std::vector<std::string>& shards,
+                   const std::vector<std::string>& class_names)
+      : storage_(std::move(storage)) {
     if (shards.empty()) throw DataError("webdataset: the shard list is empty");
     int64_t max_label = -1;
     for (const std::string& path : shards) {
-      shards_.push_back(storage_.open(path));  // Note [Data locations]
       std::vector<WebDatasetSample> found;
       if (Storage::is_s3(path)) {
         remote_ = true;
-        found = index_webdataset_shard(ReadAhead(*shards_.back()));  // large GETs, in order
+        // Note [Shared listing]: with a group, rank 0 HEADs and indexes it for every rank.
+        Listed known;
+        found = decode_shard_index(
+            storage_->once_per_group(cat("index ", path),
+                                     [&] { return index_s3_shard(*storage_, path); }),
+            path, &known);
+        shards_.push_back(storage_->open(path, known));
       } else {
+        shards_.push_back(storage_->open(path));
         found = index_webdataset_shard(*shards_.back());
       }
       for (WebDatasetSample& s : found) {
@@ -164,7 +210,7 @@ class WebDatasetSource : public ImageSource {
   }
 
  private:
-  Storage storage_;
+  std::shared_ptr<Storage> storage_;
   std::vector<std::unique_ptr<ByteSource>> shards_;
   std::vector<std::pair<uint32_t, WebDatasetSample>> samples_;
   std::vector<std::string> classes_;
@@ -172,6 +218,12 @@ class WebDatasetSource : public ImageSource {
 };
 
 }  // namespace
+
+std::shared_ptr<ImageSource> open_webdataset(std::shared_ptr<Storage> storage,
+                                             const std::vector<std::string>& shards,
+                                             const std::vector<std::string>& class_names) {
+  return std::make_shared<WebDatasetSource>(std::move(storage), shards, class_names);
+}
 
 std::vector<WebDatasetSample> index_webdataset_shard(const ByteSource& shard) {
   std::vector<WebDatasetSample> out;
@@ -250,7 +302,7 @@ std::vector<std::string> expand_braces(const std::string& pattern) {
 std::shared_ptr<ImageSource> open_webdataset(const std::vector<std::string>& shards,
                                              const std::vector<std::string>& class_names,
                                              const DataCacheOptions& cache) {
-  return std::make_shared<image::WebDatasetSource>(shards, class_names, cache);
+  return image::open_webdataset(std::make_shared<image::Storage>(cache), shards, class_names);
 }
 
 }  // namespace dtrain

@@ -15,10 +15,15 @@
 // the key. Directory entries and names starting with "__" are skipped.
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "data/image/io.h"
+
+namespace dtrain {
+class ImageSource;  // dtrain/image.h
+}
 
 namespace dtrain::image {
 
@@ -34,5 +39,14 @@ struct WebDatasetSample {
 /// Reads the tar headers and the cls members only. Throws DataError naming
 /// the shard and the offset for corrupt tar data or a malformed sample.
 std::vector<WebDatasetSample> index_webdataset_shard(const ByteSource& shard);
+
+class Storage;  // data/image/location.h
+
+/// open_webdataset (dtrain/image.h) through `storage`: the registry's
+/// Storage, shared with the group while datasets open, so that rank 0
+/// indexes each shard in S3 for every rank (Note [Shared listing]).
+std::shared_ptr<ImageSource> open_webdataset(std::shared_ptr<Storage> storage,
+                                             const std::vector<std::string>& shards,
+                                             const std::vector<std::string>& class_names);
 
 }  // namespace dtrain::image
