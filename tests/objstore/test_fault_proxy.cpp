@@ -10,8 +10,6 @@
 
 #include <gtest/gtest.h>
 
-#include <cstdio>
-#include <fstream>
 #include <random>
 
 #include "dtrain/object_store.h"
@@ -22,49 +20,14 @@ namespace dtrain {
 namespace {
 
 using nlohmann::json;
+using testing::FaultProxy;
 using Clock = std::chrono::steady_clock;
 
-/// fault_proxy.py in front of `moto`, with `rules` (the proxy's header).
-class FaultProxy {
- public:
-  FaultProxy(const testing::MotoServer& moto, const json& rules) {
-    char dir[] = "/tmp/dtrain-fault-proxy-XXXXXX";
-    dir_ = mkdtemp(dir);
-    const std::string port_file = dir_ + "/port";
-    process_ = std::make_unique<testing::ChildProcess>(std::vector<std::string>{
-        moto.venv + "/bin/python", DTRAIN_SOURCE_DIR "/tests/objstore/fault_proxy.py",
-        moto.endpoint, moto.key, moto.secret, port_file, rules.dump()});
-    const auto deadline = Clock::now() + std::chrono::seconds(30);
-    while (Clock::now() < deadline && port_ == 0) {
-      std::ifstream in(port_file);
-      if (!(in >> port_)) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-  }
-  ~FaultProxy() {
-    process_.reset();
-    std::remove((dir_ + "/port").c_str());
-    std::remove(dir_.c_str());
-  }
+long long ms(Clock::duration d) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
+}
 
-  /// 0 when the proxy did not start within 30 s.
-  int port() const { return port_; }
-  std::string endpoint() const { return "http://127.0.0.1:" + std::to_string(port_); }
-  /// The proxy's log entries for `op` on `key`, in arrival order.
-  std::vector<json> requests(const std::string& op, const std::string& key) const {
-    std::vector<json> out;
-    for (const auto& entry : json::parse(testing::http_get(port_, "/__proxy/log"))) {
-      if (entry["op"] == op && entry["key"] == key) out.push_back(entry);
-    }
-    return out;
-  }
-
- private:
-  std::string dir_;
-  std::unique_ptr<testing::ChildProcess> process_;
-  int port_ = 0;
-};
-
-/// The faults of every check, in the proxy's log as `fault`.
+/// The fault each logged request got, in order ("none": forwarded as it was).
 std::vector<std::string> faults_of(const std::vector<json>& entries) {
   std::vector<std::string> out;
   for (const auto& e : entries) out.push_back(e["fault"].is_null() ? "none" : e["fault"]);
@@ -157,7 +120,7 @@ TEST_P(S3FaultProxyTransient, IsRetriedAndTheReadsReturnTheBytesBoto3Uploaded) {
   auto seen = proxy.requests("GetObject", key);
   EXPECT_EQ(faults_of(seen), (std::vector<std::string>{fault, fault, "none"}));
   EXPECT_EQ(seen.back()["status"], 200);
-  EXPECT_LT(took, bound(s3.options(), 3));
+  EXPECT_LT(took, bound(s3.options(), 3)) << ms(took) << " ms";
 
   // A ranged read pinned to the ETag, as the data loader makes: one retry.
   GetOptions range;
@@ -218,9 +181,9 @@ TEST_P(S3FaultProxyExhausted, EndsAfterMaxAttemptsWithOneLineWithinTheOptionsBou
     EXPECT_EQ(e.key, key);
   }
   const auto took = Clock::now() - start;
-  EXPECT_LT(took, bound(s3.options(), 3));
+  EXPECT_LT(took, bound(s3.options(), 3)) << ms(took) << " ms";
   if (fault == "stall") {
-    EXPECT_GE(took, 3 * s3.options().request_timeout);
+    EXPECT_GE(took, 3 * s3.options().request_timeout) << ms(took) << " ms";
   }
   EXPECT_EQ(faults_of(proxy.requests("GetObject", key)),
             (std::vector<std::string>{fault, fault, fault}));
@@ -364,6 +327,39 @@ TEST_F(S3FaultProxy, ASlowDownOnAListingPageIsRetriedAndTheListingIsWhole) {
   for (int i = 0; i < 10; ++i) EXPECT_EQ(listed[i].key, "train/" + std::to_string(100 + i));
   EXPECT_EQ(faults_of(proxy.requests("ListObjectsV2", "train/")),
             (std::vector<std::string>{"none", "slowdown", "slowdown", "none", "none"}));
+}
+
+TEST_F(S3FaultProxy, AMultipartUploadWhosePartAndCompleteAnswersWereLostIsStoredWhole) {
+  const std::string bucket = "proxy-multipart", key = "ckpt/checkpoint-00000200.pt";
+  upload(bucket, "other", 1);  // makes the bucket
+  // moto acts on each request whose answer the proxy drops: the part is
+  // stored twice (the same bytes), the Complete's retry finds the upload
+  // completed (moto answers it 200 again).
+  FaultProxy proxy(
+      *moto_,
+      json::array({{{"op", "UploadPart"}, {"on", {2}}, {"fault", "lose_answer"}},
+                   {{"op", "CompleteMultipartUpload"}, {"on", {1}}, {"fault", "lose_answer"}}}));
+  ASSERT_NE(proxy.port(), 0) << "fault_proxy.py did not start";
+  S3Options o = options(proxy);
+  o.multipart_threshold = 6 << 20;
+  o.part_size = 5 << 20;
+  S3Client s3(o);
+  std::string body((11 << 20) + 7, '\0');  // 3 parts
+  std::mt19937 rng(11);
+  for (auto& c : body) c = static_cast<char>(rng());
+  PutOptions once;
+  once.if_none_match = true;
+  PutResult put = s3.put_object(bucket, key, body, once);
+  EXPECT_EQ(put.parts, 3);
+  EXPECT_EQ(put.etag, put_object_etag(body, o));
+  EXPECT_EQ(faults_of(proxy.requests("UploadPart", key)),
+            (std::vector<std::string>{"none", "lose_answer", "none", "none"}));
+  EXPECT_EQ(faults_of(proxy.requests("CompleteMultipartUpload", key)),
+            (std::vector<std::string>{"lose_answer", "none"}));
+  json theirs = boto3_get(bucket, key);
+  EXPECT_EQ(theirs["sha256"], sha256_hex(body));
+  EXPECT_EQ(theirs["etag"], put.etag);
+  EXPECT_EQ(moto_->peer("uploads", bucket), 0);  // nothing left unfinished
 }
 
 }  // namespace
