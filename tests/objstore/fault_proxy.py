@@ -37,9 +37,10 @@ Faults:
   redirect        301 PermanentRedirect with x-amz-bucket-region: "region"
                   (default eu-west-2), as S3 answers a request sent to the
                   wrong region's endpoint (not forwarded)
-  wrong_region    400 AuthorizationHeaderMalformed with x-amz-bucket-region,
-                  as S3 answers a request signed for the wrong region (not
-                  forwarded)
+  wrong_region    400 AuthorizationHeaderMalformed with x-amz-bucket-region
+                  and <Region> in the body, as S3 answers a request signed for
+                  the wrong region (not forwarded); "region_header": false
+                  leaves the header out (the body alone names the region)
   replace         before forwarding, the object is rewritten on UPSTREAM with
                   boto3 (every byte inverted: same size, another ETag), so a
                   read pinned to the old ETag meets a replaced object
@@ -283,7 +284,8 @@ class Handler(socketserver.BaseRequestHandler):
                     400, "Bad Request", "AuthorizationHeaderMalformed",
                     f"The authorization header is malformed; the region 'us-east-1' is wrong; "
                     f"expecting '{region}'", f"<Region>{region}</Region>",
-                    {"x-amz-bucket-region": region}, head_only=method == "HEAD"))
+                    {"x-amz-bucket-region": region} if rule.get("region_header", True) else {},
+                    head_only=method == "HEAD"))
             return True
         if fault == "replace":
             replace_object(bucket, key)

@@ -255,6 +255,29 @@ TEST_F(S3FaultProxy, ARequestSignedForTheWrongRegionEndsAtOnceNamingTheRegionAnd
   EXPECT_EQ(proxy.requests("ListObjectsV2", "data/train/").size(), 1u);  // not retried
 }
 
+TEST_F(S3FaultProxy, ARegionNamedOnlyInTheErrorBodyIsTheRegionToSet) {
+  const std::string bucket = "proxy-region-body", key = "shards/shard-4.tar";
+  upload(bucket, key, 100);
+  // AuthorizationHeaderMalformed's <Region>, without x-amz-bucket-region.
+  FaultProxy proxy(
+      *moto_,
+      json::array(
+          {{{"fault", "wrong_region"}, {"region", "eu-central-1"}, {"region_header", false}}}));
+  ASSERT_NE(proxy.port(), 0) << "fault_proxy.py did not start";
+  S3Client s3(options(proxy));
+  try {
+    s3.get_object(bucket, key);
+    FAIL() << "a 400 AuthorizationHeaderMalformed was read as the object";
+  } catch (const WrongRegionError& e) {
+    EXPECT_EQ(e.region, "eu-central-1");
+    EXPECT_EQ(std::string(e.what()),
+              "S3 GetObject s3://proxy-region-body/shards/shard-4.tar: HTTP 400 "
+              "AuthorizationHeaderMalformed: bucket 'proxy-region-body' is in region "
+              "eu-central-1, not us-east-1; fix: set AWS_REGION=eu-central-1");
+  }
+  EXPECT_EQ(proxy.requests("GetObject", key).size(), 1u);  // not retried
+}
+
 TEST_F(S3FaultProxy, AnObjectReplacedBetweenTwoRangedReadsFailsWithPreconditionFailed) {
   const std::string bucket = "proxy-replace", key = "shards/shard-3.tar";
   const std::string body = upload(bucket, key, 64 << 10);
