@@ -9,7 +9,8 @@
 #
 #   bench/s3/s3_vs_s3torchconnector.sh [--build build] [--data DIR] [--images N]
 #                                      [--epochs E] [--repeat R] [--rate 1gbit]
-#                                      [--delay 5ms] [--timeout SECS]
+#                                      [--delay 5ms] [--peer-workers "1 8"]
+#                                      [--timeout SECS]
 #
 # Layout: two network namespaces (bench/netns/netns.sh: dtrainbench0, the
 # client, 10.213.0.1; dtrainbench1, the server, 10.213.0.2) joined by a veth
@@ -20,7 +21,9 @@
 # bench/s3/delay_relay.py, which adds DELAY each way (the round trip is
 # 2 x DELAY): this kernel has no netem qdisc, so tc cannot add the latency. Every client runs pinned to CPU 0 (`taskset -c 0`),
 # the server to CPU 1, so each figure is per client core: dtrain with one
-# decode thread (and its fetch threads), the peer with one DataLoader worker.
+# decode thread (and its fetch threads), the peer with each of --peer-workers
+# DataLoader workers (more workers overlap more GETs; the table's ratio is
+# against the peer's best).
 # Each configuration runs R times (default 3), interleaved; the best is kept.
 # Needs root (ip netns), nginx, and the peer venv of scripts/peer-torch.sh,
 # into which s3torchconnector 1.5 is installed when missing.
@@ -32,8 +35,9 @@ root="$(cd "$here/../.." && pwd)"
 source "$root/bench/peer_python.sh"
 build="$root/build"
 data="${TMPDIR:-/tmp}/dtrain-s3-bench"
-images=2000
+images=1000
 epochs=2
+peer_workers="1 8"
 repeat=3
 rate=1gbit
 delay=5ms
@@ -49,6 +53,7 @@ while [[ $# -gt 0 ]]; do
     --repeat) repeat="$2"; shift 2 ;;
     --rate) rate="$2"; shift 2 ;;
     --delay) delay="$2"; shift 2 ;;
+    --peer-workers) peer_workers="$2"; shift 2 ;;
     --timeout) limit="$2"; shift 2 ;;
     *) echo "unknown argument: $1" >&2; exit 2 ;;
   esac
@@ -111,11 +116,17 @@ declare -A cmd r cpu
 cmd[local]="$bench $objects --threads 1 --epochs $epochs"
 cmd[s3]="$bench $uri --threads 1 --epochs $epochs"
 cmd[s3-nofetch]="$bench $uri --threads 1 --fetch-threads 0 --epochs $epochs"
-cmd[s3tc-map]="${py[*]} $here/s3torchconnector_loader.py $uri/ --endpoint http://$server:$port --workers 1 --epochs $epochs"
-cmd[s3tc-iter]="${py[*]} $here/s3torchconnector_loader.py $uri/ --endpoint http://$server:$port --dataset iterable --workers 1 --epochs $epochs"
+peer="${py[*]} $here/s3torchconnector_loader.py $uri/ --endpoint http://$server:$port --epochs $epochs"
+order=(local s3)
+for w in $peer_workers; do
+  cmd[s3tc-map-w$w]="$peer --workers $w"
+  cmd[s3tc-iterable-w$w]="$peer --dataset iterable --workers $w"
+  order+=("s3tc-map-w$w" "s3tc-iterable-w$w")
+done
+last_w=${peer_workers##* }
 cmd[raw-dtrain]="$bench $uri --fetch-only --epochs $epochs"
-cmd[raw-s3tc]="${py[*]} $here/s3torchconnector_loader.py $uri/ --endpoint http://$server:$port --raw --workers 1 --epochs $epochs"
-order=(local s3 s3tc-map s3tc-iter s3-nofetch raw-dtrain raw-s3tc)
+cmd[raw-s3tc]="$peer --raw --workers $last_w"
+order+=(s3-nofetch raw-dtrain raw-s3tc)
 echo "load before: $(uptime)"
 for ((round = 0; round < repeat; round++)); do
   for key in "${order[@]}"; do
@@ -134,12 +145,20 @@ done
 echo "load after: $(uptime)"
 gb=$(awk -v b="$bytes_per_epoch" -v e="$epochs" 'BEGIN { print b * e / 1e9 }')
 echo
+best_peer=0
+for key in "${!r[@]}"; do
+  [[ $key == s3tc-* ]] || continue
+  awk -v a="$best_peer" -v b="${r[$key]}" 'BEGIN { exit !(b > a) }' && best_peer=${r[$key]}
+done
 echo "| client (1 core) | images/s | dtrain S3 against it | CPU s per GB |"
 echo "|---|---|---|---|"
-for key in s3 s3-nofetch local s3tc-map s3tc-iter; do
+for key in "${order[@]}"; do
+  [[ $key == raw-* ]] && continue
   awk -v k="$key" -v v="${r[$key]}" -v d="${r[s3]}" -v c="${cpu[$key]}" -v gb="$gb" 'BEGIN {
     printf "| %s | %.0f | %.2fx | %.1f |\n", k, v, d / v, c / gb }'
 done
+awk -v d="${r[s3]}" -v l="${r[local]}" -v p="$best_peer" 'BEGIN {
+  printf "\ndtrain from S3: %.2fx the best s3torchconnector run, %.0f%% of dtrain from local disk\n", d / p, 100 * d / l }'
 echo
 echo "| raw GETs, no decoding (1 core) | objects/s | MB/s | CPU s per GB |"
 echo "|---|---|---|---|"

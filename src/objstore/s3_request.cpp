@@ -135,14 +135,21 @@ std::string mask_key(const std::string& key_id) {
   const std::string where = cat("S3 ", call.operation, " ", location(call), ": HTTP ",
                                 response.status, code.empty() ? "" : " " + printable(code));
   const std::string endpoint = effective_endpoint(options);
-  const std::string bucket_region = response.header("x-amz-bucket-region");
+  // Note [The bucket's region]: S3 names it in x-amz-bucket-region; an
+  // AuthorizationHeaderMalformed body also names it in <Region>, which is
+  // used when the header is missing (botocore's S3RegionRedirector reads the
+  // header, then the body). tests/objstore/test_fault_proxy.cpp answers both.
+  std::string bucket_region = response.header("x-amz-bucket-region");
+  if (bucket_region.empty() && xml && xml->name == "Error") {
+    bucket_region = xml->child_text("Region");
+  }
   if (response.status == 301 || response.status == 307 ||
       (response.status == 400 && !bucket_region.empty() && bucket_region != options.region) ||
       code == "AuthorizationHeaderMalformed" || code == "PermanentRedirect") {
     throw WrongRegionError(
-        cat(where, ": bucket '", call.bucket, "' is in region ",
-            bucket_region.empty() ? "another region" : printable(bucket_region), ", not ",
-            options.region, "; fix: set AWS_REGION=",
+        cat(where, ": bucket '", call.bucket, "' is in ",
+            bucket_region.empty() ? "another region" : "region " + printable(bucket_region),
+            ", not ", options.region, "; fix: set AWS_REGION=",
             bucket_region.empty() ? "<the bucket's region>" : printable(bucket_region)),
         response.status, code, call.bucket, call.key, bucket_region);
   }

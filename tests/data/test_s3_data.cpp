@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <sstream>
 
 #include <ATen/ATen.h>
@@ -219,6 +220,59 @@ TEST_F(S3Data, AnImageFolderUploadedByBoto3GivesTheBatchesOfTheLocalCopy) {
   // 18 training images on 2 ranks of batch 4: 3 batches; 6 test images: 1 each.
   ASSERT_EQ(local.size(), 2u * 2 * 2 * (3 + 1));
   expect_equal(batches("imagefolder", "s3://data/folder"), local);
+}
+
+// Points AWS_ENDPOINT_URL, which the datasets' S3 client reads when they
+// open, at `endpoint` while it lives.
+class EndpointAs {
+ public:
+  explicit EndpointAs(const std::string& endpoint) : old_(std::getenv("AWS_ENDPOINT_URL")) {
+    ::setenv("AWS_ENDPOINT_URL", endpoint.c_str(), 1);
+  }
+  ~EndpointAs() { ::setenv("AWS_ENDPOINT_URL", old_.c_str(), 1); }
+
+ private:
+  std::string old_;
+};
+
+// tests/objstore/fault_proxy.py between the loader and moto injects SlowDown,
+// resets (before the answer and in the middle of the body) and truncated
+// bodies into some of the images' GETs and into a listing, never more than
+// two in a row, within the client's default 5 attempts: every fault is
+// retried, no image is skipped, and the two epochs' batches (so the losses
+// of training on them) are the local copy's bit for bit.
+TEST_F(S3Data, TransientFaultsOnGetsAndListingsAreRetriedToTheBatchesOfTheLocalCopy) {
+  testing::FaultProxy proxy(
+      *moto_,
+      json::array(
+          {{{"op", "ListObjectsV2"}, {"on", {1}}, {"fault", "slowdown"}},
+           {{"op", "GetObject"},
+            {"key", "folder/train/ant/*"},
+            {"on", {1, 2}},
+            {"fault", "slowdown"}},
+           {{"op", "GetObject"}, {"key", "folder/train/bee/*"}, {"on", {1, 4}}, {"fault", "reset"}},
+           {{"op", "GetObject"},
+            {"key", "folder/train/cat/*"},
+            {"on", {2, 3}},
+            {"fault", "truncate"}},
+           {{"op", "GetObject"},
+            {"key", "folder/val/*"},
+            {"on", {1, 3}},
+            {"fault", "reset_mid_body"}}}));
+  ASSERT_NE(proxy.port(), 0) << "fault_proxy.py did not start";
+  const std::vector<at::Tensor> local = batches("imagefolder", *dir_ / "folder");
+  std::vector<at::Tensor> through_faults;
+  {
+    EndpointAs via(proxy.endpoint());
+    through_faults = batches("imagefolder", "s3://data/folder");
+  }
+  expect_equal(through_faults, local);
+  std::map<std::string, int> injected;
+  for (const auto& entry : proxy.log()) {
+    if (!entry["fault"].is_null()) ++injected[entry["fault"]];
+  }
+  EXPECT_EQ(injected, (std::map<std::string, int>{
+                          {"slowdown", 3}, {"reset", 2}, {"truncate", 2}, {"reset_mid_body", 2}}));
 }
 
 TEST_F(S3Data, DtrainPacksIntoS3AndThePackGivesTheLocalPacksBatches) {

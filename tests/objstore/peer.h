@@ -1,7 +1,8 @@
 #pragma once
 // Test support for tests/objstore: the Python venv of scripts/s3-test-env.sh
-// (boto3, botocore, moto), servers started on loopback as child processes,
-// and the Python side (s3_peer.py) run with JSON in and out.
+// (boto3, botocore, moto), servers started on loopback as child processes
+// (moto's, and fault_proxy.py in front of it), and the Python side
+// (s3_peer.py) run with JSON in and out.
 
 #include <fcntl.h>
 #include <signal.h>
@@ -9,6 +10,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -153,6 +155,49 @@ struct MotoServer {
     for (const auto& r : rest) args += " " + sh_quote(r);
     return run_peer(venv, args, input);
   }
+};
+
+/// tests/objstore/fault_proxy.py in front of `moto`, injecting the faults
+/// `rules` script (the proxy's header says how); killed on destruction.
+class FaultProxy {
+ public:
+  FaultProxy(const MotoServer& moto, const nlohmann::json& rules) {
+    char dir[] = "/tmp/dtrain-fault-proxy-XXXXXX";
+    dir_ = mkdtemp(dir);
+    const std::string port_file = dir_ + "/port";
+    process_ = std::make_unique<ChildProcess>(std::vector<std::string>{
+        moto.venv + "/bin/python", DTRAIN_SOURCE_DIR "/tests/objstore/fault_proxy.py",
+        moto.endpoint, moto.key, moto.secret, port_file, rules.dump()});
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (std::chrono::steady_clock::now() < deadline && port_ == 0) {
+      std::ifstream in(port_file);
+      if (!(in >> port_)) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
+  ~FaultProxy() {
+    process_.reset();
+    std::remove((dir_ + "/port").c_str());
+    std::remove(dir_.c_str());
+  }
+
+  /// 0 when the proxy did not start within 30 s.
+  int port() const { return port_; }
+  std::string endpoint() const { return "http://127.0.0.1:" + std::to_string(port_); }
+  /// The proxy's log: one entry per request, in arrival order.
+  nlohmann::json log() const { return nlohmann::json::parse(http_get(port_, "/__proxy/log")); }
+  /// The log's entries for `op` on `key`.
+  std::vector<nlohmann::json> requests(const std::string& op, const std::string& key) const {
+    std::vector<nlohmann::json> out;
+    for (const auto& entry : log()) {
+      if (entry["op"] == op && entry["key"] == key) out.push_back(entry);
+    }
+    return out;
+  }
+
+ private:
+  std::string dir_;
+  std::unique_ptr<ChildProcess> process_;
+  int port_ = 0;
 };
 
 }  // namespace dtrain::testing

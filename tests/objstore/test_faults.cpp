@@ -147,6 +147,35 @@ TEST(S3Faults, WrongRegionNamesTheBucketsRegionAndTheVariableToSet) {
             std::string::npos);
 }
 
+TEST(S3Faults, WithoutTheRegionHeaderTheErrorBodysRegionIsNamedElseAnotherRegion) {
+  Fixture f;
+  // Note [The bucket's region]: AuthorizationHeaderMalformed's <Region>.
+  f.http->then_status(400,
+                      "<Error><Code>AuthorizationHeaderMalformed</Code><Message>the region "
+                      "'us-east-1' is wrong; expecting 'eu-central-1'</Message><Region>eu-central-1"
+                      "</Region></Error>");
+  try {
+    f.client->get_object("b", "k");
+    FAIL() << "no error";
+  } catch (const WrongRegionError& e) {
+    EXPECT_EQ(e.region, "eu-central-1");
+    EXPECT_EQ(std::string(e.what()),
+              "S3 GetObject s3://b/k: HTTP 400 AuthorizationHeaderMalformed: bucket 'b' is in "
+              "region eu-central-1, not us-east-1; fix: set AWS_REGION=eu-central-1");
+  }
+  f.http->then_status(301);  // a HEAD's redirect with neither
+  try {
+    f.client->head_object("b", "k");
+    FAIL() << "no error";
+  } catch (const WrongRegionError& e) {
+    EXPECT_EQ(e.region, "");
+    EXPECT_EQ(std::string(e.what()),
+              "S3 HeadObject s3://b/k: HTTP 301: bucket 'b' is in another region, not "
+              "us-east-1; fix: set AWS_REGION=<the bucket's region>");
+  }
+  EXPECT_EQ(f.http->requests.size(), 2u);  // neither retried
+}
+
 TEST(S3Faults, AnHtmlPageIsNamedAsNotAnS3Endpoint) {
   Fixture f;
   f.http->then_status(200, "<html><body>Welcome to nginx</body></html>",
