@@ -15,6 +15,7 @@ add_library(fuzz_data_parsers STATIC
   ${DTRAIN_ROOT}/src/data/image/folder.cpp
   ${DTRAIN_ROOT}/src/data/image/packed.cpp
   ${DTRAIN_ROOT}/src/data/image/location.cpp
+  ${DTRAIN_ROOT}/src/data/image/listing_codec.cpp
   ${DTRAIN_ROOT}/src/data/image/cache.cpp
   ${DTRAIN_ROOT}/src/data/image/tar.cpp
   ${DTRAIN_ROOT}/src/data/image/webdataset.cpp

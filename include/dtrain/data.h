@@ -338,8 +338,11 @@ struct DatasetOptions {
 /// every rank calls it with the same options, and rank 0 lists each s3://
 /// folder (and indexes each WebDataset shard) for all of them, sending the
 /// listing over pg (Note [Shared listing] in src/data/image/shared_listing.cpp);
-/// a failure there is the same error on every rank. Local folders are
-/// listed by each rank, and open nothing collective.
+/// a failure of rank 0's listing is the same error on every rank. A failure
+/// on one other rank alone (its own data cache, its own reads of a packed
+/// index.bin) ends that rank; the others then fail with PeerLostError once
+/// its process exits, or wait out pg's timeout while it lives. Local folders
+/// are listed by each rank, and open nothing collective.
 DatasetSplits open_dataset(DatasetOptions options, const ProcessGroup& pg);
 
 /// Opens a dataset with the shares the options name explicitly (e.g. rank 0

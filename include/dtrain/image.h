@@ -309,12 +309,14 @@ struct ImageLoaderOptions {
   /// Longest next() waits for a batch before throwing TimeoutError.
   std::chrono::milliseconds timeout{std::chrono::minutes(10)};
   /// Threads that read samples ahead of the decode threads, in the sampler's
-  /// order, each with one request (one connection) open at a time, so that
-  /// decoding never waits on the network in steady state (Note [Fetch ahead]
-  /// in src/data/image/fetcher.cpp). -1 (default): 16 when the source is
+  /// order, each with one request open at a time, so that decoding does not
+  /// wait on the network in steady state (Note [Fetch ahead] in
+  /// src/data/image/fetcher.cpp). -1 (default): 16 when the source is
   /// remote (ImageSource::remote(): `s3://` data), else 0. 0: each decode
-  /// thread reads its own samples. Samples are fetched at most
-  /// prefetch_batches batches past the one being decoded.
+  /// thread reads its own samples. At most 256. Samples are fetched at most
+  /// prefetch_batches batches past the highest position being decoded; a
+  /// decode thread that gets ahead of them reads its sample itself (so a
+  /// loader has at most fetch_threads + threads requests open).
   int fetch_threads = -1;
   /// No new read ahead starts while the samples read and not yet decoded
   /// hold this many bytes (memory: this plus one sample per fetch thread).

@@ -307,7 +307,7 @@ TEST(ImageLoader, ReadAheadStaysWithinItsThreadsAndItsWindowWhileTheConsumerWait
   ImageLoader loader(source, loader_options(1), raw_transform(), o);
   loader.start_epoch(0);
   std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the consumer takes nothing
-  // Decoded: 2 slots of 8; fetched ahead: at most 2 batches past the lowest untaken position.
+  // Decoded: 2 slots of 8; fetched ahead: at most 2 batches past the highest taken position.
   EXPECT_LE(source->reads_.load(), 2 * 8 + 2 * 8 + 1);
   EXPECT_GE(source->reads_.load(), 2 * 8);
   EXPECT_LE(source->most_in_flight_.load(), 3 + 1);

@@ -8,10 +8,13 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <map>
+#include <optional>
 #include <sstream>
+#include <thread>
 
 #include <ATen/ATen.h>
 
@@ -226,13 +229,20 @@ TEST_F(S3Data, AnImageFolderUploadedByBoto3GivesTheBatchesOfTheLocalCopy) {
 // open, at `endpoint` while it lives.
 class EndpointAs {
  public:
-  explicit EndpointAs(const std::string& endpoint) : old_(std::getenv("AWS_ENDPOINT_URL")) {
+  explicit EndpointAs(const std::string& endpoint) {
+    if (const char* old = std::getenv("AWS_ENDPOINT_URL")) old_ = old;
     ::setenv("AWS_ENDPOINT_URL", endpoint.c_str(), 1);
   }
-  ~EndpointAs() { ::setenv("AWS_ENDPOINT_URL", old_.c_str(), 1); }
+  ~EndpointAs() {
+    if (old_) {
+      ::setenv("AWS_ENDPOINT_URL", old_->c_str(), 1);
+    } else {
+      ::unsetenv("AWS_ENDPOINT_URL");
+    }
+  }
 
  private:
-  std::string old_;
+  std::optional<std::string> old_;
 };
 
 // tests/objstore/fault_proxy.py between the loader and moto injects SlowDown,
@@ -504,6 +514,55 @@ TEST_F(S3Data, AnObjectReplacedBeforeItsFirstReadFailsThroughTheCacheAsWithout) 
   EXPECT_NE(error.find("412"), std::string::npos) << error;
   storage.open("s3://data/cpin/x.bin")->pread_exact(&byte, 1, 10);
   EXPECT_EQ(byte, 2);
+}
+
+// A listing of many pages from bench/s3/listing_server.py, the generated
+// endpoint of the 1.28-million-key benchmark (moto sorts its whole bucket for
+// every page), at 2,400 training keys: three ListObjectsV2 pages of 1,000 and
+// their continuation tokens, every key a sample with its class, and the
+// first batch read through the loader's read-ahead.
+TEST(S3GeneratedListing, AListingOfSeveralPagesOpensEveryKeyAndLoadsTheFirstBatch) {
+  const std::string venv = testing::s3_test_venv();
+  if (venv.empty()) GTEST_SKIP() << testing::kNoVenv;
+  TempDir dir;
+  const std::string port_file = dir / "port";
+  testing::make_image_folder(dir / "img", {"a"}, 1);  // the bytes every key answers
+  const std::string jpeg = std::filesystem::directory_iterator(dir / "img/a")->path().string();
+  testing::ChildProcess server({venv + "/bin/python",
+                                DTRAIN_SOURCE_DIR "/bench/s3/listing_server.py", "--port-file",
+                                port_file, "--classes", "40", "--train-per-class", "60",
+                                "--val-per-class", "2", "--jpeg", jpeg});
+  int port = 0;
+  for (int i = 0; i < 300 && port == 0; ++i) {
+    std::ifstream in(port_file);
+    if (!(in >> port)) {
+      port = 0;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  }
+  ASSERT_GT(port, 0) << "listing_server.py did not start within 30 s";
+  EndpointAs endpoint("http://127.0.0.1:" + std::to_string(port));
+  for (const char* v : {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"}) ::setenv(v, "any", 0);
+  ::setenv("AWS_REGION", "us-east-1", 0);
+  ::setenv("AWS_EC2_METADATA_DISABLED", "true", 1);
+  DatasetOptions o;
+  o.name = "imagefolder";
+  o.data_dir = "s3://data/imagenet";
+  o.image_size = 16;
+  o.train = LoaderOptions().set_batch_size(8).set_seed(1).set_threads(1);
+  o.test = LoaderOptions::evaluation().set_batch_size(8);
+  DatasetSplits s = open_dataset(o, ProcessGroup());
+  EXPECT_EQ(s.num_classes, 40);
+  EXPECT_EQ(s.train->batches_per_epoch(), 2400 / 8);
+  EXPECT_EQ(s.test->batches_per_epoch(), 80 / 8);
+  s.train->start_epoch(0);
+  Batch b;
+  ASSERT_TRUE(s.train->next(b));
+  EXPECT_EQ(b.inputs.size(0), 8);
+  EXPECT_TRUE(b.targets.ge(0).all().item<bool>() && b.targets.lt(40).all().item<bool>());
+  // 2,400 keys in pages of 1,000: at least three train pages and the val listing.
+  const std::string stats = testing::http_get(port, "/__stats");
+  EXPECT_GE(nlohmann::json::parse(stats).value("list", 0), 4) << stats;
 }
 
 }  // namespace

@@ -1,11 +1,12 @@
 #pragma once
 // Fetcher: reads an epoch's samples ahead of the decode threads, in the
-// sampler's order, over a bounded number of threads (each one request, so one
-// connection, at a time) and a bounded number of bytes (Note [Fetch ahead] in
+// sampler's order, over a bounded number of threads (each one request at a
+// time) and a bounded number of bytes (Note [Fetch ahead] in
 // fetcher.cpp). The ImageLoader uses one per epoch for remote sources.
 
 #include <condition_variable>
 #include <cstdint>
+#include <exception>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -19,7 +20,7 @@ namespace dtrain::image {
 struct FetchOptions {
   /// Threads reading ahead (>= 1).
   int threads = 16;
-  /// Positions fetched at most this far past the lowest one not yet taken.
+  /// Positions fetched at most this far past the highest one taken.
   int64_t max_ahead = 256;
   /// No new fetch starts while the fetched, untaken samples hold this many
   /// bytes (so memory is bounded by it plus one sample per thread).
@@ -54,13 +55,16 @@ class Fetcher {
     std::exception_ptr error;
   };
   void run();
+  void stop_and_join();
+  bool can_start() const;  // under mu_: a fetch may start now
 
   const ImageSource& source_;
   const std::vector<int64_t> order_;
   const FetchOptions options_;
 
   mutable std::mutex mu_;
-  std::condition_variable cv_;  // entries done, positions taken, stop
+  std::condition_variable space_cv_;  // fetch threads: room to start one, or stop
+  std::condition_variable done_cv_;   // decode threads: an entry done
   std::unordered_map<int64_t, Entry> entries_;
   int64_t next_ = 0;      // the next position to fetch (or to read inline)
   int64_t frontier_ = 0;  // one past the highest position taken

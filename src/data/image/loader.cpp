@@ -69,10 +69,11 @@ class ImageLoader::Impl {
     if (transform_.size < 1) {
       throw InvalidArgument(cat("image size must be positive, got ", transform_.size));
     }
-    if (options_.fetch_threads < -1 || options_.fetch_bytes < 1) {
-      throw InvalidArgument(cat("ImageLoaderOptions: fetch_threads must be >= -1 (got ",
-                                options_.fetch_threads, ") and fetch_bytes >= 1 (got ",
-                                options_.fetch_bytes, ")"));
+    if (options_.fetch_threads < -1 || options_.fetch_threads > kMaxFetchThreads ||
+        options_.fetch_bytes < 1) {
+      throw InvalidArgument(cat("ImageLoaderOptions: fetch_threads must be in [-1, ",
+                                kMaxFetchThreads, "] (got ", options_.fetch_threads,
+                                ") and fetch_bytes >= 1 (got ", options_.fetch_bytes, ")"));
     }
     fetch_threads_ = options_.fetch_threads >= 0 ? options_.fetch_threads
                      : source_->remote()         ? kRemoteFetchThreads
@@ -160,9 +161,10 @@ class ImageLoader::Impl {
       });
       if (error_) std::rethrow_exception(error_);
       if (!ready) {
-        throw TimeoutError(cat("image loader: batch ", b, " of epoch ", epoch_, " not ready after ",
-                               options_.timeout.count(), " ms (", loader_.threads,
-                               " threads); is the data directory on a stalled filesystem?"));
+        throw TimeoutError(
+            cat("image loader: batch ", b, " of epoch ", epoch_, " not ready after ",
+                options_.timeout.count(), " ms (", loader_.threads,
+                " threads); is the data directory on a stalled filesystem or object store?"));
       }
       handed_ = b;
     }
@@ -323,6 +325,7 @@ class ImageLoader::Impl {
   DistributedSampler sampler_;
   bool pin_ = false;
   static constexpr int kRemoteFetchThreads = 16;  // ImageLoaderOptions::fetch_threads
+  static constexpr int kMaxFetchThreads = 256;
   int fetch_threads_ = 0;
   std::unique_ptr<image::Fetcher> fetcher_;  // this epoch's, when fetch_threads_ > 0
 

@@ -26,7 +26,7 @@
 
 #include "common/strings.h"
 #include "data/image/cache.h"
-#include "data/image/shared_listing.h"
+#include "data/image/listing_codec.h"
 #include "dtrain/comm.h"
 #include "dtrain/errors.h"
 #include "dtrain/object_store.h"
@@ -166,20 +166,15 @@ bool Storage::is_directory(const std::string& location) {
          }) == "1";
 }
 
-void Storage::share_with(const ProcessGroup* group) {
+Storage::Exchange Storage::exchange() {
   std::lock_guard<std::mutex> lock(mu_);
-  group_ = group;
-}
-
-const ProcessGroup* Storage::group() {
-  std::lock_guard<std::mutex> lock(mu_);
-  return group_;
+  return exchange_;
 }
 
 std::string Storage::once_per_group(const std::string& what,
                                     const std::function<std::string()>& produce) {
-  const ProcessGroup* g = group();
-  return g ? share_from_rank0(*g, what, produce) : produce();
+  const Exchange e = exchange();
+  return e ? e(what, produce) : produce();
 }
 
 std::unique_ptr<ByteSource> Storage::open(const std::string& location) {
@@ -217,7 +212,8 @@ void Storage::read_all(const std::string& location, std::vector<uint8_t>& out,
     }
   }
   const GetResult r = s3().get_object(uri.bucket, uri.key, g);
-  out.assign(r.data.begin(), r.data.end());
+  out.resize(r.data.size());  // one memcpy, not a char-to-uint8_t loop
+  if (!r.data.empty()) std::memcpy(out.data(), r.data.data(), r.data.size());
   if (cache_ && cache_->admits(static_cast<int64_t>(out.size()), g.if_match)) {
     cache_->fill(uri.bucket, uri.key, g.if_match, static_cast<int64_t>(out.size()),
                  [&out](int64_t at, void* dst, size_t n) { std::memcpy(dst, out.data() + at, n); });
@@ -239,7 +235,7 @@ std::vector<Listed> Storage::list_s3(const std::string& folder) {
 
 std::vector<Listed> Storage::list(const std::string& folder) {
   if (is_s3(folder)) {
-    if (!group()) return list_s3(folder);
+    if (!exchange()) return list_s3(folder);
     const std::string what = cat("list ", folder);
     return decode_listing(once_per_group(what, [&] { return encode_listing(list_s3(folder)); }),
                           cat("the listing of '", folder, "' rank 0 sent"));

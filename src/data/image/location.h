@@ -83,9 +83,14 @@ class Storage {
  private:
   S3Client& s3();
   std::vector<Listed> list_s3(const std::string& folder);
-  const ProcessGroup* group();
+  // Rank 0's answer on every rank (share_from_rank0 over the shared group);
+  // empty while not sharing. Set by share_with(), defined with the
+  // collective in shared_listing.cpp, so that this file needs no group.
+  using Exchange =
+      std::function<std::string(const std::string&, const std::function<std::string()>&)>;
+  Exchange exchange();
   std::mutex mu_;
-  const ProcessGroup* group_ = nullptr;  // share_with
+  Exchange exchange_;
   std::shared_ptr<S3Client> s3_;
   std::shared_ptr<DataCache> cache_;  // null: no cache
 };

@@ -37,6 +37,7 @@ list(APPEND DTRAIN_IMAGE_SOURCES
   image/tar.cpp
   image/webdataset.cpp
   image/location.cpp
+  image/listing_codec.cpp
   image/shared_listing.cpp
   image/cache.cpp
   image/prepare.cpp
