@@ -18,8 +18,8 @@
 
 #include "common/strings.h"
 #include "data/fingerprint.h"
-#include "data/image/location.h"
 #include "data/image/listing_codec.h"
+#include "data/image/location.h"
 #include "data/image/tar.h"
 #include "dtrain/errors.h"
 #include "dtrain/image.h"
