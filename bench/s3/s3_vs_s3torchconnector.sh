@@ -16,8 +16,8 @@
 # client, 10.213.0.1; dtrainbench1, the server, 10.213.0.2) joined by a veth
 # pair whose two ends are shaped with tbf to RATE. The server is Debian's nginx
 # serving the folder as a path-style S3 bucket (bench/s3/static_s3.py:
-# ListObjectsV2 pages, ranged GETs, If-Match; moto_server's own speed, about
-# 100 GETs/s per core, would be what is measured), on loopback behind
+# ListObjectsV2 pages, ranged GETs, If-Match; moto_server's own speed, 95 to
+# 145 GETs/s per core, would be what is measured), on loopback behind
 # bench/s3/delay_relay.py, which adds DELAY each way (the round trip is
 # 2 x DELAY): this kernel has no netem qdisc, so tc cannot add the latency. Every client runs pinned to CPU 0 (`taskset -c 0`),
 # the server to CPU 1, so each figure is per client core: dtrain with one

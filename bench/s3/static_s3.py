@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Serves a folder as a read-only S3 bucket through Debian's nginx, the stand-in
-for moto_server in bench/s3/s3_vs_s3torchconnector.sh (moto answers about a
-hundred GETs a second on a core, so with moto its own speed is what would be
+for moto_server in bench/s3/s3_vs_s3torchconnector.sh (moto answers 95 to 145
+GETs a second on a core, so with moto its own speed is what would be
 measured; the issue allows a plain HTTP server answering range GETs).
 
   static_s3.py ROOT BUCKET LISTEN CONF PREFIX...

@@ -103,6 +103,17 @@ class S3Data : public ::testing::Test {
     return out;
   }
 
+  // WebDataset shards of the folder's splits (4 samples a shard, written with
+  // Python's tarfile as the webdataset library writes them) in DIR/<name>/.
+  static void write_webdataset(const std::string& name) {
+    for (const char* split : {"train", "val"}) {
+      const testing::ShellRun run = testing::run_shell(
+          "/usr/bin/python3 " DTRAIN_SOURCE_DIR "/tests/data/scripts/make_webdataset.py " +
+          *dir_ / "folder/" + split + " " + *dir_ / name + "/" + split + " 4 2>&1");
+      ASSERT_EQ(run.code, 0) << run.output;
+    }
+  }
+
   // Every batch (inputs, targets) of epochs 0 and 1 of both splits.
   static std::vector<at::Tensor> epochs_of(DatasetSplits& s) {
     std::vector<at::Tensor> out;
@@ -307,13 +318,7 @@ TEST_F(S3Data, DtrainPacksIntoS3AndThePackGivesTheLocalPacksBatches) {
 }
 
 TEST_F(S3Data, WebDatasetShardsInS3GiveTheBatchesOfTheLocalShards) {
-  const std::string script = DTRAIN_SOURCE_DIR "/tests/data/scripts/make_webdataset.py";
-  for (const char* split : {"train", "val"}) {
-    const testing::ShellRun run =
-        testing::run_shell("/usr/bin/python3 " + script + " " + *dir_ / "folder/" + split + " " +
-                           *dir_ / "wds/" + split + " 4 2>&1");
-    ASSERT_EQ(run.code, 0) << run.output;
-  }
+  ASSERT_NO_FATAL_FAILURE(write_webdataset("wds"));
   upload(*moto_, "data", *dir_ / "wds", "wds");
   for (const std::string& spec :
        {std::string("s3://data/wds"),
@@ -395,13 +400,7 @@ TEST_F(S3Data, RanksOpeningAnS3FolderTogetherListItOnceAndGetWhatEachGetsAlone) 
 // Rank 0 HEADs and indexes each WebDataset shard for both ranks (Note
 // [WebDataset order]): one HEAD a shard, and the batches of opening alone.
 TEST_F(S3Data, RanksOpeningS3WebDatasetShardsTogetherIndexEachShardOnce) {
-  const std::string script = DTRAIN_SOURCE_DIR "/tests/data/scripts/make_webdataset.py";
-  for (const char* split : {"train", "val"}) {
-    const testing::ShellRun run =
-        testing::run_shell("/usr/bin/python3 " + script + " " + *dir_ / "folder/" + split + " " +
-                           *dir_ / "swds/" + split + " 4 2>&1");
-    ASSERT_EQ(run.code, 0) << run.output;
-  }
+  ASSERT_NO_FATAL_FAILURE(write_webdataset("swds"));
   upload(*moto_, "data", *dir_ / "swds", "swds");
   const int shards = static_cast<int>(moto_->peer("list", "data", {"swds/"}).size());
   ASSERT_GT(shards, 2);
@@ -450,14 +449,10 @@ TEST_F(S3Data, ACachedImageFolderIsFetchedOnceAndASecondRunReadsNoObject) {
 TEST_F(S3Data, CachedPackedAndWebDatasetShardsAreFetchedOnceAndASecondRunReadsNoObject) {
   PackOptions small;
   small.shard_size_bytes = 8 << 10;  // several shards
-  const std::string script = DTRAIN_SOURCE_DIR "/tests/data/scripts/make_webdataset.py";
   for (const char* split : {"train", "val"}) {
     pack_image_folder(*dir_ / "folder/" + split, *dir_ / "cpacked/" + split, small);
-    const testing::ShellRun run =
-        testing::run_shell("/usr/bin/python3 " + script + " " + *dir_ / "folder/" + split + " " +
-                           *dir_ / "cwds/" + split + " 4 2>&1");
-    ASSERT_EQ(run.code, 0) << run.output;
   }
+  ASSERT_NO_FATAL_FAILURE(write_webdataset("cwds"));
   upload(*moto_, "data", *dir_ / "cpacked", "cpacked");
   upload(*moto_, "data", *dir_ / "cwds", "cwds");
   for (const std::string dataset : {"packed", "webdataset"}) {

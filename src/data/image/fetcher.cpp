@@ -91,7 +91,6 @@ void Fetcher::run() {
       entry->error = error;
       entry->done = true;
       bytes_ += held_bytes(entry->data);
-      ++fetched_;
     }
     done_cv_.notify_all();  // only decode threads wait there
   }
@@ -131,11 +130,6 @@ void Fetcher::take(int64_t pos, SampleData& out) {
   std::swap(out.bytes, entry.data.bytes);
   out.encoded = entry.data.encoded;
   if (!entry.data.encoded) out.image = std::move(entry.data.image);
-}
-
-int64_t Fetcher::fetched() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return fetched_;
 }
 
 }  // namespace dtrain::image

@@ -45,9 +45,6 @@ class Fetcher {
   /// (DataError and the like), as ImageSource::read would.
   void take(int64_t pos, SampleData& out);
 
-  /// Samples read by the fetch threads (not inline), for tests.
-  int64_t fetched() const;
-
  private:
   struct Entry {
     bool done = false;
@@ -62,14 +59,13 @@ class Fetcher {
   const std::vector<int64_t> order_;
   const FetchOptions options_;
 
-  mutable std::mutex mu_;
+  std::mutex mu_;
   std::condition_variable space_cv_;  // fetch threads: room to start one, or stop
   std::condition_variable done_cv_;   // decode threads: an entry done
   std::unordered_map<int64_t, Entry> entries_;
   int64_t next_ = 0;      // the next position to fetch (or to read inline)
   int64_t frontier_ = 0;  // one past the highest position taken
   int64_t bytes_ = 0;     // bytes of done, untaken entries
-  int64_t fetched_ = 0;
   bool stop_ = false;
   std::vector<std::thread> threads_;
 };
