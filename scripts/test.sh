@@ -26,7 +26,10 @@
 #   DTRAIN_BUILD_DIR      the 2.11 build (default <repo>/build)
 #   DTRAIN_SYSTEM_BUILD_DIR  the 1.13 build (default <repo>/build-1.13)
 #   DTRAIN_TEST_STAGES    which stages, of "wheel system sanitize fuzz" (default all)
-#   DTRAIN_FUZZ_SECONDS   mutation time per fuzz target in the fuzz stage (default 20)
+#   DTRAIN_FUZZ_SECONDS   mutation time per fuzz target in the fuzz stage (default 10)
+#   DTRAIN_CTEST_PER_TEST=1  one ctest test per TEST in both builds, instead of
+#                         one per test program (Note [One process a program]
+#                         in cmake/dtrain.cmake)
 #   CI=true               the 2.11 build must be the CUDA build (no fallback)
 #   DTRAIN_TORCH_*, DTRAIN_CUDA_HOME  passed on to scripts/torch-wheel.sh
 #   DTRAIN_SKIP_PEER_TORCH=1  do not make the PyTorch 2.x Python peer (its tests skip)
@@ -41,7 +44,12 @@ readonly CTEST_JOBS="${DTRAIN_JOBS:-2}"
 readonly BUILD_DIR="${DTRAIN_BUILD_DIR:-${REPO_ROOT}/build}"
 readonly SYSTEM_BUILD_DIR="${DTRAIN_SYSTEM_BUILD_DIR:-${REPO_ROOT}/build-1.13}"
 readonly TEST_STAGES="${DTRAIN_TEST_STAGES:-wheel system sanitize fuzz}"
-readonly FUZZ_SECONDS="${DTRAIN_FUZZ_SECONDS:-20}"
+readonly FUZZ_SECONDS="${DTRAIN_FUZZ_SECONDS:-10}"
+# Note [One process a program] (cmake/dtrain.cmake): each test program is one
+# ctest test, so LibTorch's start-up is paid once a program, not once a TEST.
+PER_PROGRAM=ON
+[[ "${DTRAIN_CTEST_PER_TEST:-0}" == 1 ]] && PER_PROGRAM=OFF
+readonly PER_PROGRAM
 # The fuzz stage runs every target in fuzz/ (scripts/fuzz.sh's default): the
 # torch-free ones and the five built on LibTorch's headers (torch_save_load,
 # data_records, image_decode, packed_index, webdataset_tar), so that a source
@@ -247,7 +255,7 @@ main() {
     FAILED=0
     run_stage "build (LibTorch 2.11, $flavour)" "$LOG_DIR/build-wheel.log" \
       env "${build_env[@]}" DTRAIN_BUILD_DIR="$BUILD_DIR" bash scripts/build.sh \
-      -DDTRAIN_BUILD_TESTS=ON -DDTRAIN_BUILD_BENCH=ON
+      -DDTRAIN_BUILD_TESTS=ON -DDTRAIN_BUILD_BENCH=ON -DDTRAIN_CTEST_PER_PROGRAM="$PER_PROGRAM"
     local build_failed=$FAILED
     FAILED=$((failed_before | FAILED))
     if [[ $build_failed -eq 0 ]]; then
@@ -264,7 +272,8 @@ main() {
     FAILED=0
     run_stage "build (LibTorch 1.13, unit tests)" "$LOG_DIR/build-system.log" \
       env DTRAIN_TORCH=system DTRAIN_BUILD_DIR="$SYSTEM_BUILD_DIR" DTRAIN_BUILD_TARGETS="dtrain dtrain_unit_tests" \
-      bash scripts/build.sh -DDTRAIN_BUILD_TESTS=ON -DDTRAIN_BUILD_BENCH=OFF
+      bash scripts/build.sh -DDTRAIN_BUILD_TESTS=ON -DDTRAIN_BUILD_BENCH=OFF \
+      -DDTRAIN_CTEST_PER_PROGRAM="$PER_PROGRAM"
     local build_failed=$FAILED
     FAILED=$((failed_before | FAILED))
     if [[ $build_failed -eq 0 ]]; then

@@ -5,11 +5,13 @@
 // package holds the same files and names its Debian dependencies.
 //
 // Note [One install, one out-of-tree build]
-// Each TEST runs in its own process (ctest), possibly two at once, but the
-// installation and the examples' build happen in fixed folders under the
-// build tree, under a lock: the first test installs and builds, later ones
-// find everything up to date (and ccache finds the same paths again in the
-// next run).
+// Each TEST runs in its own process (ctest), but the installation and the
+// examples' build happen in fixed folders under the build tree, under a lock:
+// the first test installs and builds, later ones find everything up to date
+// (and ccache finds the same paths again in the next run). ctest runs them one
+// at a time (RESOURCE_LOCK in tests/install/CMakeLists.txt), so a second
+// test does not hold a slot of `ctest -j` only to wait; the lock covers runs
+// outside ctest.
 
 #include <gtest/gtest.h>
 #include <unistd.h>

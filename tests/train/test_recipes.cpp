@@ -34,20 +34,25 @@ using testing::ScratchDir;
 
 // ---- One optimizer step of ResNet-18 ------------------------------------------------
 
+// One intra-op thread while alive, as the peers (optimizer_step.py,
+// adamw_continue.py): with two, LibTorch 2.11's CPU convolution backward sums
+// in another order, and batch norm over 4 images amplifies that to 1e-3 in two
+// steps (with one: equal bit for bit).
+struct OneThread {
+  int before = at::get_num_threads();
+  OneThread() { at::set_num_threads(1); }
+  ~OneThread() { at::set_num_threads(before); }
+  OneThread(const OneThread&) = delete;
+  OneThread& operator=(const OneThread&) = delete;
+};
+
 class OptimizerStep : public ScratchDir {
  protected:
   // Two steps (so momentum and Adam's moments are used, not only created) on
   // one batch from the same weights in dtrain and in PyTorch; returns the
   // largest difference of any parameter or buffer afterwards.
   double max_difference_from_pytorch(const OptimizerOptions& o) {
-    // One thread, as the peer (optimizer_step.py): with two, LibTorch 2.11's CPU
-    // convolution backward sums in another order, and batch norm over 4 images
-    // amplifies that to 1e-3 in two steps (with one: equal bit for bit).
-    struct OneThread {
-      int before = at::get_num_threads();
-      OneThread() { at::set_num_threads(1); }
-      ~OneThread() { at::set_num_threads(before); }
-    } one_thread;
+    const OneThread one_thread;
     torch::manual_seed(3);
     ModelOptions mo;
     mo.in_channels = 3;
@@ -135,6 +140,7 @@ TEST_F(OptimizerStep, AdamWWithWeightDecayEqualsPyTorch) {
 
 TEST_F(OptimizerStep, AnAdamWCheckpointContinuesInTorchOptimAdamWAsInDtrain) {
   if (!testing::python_has_torch()) GTEST_SKIP() << testing::reference_python_missing();
+  const OneThread one_thread;  // as adamw_continue.py
   torch::manual_seed(4);
   ModelOptions mo;
   mo.in_channels = 3;
