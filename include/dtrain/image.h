@@ -319,7 +319,7 @@ struct ImageLoaderOptions {
   /// loader has at most fetch_threads + threads requests open).
   int fetch_threads = -1;
   /// No new read ahead starts while the samples read and not yet decoded
-  /// hold this many bytes (memory: this plus one sample per fetch thread).
+  /// hold this many bytes (memory: this plus two samples per fetch thread).
   int64_t fetch_bytes = int64_t{64} << 20;
 
   DTRAIN_SETTER(ImageLoaderOptions, prefetch_batches)

@@ -31,6 +31,10 @@
 
 #include "dtrain/errors.h"
 
+namespace dtrain::http {
+class BodySink;  // src/http/http.h
+}  // namespace dtrain::http
+
 namespace dtrain {
 
 // ---- errors -----------------------------------------------------------------
@@ -223,7 +227,11 @@ struct GetOptions {
 };
 
 struct GetResult {
+  /// The body (the range asked for); empty for the forms that place it in
+  /// the caller's memory.
   std::string data;
+  /// Bytes of the body placed: data.size(), or what the other forms wrote.
+  uint64_t bytes = 0;
   std::string etag;
   /// The whole object's size (from Content-Range or Content-Length).
   uint64_t object_size = 0;
@@ -269,6 +277,15 @@ class S3Client {
   ObjectInfo head_object(const std::string& bucket, const std::string& key);
   GetResult get_object(const std::string& bucket, const std::string& key,
                        const GetOptions& options = {});
+  /// The same, received straight into `out` (replaced; its capacity is
+  /// reused, nothing is zeroed or copied twice): GetResult::data stays empty.
+  GetResult get_object(const std::string& bucket, const std::string& key, const GetOptions& options,
+                       std::vector<uint8_t>& out);
+  /// The same into `dst`, which holds options.length bytes (required;
+  /// InvalidArgument without it). GetResult::bytes says how many came: fewer
+  /// than asked when the object ends first.
+  GetResult get_object(const std::string& bucket, const std::string& key, const GetOptions& options,
+                       void* dst);
   /// PutObject with Content-MD5; a multipart upload (each part with its
   /// Content-MD5) at or above options().multipart_threshold, aborted when
   /// any step fails.
@@ -282,6 +299,8 @@ class S3Client {
   explicit S3Client(std::unique_ptr<Impl> impl);
 
  private:
+  GetResult get_into(const std::string& bucket, const std::string& key, const GetOptions& options,
+                     http::BodySink& sink);
   std::unique_ptr<Impl> impl_;
 };
 

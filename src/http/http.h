@@ -14,6 +14,7 @@
 //   dtrain::http::HttpResponse response = http->perform(request);
 
 #include <chrono>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <stdexcept>
@@ -26,6 +27,19 @@ namespace dtrain::http {
 
 /// Header fields, sent in this order, names as written.
 using Headers = std::vector<std::pair<std::string, std::string>>;
+
+/// Where the body of a 2xx answer goes in place of HttpResponse::body, so
+/// that a large body is received straight into the caller's memory (Note
+/// [Body into place] in http.cpp).
+class BodySink {
+ public:
+  virtual ~BodySink() = default;
+  /// A 2xx answer's body begins: its status and Content-Length (-1: none
+  /// sent). Called again at each attempt's answer: drop what came before.
+  virtual void start(int status, int64_t content_length) = 0;
+  /// The body's next bytes.
+  virtual void append(const char* data, size_t n) = 0;
+};
 
 struct HttpRequest {
   std::string method = "GET";
@@ -50,6 +64,12 @@ struct HttpRequest {
   /// no_proxy; false: always connect directly (the etcd client, like
   /// torch's etcd rendezvous and dtrain's own earlier transport).
   bool use_proxy = true;
+  /// Not owned; must outlive perform(). When set, curl_transport() hands a
+  /// 2xx answer's body to it and leaves HttpResponse::body empty; other
+  /// answers' bodies (S3's XML errors) still go to HttpResponse::body. A
+  /// transport may also ignore it and return the body as usual (the tests'
+  /// scripted transports do): callers handle both.
+  BodySink* body_sink = nullptr;
 };
 
 struct HttpResponse {

@@ -1,4 +1,6 @@
 #include <algorithm>
+#include <cstdint>
+#include <cstring>
 
 #include "common/printable.h"
 #include "common/strings.h"
@@ -142,17 +144,116 @@ ObjectInfo S3Client::head_object(const std::string& bucket, const std::string& k
           response.header("etag"), response.header("last-modified")};
 }
 
-GetResult S3Client::get_object(const std::string& bucket, const std::string& key,
-                               const GetOptions& options) {
+namespace {
+
+// Note [Range into place]
+// The body of a GET goes straight to the caller's memory (Note [Body into
+// place]): a growable buffer (std::string, std::vector<uint8_t>) or a fixed
+// one of the range's length. A store that ignores Range answers 200 with
+// the whole object: the sink then drops the bytes before the range and
+// keeps at most its length. Bytes beyond a fixed buffer are counted, not
+// stored, so get_into's size check names a store that sent too much.
+class RangeSink : public http::BodySink {
+ public:
+  RangeSink(const GetOptions& options, bool ranged) : options_(options), ranged_(ranged) {}
+  void start(int status, int64_t content_length) override {
+    received_ = 0;
+    kept_ = 0;
+    skip_ = ranged_ && status == 200 ? options_.offset : 0;
+    limit_ = ranged_ && status == 200 && options_.length ? *options_.length : UINT64_MAX;
+    limit_ = std::min(limit_, capacity());
+    const uint64_t length = content_length < 0 ? 0 : static_cast<uint64_t>(content_length);
+    begin(std::min(length - std::min(length, skip_), limit_));
+  }
+  void append(const char* data, size_t n) override {
+    const uint64_t at = received_;
+    received_ += n;
+    if (at + n <= skip_) return;
+    const uint64_t drop = at < skip_ ? skip_ - at : 0;
+    const uint64_t take = std::min<uint64_t>(n - drop, limit_ - kept_);
+    if (take > 0) store(data + drop, static_cast<size_t>(take));
+    kept_ += take;
+  }
+  /// Body bytes received (the whole object's for a 200 to a ranged GET).
+  uint64_t received() const { return received_; }
+  /// Bytes placed.
+  uint64_t kept() const { return kept_; }
+
+ protected:
+  virtual uint64_t capacity() const { return UINT64_MAX; }
+  /// A body of about `expected` bytes begins: drop what is held.
+  virtual void begin(uint64_t expected) = 0;
+  virtual void store(const char* data, size_t n) = 0;
+
+ private:
+  const GetOptions& options_;
+  const bool ranged_;
+  uint64_t received_ = 0;
+  uint64_t kept_ = 0;
+  uint64_t skip_ = 0;
+  uint64_t limit_ = UINT64_MAX;
+};
+
+constexpr uint64_t kMaxReserve = uint64_t{64} << 20;  // as Note [Body buffer]
+
+template <typename Buffer>
+class GrowingSink final : public RangeSink {
+ public:
+  GrowingSink(const GetOptions& options, bool ranged, Buffer& out)
+      : RangeSink(options, ranged), out_(out) {
+    out_.clear();
+  }
+
+ private:
+  void begin(uint64_t expected) override {
+    // clear() keeps the capacity, so a recycled buffer is not reallocated;
+    // one that must grow takes a quarter more, so that a pool of them soon
+    // holds most objects of a dataset without growing again.
+    out_.clear();
+    if (expected > out_.capacity() && expected <= kMaxReserve) {
+      out_.reserve(static_cast<size_t>(std::min(kMaxReserve, expected + expected / 4)));
+    }
+  }
+  void store(const char* data, size_t n) override {
+    using T = typename Buffer::value_type;
+    const T* p = reinterpret_cast<const T*>(data);
+    out_.insert(out_.end(), p, p + n);  // no zero-fill first, as resize would do
+  }
+  Buffer& out_;
+};
+
+class FixedSink final : public RangeSink {
+ public:
+  FixedSink(const GetOptions& options, bool ranged, void* dst, uint64_t capacity)
+      : RangeSink(options, ranged), dst_(static_cast<char*>(dst)), capacity_(capacity) {}
+
+ private:
+  uint64_t capacity() const override { return capacity_; }
+  void begin(uint64_t) override { used_ = 0; }
+  void store(const char* data, size_t n) override {
+    std::memcpy(dst_ + used_, data, n);
+    used_ += n;
+  }
+  char* dst_;
+  uint64_t capacity_;
+  uint64_t used_ = 0;
+};
+
+}  // namespace
+
+// `sink_base` is always a RangeSink (the header cannot name it).
+GetResult S3Client::get_into(const std::string& bucket, const std::string& key,
+                             const GetOptions& options, http::BodySink& sink_base) {
+  auto& sink = static_cast<RangeSink&>(sink_base);
   S3Call call{"GetObject", "GET", bucket, key};
   const bool ranged = options.offset > 0 || options.length.has_value();
-  if (options.length && *options.length == 0) return {};
   if (ranged) {
     call.headers.emplace_back("Range", options.length ? cat("bytes=", options.offset, "-",
                                                             options.offset + *options.length - 1)
                                                       : cat("bytes=", options.offset, "-"));
   }
   if (!options.if_match.empty()) call.headers.emplace_back("If-Match", options.if_match);
+  call.body_sink = &sink;
   HttpResponse response = impl_->execute(call);
   GetResult result;
   result.etag = response.header("etag");
@@ -174,22 +275,49 @@ GetResult S3Client::get_object(const std::string& bucket, const std::string& key
     const uint64_t left =
         result.object_size > options.offset ? result.object_size - options.offset : 0;
     const uint64_t expected = std::min(options.length.value_or(left), left);
-    if (response.body.size() != expected) {
-      throw DataError(cat("S3 GetObject s3://", bucket, "/", key, ": got ", response.body.size(),
+    if (sink.received() != expected) {
+      throw DataError(cat("S3 GetObject s3://", bucket, "/", key, ": got ", sink.received(),
                           " bytes at offset ", options.offset, ", expected ", expected, " of ",
                           result.object_size, "; fix: check the store (a truncated answer)"));
     }
-    result.data = std::move(response.body);
-  } else if (ranged) {
-    // A store that ignores Range sends everything: cut the range out.
-    result.object_size = response.body.size();
-    const uint64_t begin = std::min<uint64_t>(options.offset, response.body.size());
-    result.data = response.body.substr(begin, options.length.value_or(std::string::npos));
   } else {
-    result.object_size = response.body.size();
-    result.data = std::move(response.body);
+    // Not ranged, or a store that ignores Range and sends everything: the
+    // sink kept the range (Note [Range into place]).
+    result.object_size = sink.received();
   }
+  result.bytes = sink.kept();
   return result;
+}
+
+GetResult S3Client::get_object(const std::string& bucket, const std::string& key,
+                               const GetOptions& options) {
+  if (options.length && *options.length == 0) return {};
+  const bool ranged = options.offset > 0 || options.length.has_value();
+  std::string data;
+  GrowingSink<std::string> sink(options, ranged, data);
+  GetResult result = get_into(bucket, key, options, sink);
+  result.data = std::move(data);
+  return result;
+}
+
+GetResult S3Client::get_object(const std::string& bucket, const std::string& key,
+                               const GetOptions& options, std::vector<uint8_t>& out) {
+  out.clear();
+  if (options.length && *options.length == 0) return {};
+  const bool ranged = options.offset > 0 || options.length.has_value();
+  GrowingSink<std::vector<uint8_t>> sink(options, ranged, out);
+  return get_into(bucket, key, options, sink);
+}
+
+GetResult S3Client::get_object(const std::string& bucket, const std::string& key,
+                               const GetOptions& options, void* dst) {
+  if (!options.length) {
+    throw InvalidArgument(cat("S3 GetObject s3://", bucket, "/", key,
+                              ": reading into fixed memory needs GetOptions::length"));
+  }
+  if (*options.length == 0) return {};
+  FixedSink sink(options, true, dst, *options.length);
+  return get_into(bucket, key, options, sink);
 }
 
 PutResult S3Client::put_object(const std::string& bucket, const std::string& key,

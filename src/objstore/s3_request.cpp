@@ -54,7 +54,8 @@ bool virtual_host_ok(const std::string& bucket, const std::string& scheme) {
 }  // namespace
 
 HttpRequest sign_s3_request(const S3Options& options, const S3Call& call,
-                            const Credentials& credentials, Clock::time_point now) {
+                            const Credentials& credentials, Clock::time_point now,
+                            SigningKeys* keys) {
   const Endpoint endpoint = parse_endpoint(effective_endpoint(options));
   bool virtual_host = false;
   switch (options.addressing) {
@@ -81,7 +82,7 @@ HttpRequest sign_s3_request(const S3Options& options, const S3Call& call,
   signable.method = call.method;
   signable.canonical_uri = path;
   signable.query = call.query;
-  signable.payload_hash = sha256_hex(call.body);
+  signable.payload_hash = call.body.empty() ? kEmptyPayloadSha256 : sha256_hex(call.body);
   signable.headers = call.headers;
   signable.headers.emplace_back("host", host);
   signable.headers.emplace_back("x-amz-date", date);
@@ -93,10 +94,11 @@ HttpRequest sign_s3_request(const S3Options& options, const S3Call& call,
   request.method = call.method;
   const std::string query = canonical_query(call.query);
   request.url = cat(endpoint.scheme, "://", host, path, query.empty() ? "" : "?", query);
-  request.headers = signable.headers;
-  request.headers.emplace_back("Authorization",
-                               authorization(signable, credentials, options.region, "s3", date));
+  std::string signature = authorization(signable, credentials, options.region, "s3", date, keys);
+  request.headers = std::move(signable.headers);
+  request.headers.emplace_back("Authorization", std::move(signature));
   request.body = call.body;
+  request.body_sink = call.body_sink;
   request.timeout = options.request_timeout;
   request.connect_timeout = options.connect_timeout;
   request.ca_bundle = options.ca_bundle;
@@ -247,10 +249,17 @@ HttpResponse S3Client::Impl::execute(const S3Call& call, int* attempts_used) {
       continue;
     }
     const objstore::HttpRequest request =
-        objstore::sign_s3_request(options, call, credentials, clock());
+        objstore::sign_s3_request(options, call, credentials, clock(), &signing_keys);
     try {
       HttpResponse response = http->perform(request);
-      if (response.status / 100 == 2) return response;
+      if (response.status / 100 == 2) {
+        if (call.body_sink && !response.body.empty()) {  // a transport that kept it
+          call.body_sink->start(response.status, static_cast<int64_t>(response.body.size()));
+          call.body_sink->append(response.body.data(), response.body.size());
+          response.body.clear();
+        }
+        return response;
+      }
       std::string code;
       if (auto xml = objstore::parse_xml(response.body); xml && xml->name == "Error") {
         code = xml->child_text("Code");

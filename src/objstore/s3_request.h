@@ -38,6 +38,10 @@ struct S3Call {
   Pairs query;    ///< not encoded
   Pairs headers;  ///< besides host, x-amz-*: Range, Content-MD5, If-None-Match, ...
   std::string_view body;
+  /// Not owned: where a 2xx answer's body goes (HttpRequest::body_sink).
+  /// execute() also hands it a body that a transport returned in
+  /// HttpResponse::body, so the caller sees one place whatever the transport.
+  http::BodySink* body_sink = nullptr;
 };
 
 /// The endpoint's parts ("http://127.0.0.1:9000" -> http, 127.0.0.1:9000).
@@ -52,9 +56,10 @@ Endpoint parse_endpoint(const std::string& url);
 std::string effective_endpoint(const S3Options& options);
 
 /// `call` addressed (path-style or virtual-hosted) and signed at `now`.
+/// `keys` (optional) remembers the signing key between requests.
 HttpRequest sign_s3_request(const S3Options& options, const S3Call& call,
                             const Credentials& credentials,
-                            std::chrono::system_clock::time_point now);
+                            std::chrono::system_clock::time_point now, SigningKeys* keys = nullptr);
 
 /// PutObject as a multipart upload (objstore/multipart.cpp): parts of
 /// options.part_size with Content-MD5 each, aborted when any step fails.
@@ -77,6 +82,8 @@ struct S3Client::Impl {
   std::shared_ptr<objstore::HttpTransport> http;
   /// The time requests are signed at (tests fix it).
   std::function<std::chrono::system_clock::time_point()> clock = std::chrono::system_clock::now;
+  /// Note [Signing key once a day].
+  objstore::SigningKeys signing_keys;
   /// Performs `call` with retries; returns a 2xx (or 206) response, throws
   /// the typed error otherwise. `attempts_used` (optional) says how many ran.
   objstore::HttpResponse execute(const objstore::S3Call& call, int* attempts_used = nullptr);

@@ -1,10 +1,12 @@
 #include "objstore/sigv4.h"
 
+#include <openssl/core_names.h>
 #include <openssl/evp.h>
-#include <openssl/hmac.h>
+#include <openssl/params.h>
 
 #include <algorithm>
 #include <ctime>
+#include <memory>
 
 #include "common/strings.h"
 
@@ -24,6 +26,41 @@ namespace dtrain::objstore {
 // the primitives (SHA-256, HMAC) come from OpenSSL.
 
 namespace {
+
+// Note [Fetched once]
+// OpenSSL 3 looks an algorithm up in its providers at every use of the
+// legacy EVP_sha256()/HMAC() entry points (a locked property query): about
+// as much CPU as hashing a canonical request itself. SHA-256 and HMAC are
+// fetched once, on first use (thread-safe statics, never changed or freed
+// after: a thread signing during exit finds them), and each call makes only
+// its own context.
+const EVP_MD* sha256_md() {
+  static EVP_MD* const md = EVP_MD_fetch(nullptr, "SHA256", nullptr);
+  if (!md) throw Error("OpenSSL: SHA256 is not available");
+  return md;
+}
+
+struct MacCtxDeleter {
+  void operator()(EVP_MAC_CTX* c) const { EVP_MAC_CTX_free(c); }
+};
+using MacCtx = std::unique_ptr<EVP_MAC_CTX, MacCtxDeleter>;
+
+// An HMAC context with its digest set and no key, copied for each use.
+const EVP_MAC_CTX* hmac_sha256_template() {
+  static EVP_MAC_CTX* const ctx = [] {
+    EVP_MAC* mac = EVP_MAC_fetch(nullptr, "HMAC", nullptr);
+    MacCtx c(mac ? EVP_MAC_CTX_new(mac) : nullptr);
+    EVP_MAC_free(mac);  // the context holds its own reference
+    char digest_name[] = "SHA256";
+    const OSSL_PARAM params[] = {
+        OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, digest_name, 0),
+        OSSL_PARAM_construct_end()};
+    if (c && EVP_MAC_CTX_set_params(c.get(), params) != 1) c.reset();
+    return c.release();
+  }();
+  if (!ctx) throw Error("OpenSSL: HMAC-SHA256 is not available");
+  return ctx;
+}
 
 std::string digest(const EVP_MD* md, std::string_view data) {
   unsigned char out[EVP_MAX_MD_SIZE];
@@ -79,17 +116,22 @@ Pairs canonical_headers(const Pairs& headers) {
 
 namespace dtrain {
 std::string sha256_hex(std::string_view data) {
-  return objstore::hex(objstore::digest(EVP_sha256(), data));
+  return objstore::hex(objstore::digest(objstore::sha256_md(), data));
 }
 }  // namespace dtrain
 
 namespace dtrain::objstore {
 
 std::string hmac_sha256(std::string_view key, std::string_view data) {
+  MacCtx ctx(EVP_MAC_CTX_dup(hmac_sha256_template()));
   unsigned char out[EVP_MAX_MD_SIZE];
-  unsigned int len = 0;
-  if (!HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
-            reinterpret_cast<const unsigned char*>(data.data()), data.size(), out, &len)) {
+  size_t len = 0;
+  if (!ctx ||
+      EVP_MAC_init(ctx.get(), reinterpret_cast<const unsigned char*>(key.data()), key.size(),
+                   nullptr) != 1 ||
+      EVP_MAC_update(ctx.get(), reinterpret_cast<const unsigned char*>(data.data()), data.size()) !=
+          1 ||
+      EVP_MAC_final(ctx.get(), out, &len, sizeof(out)) != 1) {
     throw Error("OpenSSL HMAC-SHA256 failed");
   }
   return std::string(reinterpret_cast<const char*>(out), len);
@@ -179,35 +221,91 @@ std::string canonical_query(const Pairs& query) {
   return out;
 }
 
+namespace {
+
+std::string names_of(const Pairs& canonical) {
+  std::string out;
+  for (const auto& header : canonical) {
+    if (!out.empty()) out += ';';
+    out += header.first;
+  }
+  return out;
+}
+
+// The canonical request from headers made canonical once (a request signs
+// with them twice: in the canonical request and as SignedHeaders).
+std::string canonical_request(const SignableRequest& request, const Pairs& canonical,
+                              const std::string& signed_names) {
+  std::string out;
+  out.reserve(512);
+  out.append(request.method).append("\n").append(request.canonical_uri).append("\n");
+  out.append(canonical_query(request.query)).append("\n");
+  for (const auto& [name, value] : canonical) out.append(name).append(":").append(value) += '\n';
+  out.append("\n").append(signed_names).append("\n").append(request.payload_hash);
+  return out;
+}
+
+}  // namespace
+
 std::string signed_headers(const SignableRequest& request) {
-  std::vector<std::string> names;
-  for (const auto& header : canonical_headers(request.headers)) names.push_back(header.first);
-  return join(names, ";");
+  return names_of(canonical_headers(request.headers));
 }
 
 std::string canonical_request(const SignableRequest& request) {
-  std::string headers;
-  for (const auto& [name, value] : canonical_headers(request.headers)) {
-    headers += name + ":" + value + "\n";
+  const Pairs canonical = canonical_headers(request.headers);
+  return canonical_request(request, canonical, names_of(canonical));
+}
+
+namespace {
+
+std::string signing_key(const std::string& secret, const std::string& day,
+                        const std::string& region, const std::string& service) {
+  std::string key = hmac_sha256("AWS4" + secret, day);
+  key = hmac_sha256(key, region);
+  key = hmac_sha256(key, service);
+  return hmac_sha256(key, "aws4_request");
+}
+
+}  // namespace
+
+// Note [Signing key once a day]
+// The signing key depends only on the secret, the day, the region and the
+// service, yet derives through four HMACs (each an algorithm fetch in
+// OpenSSL 3): about a tenth of the client CPU of a small GET. A client
+// signs thousands of requests a second with the same four, so it keeps the
+// last key; a new secret (refreshed credentials) or day derives a new one.
+std::string SigningKeys::get(const std::string& secret, const std::string& day,
+                             const std::string& region, const std::string& service) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!key_.empty() && day == day_ && secret == secret_ && region == region_ &&
+        service == service_) {
+      return key_;
+    }
   }
-  return cat(request.method, "\n", request.canonical_uri, "\n", canonical_query(request.query),
-             "\n", headers, "\n", signed_headers(request), "\n", request.payload_hash);
+  std::string key = signing_key(secret, day, region, service);  // no lock held meanwhile
+  std::lock_guard<std::mutex> lock(mu_);
+  secret_ = secret;
+  day_ = day;
+  region_ = region;
+  service_ = service;
+  key_ = key;
+  return key;
 }
 
 std::string authorization(const SignableRequest& request, const Credentials& credentials,
                           const std::string& region, const std::string& service,
-                          const std::string& date) {
+                          const std::string& date, SigningKeys* keys) {
   const std::string day = date.substr(0, 8);
   const std::string scope = cat(day, "/", region, "/", service, "/aws4_request");
-  const std::string to_sign =
-      cat("AWS4-HMAC-SHA256\n", date, "\n", scope, "\n", sha256_hex(canonical_request(request)));
-  std::string key = hmac_sha256("AWS4" + credentials.secret_access_key, day);
-  key = hmac_sha256(key, region);
-  key = hmac_sha256(key, service);
-  key = hmac_sha256(key, "aws4_request");
+  const Pairs canonical = canonical_headers(request.headers);
+  const std::string signed_names = names_of(canonical);
+  const std::string to_sign = cat("AWS4-HMAC-SHA256\n", date, "\n", scope, "\n",
+                                  sha256_hex(canonical_request(request, canonical, signed_names)));
+  const std::string key = keys ? keys->get(credentials.secret_access_key, day, region, service)
+                               : signing_key(credentials.secret_access_key, day, region, service);
   return cat("AWS4-HMAC-SHA256 Credential=", credentials.access_key_id, "/", scope,
-             ", SignedHeaders=", signed_headers(request),
-             ", Signature=", hex(hmac_sha256(key, to_sign)));
+             ", SignedHeaders=", signed_names, ", Signature=", hex(hmac_sha256(key, to_sign)));
 }
 
 }  // namespace dtrain::objstore

@@ -3,6 +3,7 @@
 // sigv4.cpp), and the small encoders S3 requests need.
 
 #include <chrono>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -62,10 +63,28 @@ std::string canonical_request(const SignableRequest& request);
 /// "host;range;x-amz-date": the request's header names, lower-case, sorted.
 std::string signed_headers(const SignableRequest& request);
 
+/// The SigV4 signing key of a secret, day ("YYYYMMDD"), region and
+/// service, remembered for the last ones asked (Note [Signing key once a
+/// day]). Thread-safe.
+class SigningKeys {
+ public:
+  std::string get(const std::string& secret, const std::string& day, const std::string& region,
+                  const std::string& service);
+
+ private:
+  std::mutex mu_;
+  std::string secret_, day_, region_, service_, key_;
+};
+
 /// The Authorization header value for `request` at `date` ("YYYYMMDDTHHMMSSZ";
-/// the request's x-amz-date must be the same).
+/// the request's x-amz-date must be the same). `keys` (optional) remembers
+/// the signing key between requests.
 std::string authorization(const SignableRequest& request, const Credentials& credentials,
                           const std::string& region, const std::string& service,
-                          const std::string& date);
+                          const std::string& date, SigningKeys* keys = nullptr);
+
+/// Hex SHA-256 of an empty payload (a GET's, a HEAD's).
+inline constexpr const char* kEmptyPayloadSha256 =
+    "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
 
 }  // namespace dtrain::objstore

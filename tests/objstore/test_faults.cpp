@@ -202,6 +202,41 @@ TEST(S3Faults, AReplacedObjectIsDetectedByItsETagEvenWhenTheStoreIgnoresIfMatch)
   EXPECT_NE(m.find("HTTP 412"), std::string::npos) << m;
 }
 
+// Note [Range into place]: the three forms of get_object agree, also on a
+// store that ignores Range, and a 206 with more or fewer bytes than the range
+// is named rather than cut to size.
+TEST(S3Faults, ReadsIntoCallerMemoryEqualTheStringFormAndCheckTheRangesSize) {
+  Fixture f;
+  const std::string object = "0123456789abcdefghij";
+  GetOptions range;
+  range.offset = 5;
+  range.length = 10;
+  for (int i = 0; i < 3; ++i) f.http->then_status(200, object, {{"etag", "\"e\""}});
+  EXPECT_EQ(f.client->get_object("b", "k", range).data, "56789abcde");
+  std::vector<uint8_t> grown = {'x', 'y'};
+  GetResult g = f.client->get_object("b", "k", range, grown);
+  EXPECT_EQ(std::string(grown.begin(), grown.end()), "56789abcde");
+  EXPECT_EQ(g.bytes, 10u);
+  EXPECT_EQ(g.object_size, object.size());
+  EXPECT_TRUE(g.data.empty());
+  char fixed[10];
+  GetResult x = f.client->get_object("b", "k", range, fixed);
+  EXPECT_EQ(std::string(fixed, 10), "56789abcde");
+  EXPECT_EQ(x.bytes, 10u);
+
+  f.http->then_status(206, "56789abcdeEXTRA",
+                      {{"etag", "\"e\""}, {"content-range", "bytes 5-14/20"}});
+  std::string m = message_of<DataError>([&] { f.client->get_object("b", "k", range, fixed); });
+  EXPECT_NE(m.find("got 15 bytes at offset 5, expected 10 of 20"), std::string::npos) << m;
+  f.http->then_status(206, "56789", {{"etag", "\"e\""}, {"content-range", "bytes 5-14/20"}});
+  m = message_of<DataError>([&] { f.client->get_object("b", "k", range, grown); });
+  EXPECT_NE(m.find("got 5 bytes at offset 5, expected 10 of 20"), std::string::npos) << m;
+
+  GetOptions whole;
+  m = message_of<InvalidArgument>([&] { f.client->get_object("b", "k", whole, fixed); });
+  EXPECT_NE(m.find("needs GetOptions::length"), std::string::npos) << m;
+}
+
 TEST(S3Faults, AFailedMultipartUploadIsAborted) {
   Fixture f;
   f.http->then_status(

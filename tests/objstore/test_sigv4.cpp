@@ -38,6 +38,37 @@ TEST(SigV4, GetVanillaFromAwsTestSuiteGivesThePublishedSignature) {
             "Signature=5fa00fa31553b73ebf1942676e86291e8372ff2a2260956d9b8aae1d763fbf31");
 }
 
+// Note [Signing key once a day]: a remembered key signs as a fresh one, and
+// a new day, secret or region derives a new one.
+TEST(SigV4, ARememberedSigningKeySignsAsAFreshOneAcrossDaysSecretsAndRegions) {
+  SignableRequest r{"GET",
+                    "/",
+                    {},
+                    {{"Host", "example.amazonaws.com"}, {"X-Amz-Date", "20150830T123600Z"}},
+                    kEmptySha};
+  SigningKeys keys;
+  Credentials other = suite_credentials();
+  other.secret_access_key = "another-secret";
+  const struct {
+    Credentials credentials;
+    const char* region;
+    const char* date;
+  } cases[] = {{suite_credentials(), "us-east-1", "20150830T123600Z"},
+               {suite_credentials(), "us-east-1", "20150830T123600Z"},
+               {suite_credentials(), "us-east-1", "20150831T000000Z"},
+               {other, "us-east-1", "20150831T000000Z"},
+               {other, "eu-west-2", "20150831T000000Z"},
+               {suite_credentials(), "us-east-1", "20150830T123600Z"}};
+  for (const auto& c : cases) {
+    EXPECT_EQ(authorization(r, c.credentials, c.region, "service", c.date, &keys),
+              authorization(r, c.credentials, c.region, "service", c.date))
+        << c.region << " " << c.date;
+  }
+  EXPECT_NE(authorization(r, suite_credentials(), "us-east-1", "service", "20150830T123600Z", &keys)
+                .find("Signature=5fa00fa31553b73ebf1942676e86291e8372ff2a2260956d9b8aae1d763fbf31"),
+            std::string::npos);
+}
+
 TEST(SigV4, GetVanillaQueryOrderKeyCaseSortsTheQuery) {
   SignableRequest r{"GET",
                     "/",

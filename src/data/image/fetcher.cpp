@@ -12,7 +12,8 @@
 //
 // Bounds: the fetch threads have at most `threads` requests open at a time
 // (a decode thread reading inline adds its own one); memory is `max_bytes`
-// plus one sample per thread. A decoder that
+// plus two samples per thread (one being read, one kept for reuse: Note
+// [Recycled sample buffers]). A decoder that
 // reaches a position no fetch thread has started (the fetchers are behind,
 // or stopped at a bound) reads it itself, so a decoder never waits on a
 // fetch that a bound keeps from starting, and there is no deadlock between
@@ -79,6 +80,7 @@ void Fetcher::run() {
       if (can_start()) space_cv_.notify_one();
     }
     SampleData data;
+    data.bytes = reuse_buffer();
     std::exception_ptr error;
     try {
       source_.read(order_[pos], data);
@@ -130,6 +132,32 @@ void Fetcher::take(int64_t pos, SampleData& out) {
   std::swap(out.bytes, entry.data.bytes);
   out.encoded = entry.data.encoded;
   if (!entry.data.encoded) out.image = std::move(entry.data.image);
+  keep_buffer(std::move(entry.data.bytes));  // the caller's last sample's
+}
+
+// Note [Recycled sample buffers]
+// Each fetch fills a buffer of an image's size (about 88 KB for ImageNet),
+// and each take() hands the caller's previous one back. Freed and allocated
+// again per sample, they cost malloc's consolidation work and fresh pages
+// (page faults, zeroing by the kernel) on the core the decoder uses; kept
+// in a small pool (at most one a fetch thread) they are reused warm, and an
+// S3 GET fills one without reallocating (S3Client::get_object into a
+// vector keeps its capacity).
+std::vector<uint8_t> Fetcher::reuse_buffer() {
+  std::lock_guard<std::mutex> lock(spare_mu_);
+  if (spare_.empty()) return {};
+  std::vector<uint8_t> b = std::move(spare_.back());
+  spare_.pop_back();
+  return b;
+}
+
+void Fetcher::keep_buffer(std::vector<uint8_t> buffer) {
+  if (buffer.capacity() == 0) return;
+  buffer.clear();
+  std::lock_guard<std::mutex> lock(spare_mu_);
+  if (spare_.size() < static_cast<size_t>(std::max(1, options_.threads))) {
+    spare_.push_back(std::move(buffer));
+  }
 }
 
 }  // namespace dtrain::image

@@ -23,7 +23,7 @@ struct FetchOptions {
   /// Positions fetched at most this far past the highest one taken.
   int64_t max_ahead = 256;
   /// No new fetch starts while the fetched, untaken samples hold this many
-  /// bytes (so memory is bounded by it plus one sample per thread).
+  /// bytes (so memory is bounded by it plus two samples per thread).
   int64_t max_bytes = int64_t{64} << 20;
 };
 
@@ -53,7 +53,9 @@ class Fetcher {
   };
   void run();
   void stop_and_join();
-  bool can_start() const;  // under mu_: a fetch may start now
+  bool can_start() const;               // under mu_: a fetch may start now
+  std::vector<uint8_t> reuse_buffer();  // Note [Recycled sample buffers]
+  void keep_buffer(std::vector<uint8_t> buffer);
 
   const ImageSource& source_;
   const std::vector<int64_t> order_;
@@ -68,6 +70,8 @@ class Fetcher {
   int64_t bytes_ = 0;     // bytes of done, untaken entries
   bool stop_ = false;
   std::vector<std::thread> threads_;
+  std::mutex spare_mu_;  // only for spare_: never held with mu_
+  std::vector<std::vector<uint8_t>> spare_;
 };
 
 }  // namespace dtrain::image

@@ -55,12 +55,12 @@ class S3Object : public ByteSource {
     g.offset = static_cast<uint64_t>(offset);
     g.length = length;
     g.if_match = etag_;
-    const GetResult r = s3_->get_object(uri_.bucket, uri_.key, g);
-    if (r.data.size() != length) {
-      throw DataError(cat("'", path_, "': a ranged GET at offset ", offset, " returned ",
-                          r.data.size(), " of ", length, " bytes (truncated object?)"));
+    // Straight into dst (Note [Body into place] in src/http/http.cpp).
+    const GetResult r = s3_->get_object(uri_.bucket, uri_.key, g, dst);
+    if (r.bytes != length) {
+      throw DataError(cat("'", path_, "': a ranged GET at offset ", offset, " returned ", r.bytes,
+                          " of ", length, " bytes (truncated object?)"));
     }
-    std::memcpy(dst, r.data.data(), length);
   }
   const std::string& path() const override { return path_; }
   std::string etag() const override { return etag_; }
@@ -211,9 +211,7 @@ void Storage::read_all(const std::string& location, std::vector<uint8_t>& out,
       return f.pread_exact(out.data(), out.size(), 0);
     }
   }
-  const GetResult r = s3().get_object(uri.bucket, uri.key, g);
-  out.resize(r.data.size());  // one memcpy, not a char-to-uint8_t loop
-  if (!r.data.empty()) std::memcpy(out.data(), r.data.data(), r.data.size());
+  s3().get_object(uri.bucket, uri.key, g, out);  // into out, its capacity reused
   if (cache_ && cache_->admits(static_cast<int64_t>(out.size()), g.if_match)) {
     cache_->fill(uri.bucket, uri.key, g.if_match, static_cast<int64_t>(out.size()),
                  [&out](int64_t at, void* dst, size_t n) { std::memcpy(dst, out.data() + at, n); });
