@@ -16,6 +16,7 @@
 // <Contents>, each with the size its <Size> says.
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -124,12 +125,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const int status = kStatuses[data[1] % 16];
   const std::string_view rest(reinterpret_cast<const char*>(data) + 2, size - 2);
   std::vector<std::string_view> parts = dtrain::fuzz::split_parts(rest, kPageSeparator);
-  auto transport = std::make_shared<InputTransport>(parts, status);
-  dtrain::S3Options options;
-  options.endpoint = "http://127.0.0.1:9000";
-  options.credentials = dtrain::static_credentials({"AKIAFUZZ", "secret", "", {}, "fuzz"});
-  options.max_attempts = 1;
-  auto client = dtrain::objstore::make_s3_client(std::move(options), transport);
+  // A client answered by the input from its first part on.
+  auto make_client = [&] {
+    dtrain::S3Options options;
+    options.endpoint = "http://127.0.0.1:9000";
+    options.credentials = dtrain::static_credentials({"AKIAFUZZ", "secret", "", {}, "fuzz"});
+    options.max_attempts = 1;
+    return dtrain::objstore::make_s3_client(std::move(options),
+                                            std::make_shared<InputTransport>(parts, status));
+  };
+  auto client = make_client();
   try {
     switch (op) {
       case kListPage: {
@@ -153,6 +158,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         range.length = 100;
         const dtrain::GetResult got = client->get_object("data", "train/shard-000000.tar", range);
         if (got.data.size() > 100) fail("a ranged GET returned more than the range");
+        // The same answers read into the caller's memory (Note [Range into
+        // place]) give the same bytes.
+        char fixed[100];
+        const dtrain::GetResult into =
+            make_client()->get_object("data", "train/shard-000000.tar", range, fixed);
+        std::vector<uint8_t> grown(7, 'x');
+        const dtrain::GetResult grew =
+            make_client()->get_object("data", "train/shard-000000.tar", range, grown);
+        if (into.bytes != got.data.size() || std::memcmp(fixed, got.data.data(), into.bytes) != 0 ||
+            std::string(grown.begin(), grown.end()) != got.data || grew.bytes != got.data.size()) {
+          fail("a ranged GET into caller memory returned other bytes than the string form");
+        }
         break;
       }
       case kGetIfMatch: {

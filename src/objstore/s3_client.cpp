@@ -149,9 +149,9 @@ namespace {
 // Note [Range into place]
 // The body of a GET goes straight to the caller's memory (Note [Body into
 // place]): a growable buffer (std::string, std::vector<uint8_t>) or a fixed
-// one of the range's length. A store that ignores Range answers 200 with
-// the whole object: the sink then drops the bytes before the range and
-// keeps at most its length. Bytes beyond a fixed buffer are counted, not
+// one of the range's length. A store that ignores Range answers 200 (any
+// 2xx but 206) with the whole object: the sink then drops the bytes before
+// the range and keeps at most its length. Bytes beyond a fixed buffer are counted, not
 // stored, so get_into's size check names a store that sent too much.
 class RangeSink : public http::BodySink {
  public:
@@ -159,8 +159,11 @@ class RangeSink : public http::BodySink {
   void start(int status, int64_t content_length) override {
     received_ = 0;
     kept_ = 0;
-    skip_ = ranged_ && status == 200 ? options_.offset : 0;
-    limit_ = ranged_ && status == 200 && options_.length ? *options_.length : UINT64_MAX;
+    // Any 2xx but 206 carries the whole object (200 from a store that
+    // ignores Range; the fuzzer sends the others).
+    const bool whole = ranged_ && status != 206;
+    skip_ = whole ? options_.offset : 0;
+    limit_ = whole && options_.length ? *options_.length : UINT64_MAX;
     limit_ = std::min(limit_, capacity());
     const uint64_t length = content_length < 0 ? 0 : static_cast<uint64_t>(content_length);
     begin(std::min(length - std::min(length, skip_), limit_));
