@@ -174,7 +174,7 @@ class RangeSink : public http::BodySink {
     if (at + n <= skip_) return;
     const uint64_t drop = at < skip_ ? skip_ - at : 0;
     const uint64_t take = std::min<uint64_t>(n - drop, limit_ - kept_);
-    if (take > 0) store(data + drop, static_cast<size_t>(take));
+    if (take > 0) store(kept_, data + drop, static_cast<size_t>(take));
     kept_ += take;
   }
   /// Body bytes received (the whole object's for a 200 to a ranged GET).
@@ -186,7 +186,8 @@ class RangeSink : public http::BodySink {
   virtual uint64_t capacity() const { return UINT64_MAX; }
   /// A body of about `expected` bytes begins: drop what is held.
   virtual void begin(uint64_t expected) = 0;
-  virtual void store(const char* data, size_t n) = 0;
+  /// Bytes `at`.. of the range (`at` = the bytes kept so far).
+  virtual void store(uint64_t at, const char* data, size_t n) = 0;
 
  private:
   const GetOptions& options_;
@@ -202,10 +203,9 @@ constexpr uint64_t kMaxReserve = uint64_t{64} << 20;  // as Note [Body buffer]
 template <typename Buffer>
 class GrowingSink final : public RangeSink {
  public:
+  /// `out` empty: it stays so when no 2xx body starts.
   GrowingSink(const GetOptions& options, bool ranged, Buffer& out)
-      : RangeSink(options, ranged), out_(out) {
-    out_.clear();
-  }
+      : RangeSink(options, ranged), out_(out) {}
 
  private:
   void begin(uint64_t expected) override {
@@ -217,7 +217,7 @@ class GrowingSink final : public RangeSink {
       out_.reserve(static_cast<size_t>(std::min(kMaxReserve, expected + expected / 4)));
     }
   }
-  void store(const char* data, size_t n) override {
+  void store(uint64_t, const char* data, size_t n) override {
     using T = typename Buffer::value_type;
     const T* p = reinterpret_cast<const T*>(data);
     out_.insert(out_.end(), p, p + n);  // no zero-fill first, as resize would do
@@ -232,14 +232,10 @@ class FixedSink final : public RangeSink {
 
  private:
   uint64_t capacity() const override { return capacity_; }
-  void begin(uint64_t) override { used_ = 0; }
-  void store(const char* data, size_t n) override {
-    std::memcpy(dst_ + used_, data, n);
-    used_ += n;
-  }
+  void begin(uint64_t) override {}
+  void store(uint64_t at, const char* data, size_t n) override { std::memcpy(dst_ + at, data, n); }
   char* dst_;
   uint64_t capacity_;
-  uint64_t used_ = 0;
 };
 
 }  // namespace
