@@ -11,8 +11,12 @@
 // Run: build/dtrain run --recovery live --nproc-per-node 4 -- build/examples/live_recovery
 // Options: --steps N (40)  --batch B (8, per logical rank)  --out DIR (sample
 // log, weights)  --die-at-step S --die-rank R --die-how kill|stop (inject a
-// failure: worker RANK R sends itself SIGKILL or SIGSTOP in step S)
-// --pause-ms M (sleep M ms per step, as a bigger model would take).
+// failure: worker RANK R sends itself SIGKILL or SIGSTOP in step S, after
+// its backward, or before it with --die-when before, so that the others'
+// gradient allreduce of that step waits for it)
+// --pause-ms M (sleep M ms per step, as a bigger model would take)
+// --device cpu|cuda (cpu)  --backend gloo|nccl (gloo; nccl needs --device
+// cuda and a GPU per worker: its communicators are aborted on a failure).
 #include <signal.h>
 #include <unistd.h>
 
@@ -23,6 +27,7 @@
 #include <string>
 
 #include <dtrain/comm.h>
+#include <dtrain/device.h>
 #include <dtrain/errors.h>
 #include <dtrain/live.h>
 #include <dtrain/sampler.h>
@@ -55,7 +60,7 @@ torch::Tensor features(int64_t i) {
 int main(int argc, char** argv) {
   int64_t steps = 40, batch = 8, die_at = -1, pause_ms = 0;
   int die_rank = -1;
-  std::string out_dir, die_how = "kill";
+  std::string out_dir, die_how = "kill", die_when = "after", device_name = "cpu", backend = "gloo";
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i], value = argv[i + 1];
     if (flag == "--steps")
@@ -70,13 +75,27 @@ int main(int argc, char** argv) {
       die_rank = std::atoi(value.c_str());
     else if (flag == "--die-how")
       die_how = value;
+    else if (flag == "--die-when")
+      die_when = value;
+    else if (flag == "--pause-ms")
+      pause_ms = std::atoll(value.c_str());
+    else if (flag == "--device")
+      device_name = value;
+    else if (flag == "--backend")
+      backend = value;
   }
   const torch::Tensor teacher = example::teacher();
   torch::manual_seed(7);  // the same initial weights everywhere (joiners get them anyway)
   Net model;
+  // The rank's GPU (cuda:LOCAL_RANK of the visible ones) becomes current.
+  const char* local_rank = std::getenv("LOCAL_RANK");
+  const torch::Device device = dtrain::pick_device(dtrain::parse_device_choice(device_name),
+                                                   local_rank ? std::atoi(local_rank) : 0);
+  model->to(device);
   torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
 
   dtrain::LiveOptions options = dtrain::LiveOptions::from_env(dtrain::process_env());
+  options.backend = backend;
   options.on_event = [](const dtrain::RecoveryEvent& e) {
     std::fprintf(stderr, "%s\n", e.to_string().c_str());
   };
@@ -94,6 +113,15 @@ int main(int argc, char** argv) {
   try {
     while (live.step() < steps) {
       const dtrain::LiveStep& s = live.begin_step();
+      const auto inject = [&](const std::string& when) {
+        if (!joiner && s.step == die_at && when == die_when &&
+            std::atoi(std::getenv("RANK") ? std::getenv("RANK") : "-1") == die_rank) {
+          std::fprintf(stderr, "live_recovery: RANK %d injects %s in step %lld (%s backward)\n",
+                       die_rank, die_how.c_str(), static_cast<long long>(s.step), when.c_str());
+          ::raise(die_how == "stop" ? SIGSTOP : SIGKILL);
+        }
+      };
+      inject("before");
       std::vector<int64_t> used;
       opt.zero_grad();
       const bool ok = live.run_logical([&](int r) {
@@ -106,18 +134,15 @@ int main(int argc, char** argv) {
         for (int64_t i : ids) xs.push_back(features(i));
         torch::Tensor x = torch::stack(xs);
         torch::Tensor y = x.mm(teacher).argmax(1);
+        x = x.to(device);
+        y = y.to(device);
         s.ddp->prepare_forward();
         torch::Tensor logits = model->forward(x);
         s.ddp->finish_forward({logits});
         torch::nn::functional::cross_entropy(logits, y).backward();
         used.insert(used.end(), ids.begin(), ids.end());
       });
-      if (!joiner && s.step == die_at &&
-          std::atoi(std::getenv("RANK") ? std::getenv("RANK") : "-1") == die_rank) {
-        std::fprintf(stderr, "live_recovery: RANK %d injects %s in step %lld\n", die_rank,
-                     die_how.c_str(), static_cast<long long>(s.step));
-        ::raise(die_how == "stop" ? SIGSTOP : SIGKILL);
-      }
+      inject("after");
       if (pause_ms > 0) ::usleep(static_cast<useconds_t>(pause_ms * 1000));  // a slower model
       if (ok && live.should_commit()) {
         opt.step();
@@ -139,8 +164,10 @@ int main(int argc, char** argv) {
     return 0;
   }
   std::vector<torch::Tensor> flat;
-  for (const auto& p : model->parameters()) flat.push_back(p.detach().flatten());
-  for (const auto& b : model->buffers()) flat.push_back(b.detach().to(torch::kFloat).flatten());
+  for (const auto& p : model->parameters()) flat.push_back(p.detach().cpu().flatten());
+  for (const auto& b : model->buffers()) {
+    flat.push_back(b.detach().cpu().to(torch::kFloat).flatten());
+  }
   torch::Tensor weights = torch::cat(flat);
   if (!out_dir.empty())
     torch::save(weights, out_dir + "/weights." + std::to_string(::getpid()) + ".pt");

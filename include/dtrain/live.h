@@ -161,6 +161,11 @@ struct RecoveryEvent {
   std::chrono::milliseconds detect_to_group{0};
   /// Time of the state transfer to joiners (zero when there was none).
   std::chrono::milliseconds state_transfer{0};
+  /// NCCL only: time the abort of the previous generation's communicators
+  /// took (zero on Gloo, which has no abort), and whether it was given up
+  /// after its bound of 5 s (Note [Bounded abort] in src/live/live_group.cpp).
+  std::chrono::milliseconds communicator_abort{0};
+  bool communicator_abort_timed_out = false;
   std::chrono::system_clock::time_point at;  ///< when the new group formed
   /// One log line: "live: generation 3 (step 41): lost host:123 (missed
   /// heartbeats); 3 workers (was 4); new group 0.41 s after detection".
@@ -210,8 +215,13 @@ struct LiveOptions {
   bool host_store = false;
   /// Prefix of every key this group uses in the store.
   std::string key_prefix = "live";
-  /// Collective backend of each generation ("gloo"; "nccl" in CUDA builds).
+  /// Collective backend of each generation ("gloo"; "nccl" in CUDA builds,
+  /// with a GPU per member: a lost member's collectives are then aborted,
+  /// Note [Bounded abort] in src/live/live_group.cpp).
   std::string backend = "gloo";
+  /// This member's rank on its node (LOCAL_RANK): an NCCL generation uses
+  /// GPU local_rank % the visible GPUs, as InitOptions::local_rank does.
+  int local_rank = 0;
   /// Address Gloo binds to (InitOptions::gloo_host); empty: its default.
   std::string gloo_host;
   /// Heartbeat period (each member bumps its counter this often).
@@ -245,6 +255,7 @@ struct LiveOptions {
   /// `dtrain run --recovery live` sets): WORLD_SIZE (initial_world_size and
   /// W0), RANK (initial_rank), MASTER_ADDR / MASTER_PORT (the store),
   /// TORCHELASTIC_USE_AGENT_STORE (not true: RANK 0 hosts the store),
+  /// LOCAL_RANK (local_rank),
   /// DTRAIN_LIVE_MIN_WORKERS, DTRAIN_LIVE_JOIN=1 (a replacement),
   /// DTRAIN_LIVE_MEMBER (the id), DTRAIN_LIVE_LOGICAL_WORLD_SIZE (W0 when
   /// not WORLD_SIZE), DTRAIN_LIVE_FAILURE_TIMEOUT_MS,
@@ -263,6 +274,7 @@ struct LiveOptions {
   DTRAIN_SETTER(LiveOptions, host_store)
   DTRAIN_SETTER(LiveOptions, key_prefix)
   DTRAIN_SETTER(LiveOptions, backend)
+  DTRAIN_SETTER(LiveOptions, local_rank)
   DTRAIN_SETTER(LiveOptions, gloo_host)
   DTRAIN_SETTER(LiveOptions, heartbeat_interval)
   DTRAIN_SETTER(LiveOptions, failure_timeout)

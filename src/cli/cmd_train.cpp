@@ -132,8 +132,13 @@ void apply_data_cache_flags(const std::string& who, const std::string& size, Dat
 
 /// dtrain train under `dtrain run --recovery live` (DTRAIN_RECOVERY=live):
 /// the ranks are members of a dtrain::LiveGroup (docs/live_recovery.md).
-int run_live(const TrainOptions& o) {
-  train(o, LiveOptions::from_env(process_env()), &std::cout);
+/// Each generation's backend follows --backend and --device as for a plain
+/// group (auto: NCCL with a GPU per rank, whose communicators are aborted
+/// on a failure; Gloo otherwise).
+int run_live(const TrainOptions& o, const std::string& backend) {
+  LiveOptions live = LiveOptions::from_env(process_env());
+  live.backend = live_backend(backend, o.device);
+  train(o, std::move(live), &std::cout);
   return 0;
 }
 
@@ -183,7 +188,7 @@ int run_train(const TrainFlags& f) {
     }
     o.kvstore_optimizer = parse_kvstore_optimizer_flag(f.kvstore_optimizer);
     validate(o);  // before joining the group: bad flags never leave peers waiting
-    if (o.recovery == TrainOptions::Recovery::kLive) return run_live(o);
+    if (o.recovery == TrainOptions::Recovery::kLive) return run_live(o, f.group.backend);
     TrainingRoute route =
         open_training_route(o.kvstore, o.kvstore_options,
                             group_options(f.group.backend, o.device, group_timeout(f.group)));

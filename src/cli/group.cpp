@@ -46,6 +46,19 @@ InitOptions group_options(const std::string& backend, const DeviceChoice& device
   return init;
 }
 
+std::string live_backend(const std::string& backend, const DeviceChoice& device) {
+  const EnvLookup env = process_env();
+  const auto read = [&](const char* name, int fallback) {
+    long long v = 0;
+    const auto text = env(name);
+    return text && parse_int(*text, &v) ? static_cast<int>(v) : fallback;
+  };
+  const at::Device dev = pick_device(device, read("LOCAL_RANK", 0));
+  return resolve_backend(
+      backend, dev,
+      dev.is_cuda() ? ranks_per_gpu(read("LOCAL_WORLD_SIZE", 1), torch::cuda::device_count()) : 1);
+}
+
 ProcessGroup join_group(const std::string& backend, const DeviceChoice& device,
                         std::chrono::milliseconds timeout) {
   InitOptions init = group_options(backend, device, timeout);

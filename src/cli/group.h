@@ -47,4 +47,10 @@ ProcessGroup join_group(const std::string& backend, const DeviceChoice& device,
 InitOptions group_options(const std::string& backend, const DeviceChoice& device,
                           std::chrono::milliseconds timeout = InitOptions{}.timeout);
 
+/// The backend each generation of a live group uses (LiveOptions::backend,
+/// `dtrain train` under `dtrain run --recovery live`): as group_options
+/// picks it, from LOCAL_RANK and LOCAL_WORLD_SIZE alone (a joiner has no
+/// RANK yet); makes this rank's GPU the current device.
+std::string live_backend(const std::string& backend, const DeviceChoice& device);
+
 }  // namespace dtrain::cli

@@ -1,3 +1,7 @@
+#include <exception>
+#include <stdexcept>
+#include <thread>
+
 #include <ATen/ATen.h>
 
 #include "comm/state.h"
@@ -52,11 +56,53 @@ void rethrow_dist_error(const std::exception& e, int rank, const std::string& wh
 // runs and may throw to give the wait up. Without an interrupt the wait is
 // one call, as before. A timeout of 0 would mean "forever" to c10d: the
 // group's timeout is always positive.
+//
+// Note [Polled waits on NCCL]
+// c10d's WorkNCCL::wait(timeout) is no slice: when the timeout runs out it
+// aborts the group's communicators and rethrows as a teardown (LibTorch
+// 2.x), so the first 20 ms slice of any longer allreduce would end the
+// group. With an interrupt an NCCL work is therefore polled: isCompleted()
+// (a cudaEventQuery, which never blocks, and true also when the work
+// failed) every kPollInterval, the interrupt every slice; once it is
+// complete a failure is rethrown from exception(), else wait() with no
+// timeout makes the current stream wait for the NCCL stream and returns at
+// once. A hung collective is left on the GPU for the live group to abort
+// (Note [Abandoned groups]). Without an interrupt the wait stays c10d's.
 void wait_c10d_work(c10d::Work& work, std::optional<std::chrono::milliseconds> timeout,
                     const std::function<void()>& interrupt, std::chrono::milliseconds slice,
-                    int rank, const std::string& what, std::chrono::milliseconds report_timeout) {
+                    int rank, const std::string& what, std::chrono::milliseconds report_timeout,
+                    bool polled) {
   using Clock = std::chrono::steady_clock;
   const auto start = Clock::now();
+  if (polled && interrupt) {
+    constexpr auto kPollInterval = std::chrono::microseconds(100);
+    const auto deadline = start + (timeout ? *timeout : report_timeout);
+    auto next_interrupt = start + slice;
+    while (!work.isCompleted()) {
+      const auto now = Clock::now();
+      if (now >= deadline) {
+        rethrow_dist_error(std::runtime_error("Operation timed out!"), rank, what, report_timeout);
+      }
+      if (now >= next_interrupt) {
+        interrupt();
+        next_interrupt = Clock::now() + slice;
+      }
+      std::this_thread::sleep_for(kPollInterval);
+    }
+    if (auto failed = work.exception()) {
+      try {
+        std::rethrow_exception(failed);
+      } catch (const std::exception& e) {
+        rethrow_dist_error(e, rank, what, report_timeout);
+      }
+    }
+    try {
+      work.wait();
+    } catch (const std::exception& e) {
+      rethrow_dist_error(e, rank, what, report_timeout);
+    }
+    return;
+  }
   for (;;) {
     std::chrono::milliseconds wait_for = slice;
     bool last = !interrupt;
@@ -99,7 +145,7 @@ void wait_work(const c10::intrusive_ptr<c10d::Work>& work, const ProcessGroup& p
                const std::string& what) {
   const ProcessGroup::State& st = state_of(pg);
   wait_c10d_work(*work, std::nullopt, st.wait_interrupt, st.wait_slice, pg.rank(), what,
-                 pg.timeout());
+                 pg.timeout(), polled_waits(st.backend_name));
 }
 
 namespace {

@@ -35,9 +35,16 @@ ProcessGroup make_process_group(std::shared_ptr<const ProcessGroup::State> state
 /// deadline ends it), in slices calling `interrupt` between them when it is
 /// set (Note [Sliced waits] in collectives.cpp); a c10d failure or the
 /// timeout is rethrown by rethrow_dist_error naming `report_timeout`.
+/// `polled` (an NCCL group's work): with an interrupt the wait polls
+/// isCompleted() instead of calling c10d's wait(timeout), which on NCCL
+/// aborts the communicator when it runs out (Note [Polled waits on NCCL]).
 void wait_c10d_work(c10d::Work& work, std::optional<std::chrono::milliseconds> timeout,
                     const std::function<void()>& interrupt, std::chrono::milliseconds slice,
-                    int rank, const std::string& what, std::chrono::milliseconds report_timeout);
+                    int rank, const std::string& what, std::chrono::milliseconds report_timeout,
+                    bool polled = false);
+
+/// Whether waits on this backend's work are polled (wait_c10d_work).
+inline bool polled_waits(const std::string& backend_name) { return backend_name == "nccl"; }
 
 /// The group state behind `pg` (comm's own code).
 const ProcessGroup::State& state_of(const ProcessGroup& pg);

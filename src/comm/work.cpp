@@ -26,6 +26,7 @@ struct Work::State {
   std::chrono::milliseconds group_timeout{0};
   std::function<void()> interrupt;  // the group's wait_interrupt
   std::chrono::milliseconds slice{20};
+  bool polled = false;  // Note [Polled waits on NCCL]
   std::vector<at::Tensor> keep_alive;
   std::shared_ptr<std::atomic<int64_t>> done = std::make_shared<std::atomic<int64_t>>(0);
 };
@@ -41,7 +42,7 @@ Work& Work::operator=(const Work&) = default;
 void Work::wait(std::chrono::milliseconds timeout) const {
   if (!state_->work) return;
   wait_c10d_work(*state_->work, timeout, state_->interrupt, state_->slice, state_->rank,
-                 state_->what, timeout);
+                 state_->what, timeout, state_->polled);
 }
 
 void Work::wait() const { wait(state_->group_timeout); }
@@ -67,6 +68,7 @@ Work start_work(const ProcessGroup& pg, const std::string& what, std::vector<at:
   state->group_timeout = pg.timeout();
   state->interrupt = state_of(pg).wait_interrupt;
   state->slice = state_of(pg).wait_slice;
+  state->polled = polled_waits(state_of(pg).backend_name);
   state->keep_alive = std::move(keep_alive);
   try {
     state->work = start(*pg.backend());

@@ -76,6 +76,8 @@
 #include <ATen/core/Generator.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <future>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -296,14 +298,32 @@ struct LiveGroup::Impl {
   // its kernels may spin on the GPU waiting for the lost peer, holding the
   // stream every later kernel queues on. Gloo's abort() is a no-op in c10d,
   // which is why Gloo groups are only abandoned.
+  //
+  // Note [Bounded abort]
+  // ncclCommAbort can itself wait on a proxy thread talking to the lost
+  // peer, and c10d bounds it only by the collective timeout (minutes). The
+  // abort therefore runs on a thread of its own, given kAbortBound; if it
+  // has not returned by then it is left running (detached: it holds its own
+  // reference to the backend, which the abandoned list keeps too) and the
+  // survivors form the next generation anyway, on new communicators.
   void keep_abandoned(const ProcessGroup& group) {
 #if DTRAIN_TORCH_VERSION >= 200
     if (group.backend_name() == "nccl" && group.backend()) {
-      try {
-        group.backend()->abort();
-      } catch (const std::exception&) {
-        // Aborting is best effort: the group is never used again anyway.
-      }
+      constexpr auto kAbortBound = std::chrono::seconds(5);
+      auto backend = group.backend();
+      auto done = std::make_shared<std::promise<void>>();
+      std::future<void> aborted = done->get_future();
+      std::thread([backend, done] {
+        try {
+          backend->abort();
+        } catch (const std::exception&) {
+          // Aborting is best effort: the group is never used again anyway.
+        }
+        done->set_value();
+      }).detach();
+      const auto t0 = Clock::now();
+      abort_timed_out = aborted.wait_for(kAbortBound) != std::future_status::ready;
+      abort_time = std::max(ms_since(t0), std::chrono::milliseconds(1));
     }
 #endif
     abandoned.push_back(group);
@@ -478,6 +498,7 @@ struct LiveGroup::Impl {
       o.rank = static_cast<int>(rank);
       o.world_size = static_cast<int>(members.size());
       o.backend = opt.backend;
+      o.local_rank = opt.local_rank;
       o.timeout = opt.collective_timeout;
       o.store_timeout = forming_bound;
       o.gloo_host = gloo_host;
@@ -521,6 +542,8 @@ struct LiveGroup::Impl {
   std::chrono::milliseconds forming_bound{0};
 
   std::chrono::milliseconds transfer_time{0};
+  std::chrono::milliseconds abort_time{0};  // Note [Bounded abort]
+  bool abort_timed_out = false;
   std::string gloo_host;  // where Gloo binds: options, else the route to the store
 
   void report(const live::Roster& roster, int prev_size, const std::vector<std::string>& prev,
@@ -534,6 +557,10 @@ struct LiveGroup::Impl {
     ev.at = std::chrono::system_clock::now();
     ev.state_transfer = transfer_time;
     transfer_time = std::chrono::milliseconds(0);
+    ev.communicator_abort = abort_time;
+    ev.communicator_abort_timed_out = abort_timed_out;
+    abort_time = std::chrono::milliseconds(0);
+    abort_timed_out = false;
     auto deaths = detector->deaths();
     std::optional<Clock::time_point> first;
     for (const std::string& m : prev) {
@@ -771,13 +798,44 @@ struct LiveGroup::Impl {
       if (&__lsan_ignore_object != nullptr) __lsan_ignore_object(leaked);
     }
     try {
-      store->set(keys.left(opt.member), live::bytes_of("1"));
+      // No store: the constructor failed before connecting (bad options).
+      if (store) store->set(keys.left(opt.member), live::bytes_of("1"));
     } catch (const std::exception&) {
       // The store is gone: nothing to tell.
     }
     detector.reset();
   }
 };
+
+namespace {
+
+// Note [NCCL's watchdog under live recovery]
+// When a communicator reports an error (a peer's socket closed: it was
+// killed) or a collective outlives the group timeout, c10d's NCCL watchdog
+// thread rethrows it under TORCH_NCCL_ASYNC_ERROR_HANDLING 1 or 3 (3, its
+// default), which ends the whole process: the survivor would die with the
+// lost peer. Live recovery needs 0 (the watchdog only records the error on
+// the work, which the polled wait rethrows: Note [Polled waits on NCCL]) or
+// 2 (it also aborts the communicators). c10d reads the variable when each
+// ProcessGroupNCCL is built, so an unset one is set to 0 here, before this
+// LiveGroup starts its threads (`dtrain run --recovery live` sets it in the
+// workers' environment already); 1 or 3 set by the user is refused.
+void keep_nccl_watchdog_from_ending_the_process(const std::string& member) {
+  const char* v = std::getenv("TORCH_NCCL_ASYNC_ERROR_HANDLING");
+  if (v == nullptr || *v == '\0') {
+    ::setenv("TORCH_NCCL_ASYNC_ERROR_HANDLING", "0", 0);
+    return;
+  }
+  const std::string value = v;
+  if (value != "0" && value != "2") {
+    throw InvalidArgument(
+        cat("live: member ", member, ": TORCH_NCCL_ASYNC_ERROR_HANDLING=", value,
+            " makes NCCL's watchdog end this process when a peer fails; live recovery on NCCL "
+            "needs 0 or 2: unset it (the LiveGroup then sets 0)"));
+  }
+}
+
+}  // namespace
 
 LiveGroup::LiveGroup(LiveOptions options)
     : LiveGroup(
@@ -812,6 +870,7 @@ LiveGroup::LiveGroup(std::function<StorePtr()> connect, LiveOptions options)
     throw InvalidArgument("live: min_workers must be >= 1 and max_abandoned_groups >= 0");
   }
   detail::ignore_sigpipe_unless_handled();  // Note [SIGPIPE]
+  if (options.backend == "nccl") keep_nccl_watchdog_from_ending_the_process(options.member);
   s.opt = options;
   s.keys.prefix = options.key_prefix;
   s.w0 = options.logical_world_size;

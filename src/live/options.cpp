@@ -63,6 +63,11 @@ std::string RecoveryEvent::to_string() const {
       << detect_to_group.count() / 1000.0 << " s after detection";
   if (state_transfer.count() > 0)
     out << ", state sent in " << state_transfer.count() / 1000.0 << " s";
+  if (communicator_abort_timed_out) {
+    out << ", NCCL abort given up after " << communicator_abort.count() / 1000.0 << " s";
+  } else if (communicator_abort.count() > 0) {
+    out << ", NCCL abort " << communicator_abort.count() / 1000.0 << " s";
+  }
   return out.str();
 }
 
@@ -123,6 +128,7 @@ LiveOptions LiveOptions::from_env(const EnvLookup& env) {
   o.host_store = !o.join && o.initial_rank == 0 && agent_store != "True" && agent_store != "true" &&
                  agent_store != "1";
   if (auto m = env_int(env, "DTRAIN_LIVE_MIN_WORKERS", 1)) o.min_workers = static_cast<int>(*m);
+  if (auto l = env_int(env, "LOCAL_RANK", 0)) o.local_rank = static_cast<int>(*l);
   if (auto m = env("DTRAIN_LIVE_MEMBER"); m && !m->empty()) o.member = *m;
   if (auto t = env_int(env, "DTRAIN_LIVE_FAILURE_TIMEOUT_MS", 1)) {
     o.failure_timeout = std::chrono::milliseconds(*t);

@@ -47,9 +47,11 @@ int pid_in(const TempDir& dir, int rank) {
 
 TEST(LiveLaunch, WorkersGetTheLiveRecoveryEnvironment) {
   TempDir dir;
-  WorkerRun run(dir, 2,
-                {"env", "DTRAIN_RECOVERY", "env", "DTRAIN_LIVE_MIN_WORKERS", "env",
-                 "DTRAIN_LIVE_JOIN", "env", "DTRAIN_LIVE_MEMBER"});
+  WorkerRun run(
+      dir, 2,
+      {"env", "DTRAIN_RECOVERY", "env", "DTRAIN_LIVE_MIN_WORKERS", "env", "DTRAIN_LIVE_JOIN", "env",
+       "DTRAIN_LIVE_MEMBER", "env", "TORCH_NCCL_ASYNC_ERROR_HANDLING"});
+  ::unsetenv("TORCH_NCCL_ASYNC_ERROR_HANDLING");  // the agent's own environment sets none
   make_live(run.options, 1);
   LaunchResult result = launch(run.options);
   ASSERT_TRUE(result.succeeded()) << ::testing::PrintToString(result.summary());
@@ -57,6 +59,9 @@ TEST(LiveLaunch, WorkersGetTheLiveRecoveryEnvironment) {
     EXPECT_THAT(run.out(), HasSubstr(std::string(p) + "DTRAIN_RECOVERY=live\n"));
     EXPECT_THAT(run.out(), HasSubstr(std::string(p) + "DTRAIN_LIVE_MIN_WORKERS=1\n"));
     EXPECT_THAT(run.out(), HasSubstr(std::string(p) + "DTRAIN_LIVE_JOIN=0\n"));
+    // Note [NCCL's watchdog under live recovery]: a survivor is not ended by
+    // its NCCL watchdog when a peer dies.
+    EXPECT_THAT(run.out(), HasSubstr(std::string(p) + "TORCH_NCCL_ASYNC_ERROR_HANDLING=0\n"));
   }
   EXPECT_THAT(run.out(), HasSubstr("[rank1]: DTRAIN_LIVE_MEMBER=rank1@"));
   EXPECT_THAT(run.err(), HasSubstr("hosted by node 0's agent: losing node 0 ends the job"));

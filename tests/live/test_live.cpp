@@ -91,6 +91,34 @@ TEST(LiveOptions, MalformedMinWorkersIsAnErrorNamingTheVariable) {
 
 live::Keys test_keys() { return live::Keys{"live"}; }
 
+// Note [NCCL's watchdog under live recovery]: an unset variable becomes 0;
+// a value that makes the watchdog end the process is refused, naming it.
+TEST(LiveOptions, NcclGenerationsSetTheWatchdogToRecordErrorsAndRefuseOneThatEndsTheProcess) {
+  LiveOptions o;
+  o.initial_world_size = 1;
+  o.backend = "nccl";
+  o.host_store = false;
+  ::setenv("TORCH_NCCL_ASYNC_ERROR_HANDLING", "3", 1);
+  try {
+    LiveGroup group([]() -> StorePtr { throw std::runtime_error("not reached"); }, o);
+    ADD_FAILURE() << "TORCH_NCCL_ASYNC_ERROR_HANDLING=3 was accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("TORCH_NCCL_ASYNC_ERROR_HANDLING=3"), std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("needs 0 or 2"), std::string::npos) << e.what();
+  }
+  ::unsetenv("TORCH_NCCL_ASYNC_ERROR_HANDLING");
+  try {
+    LiveGroup group([]() -> StorePtr { throw std::runtime_error("no store here"); }, o);
+  } catch (const std::exception&) {
+    // The store's absence ends it; the variable was set before.
+  }
+  const char* v = std::getenv("TORCH_NCCL_ASYNC_ERROR_HANDLING");
+  ASSERT_NE(v, nullptr);
+  EXPECT_STREQ(v, "0");
+  ::unsetenv("TORCH_NCCL_ASYNC_ERROR_HANDLING");
+}
+
 TEST(LiveDetector, AMemberWhoseHeartbeatStopsIsDeclaredDeadWithinTheFailureTimeout) {
   StorePtr store = make_memory_store();
   live::Detector a(store, test_keys(), "a", 50ms, 400ms);

@@ -374,5 +374,75 @@ TEST(LiveProcesses, AWorkerGivenATenthOfACoreForSecondsIsNotDeclaredDead) {
   expect_each_sample_once(job.samples(), kSteps);
 }
 
+// Issue 19 on NCCL. NCCL refuses two ranks of one host on one GPU
+// ("Duplicate GPU detected"), and a lent GPU machine has one GPU: each
+// worker gets its own NCCL_HOSTID, so NCCL takes them for two hosts and
+// connects them over sockets on loopback (its network transport, as between
+// nodes) while both compute on cuda:0. The failing worker stops or dies
+// before its backward of step 5, so the survivor's gradient allreduce of
+// that step is launched and spins on the GPU for a peer that never comes:
+// the survivor must leave the wait (Note [Polled waits on NCCL]) and abort
+// the communicator (Note [Bounded abort]) before it trains on alone, with
+// the weights of a failure-free run (one worker on the GPU running the
+// same four logical ranks) and each sample once.
+std::map<std::string, std::string> nccl_env(int rank) {
+  return {{"DTRAIN_LIVE_LOGICAL_WORLD_SIZE", "4"},
+          {"NCCL_HOSTID", "dtrain-live-test-" + std::to_string(rank)},
+          {"NCCL_SOCKET_IFNAME", "lo"},
+          {"NCCL_IB_DISABLE", "1"},
+          {"NCCL_P2P_DISABLE", "1"},
+          {"NCCL_SHM_DISABLE", "1"},
+          {"NCCL_NVLS_ENABLE", "0"}};
+}
+
+void expect_nccl_survivor_trains_on(const std::string& how) {
+  constexpr int kSteps = 12;
+  const std::vector<std::string> gpu{"--device", "cuda", "--backend", "nccl"};
+  torch::Tensor reference;
+  {
+    LiveJob job("nccl_ref_" + how);
+    job.start(0, 1, nccl_env(0), args(kSteps, gpu));
+    ASSERT_TRUE(job.wait_all(120s)) << job.all_logs();
+    ASSERT_TRUE(exited_ok(job.worker(0))) << job.all_logs();
+    reference = job.weights(0);
+  }
+  LiveJob job("nccl_" + how);
+  std::vector<std::string> fault = gpu;
+  for (const char* a : {"--die-at-step", "5", "--die-rank", "1", "--die-when", "before"}) {
+    fault.push_back(a);
+  }
+  fault.push_back("--die-how");
+  fault.push_back(how);
+  for (int r = 0; r < 2; ++r) job.start(r, 2, nccl_env(r), args(kSteps, fault));
+  const bool ended = job.wait_one(0, 120s);
+  const std::string logs = job.all_logs();
+  job.kill_one(1);
+  ASSERT_TRUE(ended) << logs;
+  ASSERT_TRUE(exited_ok(job.worker(0))) << logs;
+  EXPECT_NE(job.log(0).find("pid " + std::to_string(job.worker(0).pid) + " step 12"),
+            std::string::npos)
+      << logs;
+  EXPECT_NE(logs.find("): lost "), std::string::npos) << logs;
+  EXPECT_NE(logs.find("NCCL abort "), std::string::npos) << logs;
+  EXPECT_EQ(logs.find("NCCL abort given up"), std::string::npos) << logs;
+  EXPECT_TRUE(torch::allclose(job.weights(0), reference, 1e-4, 1e-5))
+      << (job.weights(0) - reference).abs().max();
+  expect_each_sample_once(job.samples(), kSteps);
+  for (double s : recovery_seconds(logs)) EXPECT_LT(s, 3.0) << logs;
+  std::printf("NCCL %s before backward: detection to new group (s):", how.c_str());
+  for (double s : recovery_seconds(logs)) std::printf(" %.3f", s);
+  std::printf("\n%s", logs.c_str());
+}
+
+TEST(LiveNccl, SigkillBeforeBackwardAbortsTheWaitingAllreduceAndTheSurvivorMatchesAFailureFreeRun) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no GPU visible to LibTorch";
+  expect_nccl_survivor_trains_on("kill");
+}
+
+TEST(LiveNccl, SigstopBeforeBackwardAbortsTheHungAllreduceAndTheSurvivorMatchesAFailureFreeRun) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no GPU visible to LibTorch";
+  expect_nccl_survivor_trains_on("stop");
+}
+
 }  // namespace
 }  // namespace dtrain

@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <map>
 
 #include "common/strings.h"
@@ -83,10 +84,18 @@ std::vector<std::string> ps_environment(const std::vector<std::string>& base, co
 
 std::vector<std::string> live_environment(const std::vector<std::string>& base, int min_workers,
                                           const std::string& member, bool join) {
-  return set_variables(base, {{"DTRAIN_RECOVERY", "live"},
-                              {"DTRAIN_LIVE_MIN_WORKERS", std::to_string(min_workers)},
-                              {"DTRAIN_LIVE_MEMBER", member},
-                              {kLiveJoin, join ? "1" : "0"}});
+  std::map<std::string, std::string> vars{{"DTRAIN_RECOVERY", "live"},
+                                          {"DTRAIN_LIVE_MIN_WORKERS", std::to_string(min_workers)},
+                                          {"DTRAIN_LIVE_MEMBER", member},
+                                          {kLiveJoin, join ? "1" : "0"}};
+  // Note [NCCL's watchdog under live recovery] (src/live/live_group.cpp):
+  // a user's own value is kept (and checked by the LiveGroup).
+  const std::string watchdog = "TORCH_NCCL_ASYNC_ERROR_HANDLING";
+  const bool user_set = std::any_of(base.begin(), base.end(), [&](const std::string& kv) {
+    return kv.rfind(watchdog + "=", 0) == 0;
+  });
+  if (!user_set) vars[watchdog] = "0";
+  return set_variables(base, vars);
 }
 
 std::string live_member_id(int rank) {

@@ -55,7 +55,8 @@ std::vector<std::string> worker_environment(const std::vector<std::string>& base
 /// dtrain/live.h's LiveOptions::from_env: DTRAIN_RECOVERY=live,
 /// DTRAIN_LIVE_MIN_WORKERS, DTRAIN_LIVE_MEMBER=`member` and DTRAIN_LIVE_JOIN
 /// ("1": a replacement joining a running job; "0": a worker of the job's
-/// start).
+/// start), and TORCH_NCCL_ASYNC_ERROR_HANDLING=0 unless `base` sets it (so
+/// that NCCL's watchdog does not end a survivor when a peer dies).
 constexpr const char* kLiveJoin = "DTRAIN_LIVE_JOIN";
 std::vector<std::string> live_environment(const std::vector<std::string>& base, int min_workers,
                                           const std::string& member, bool join);
