@@ -14,6 +14,11 @@ the timed steps), and with --json one object with the keys
 
 Start one process per rank with torchrun's variables (RANK, WORLD_SIZE,
 LOCAL_RANK, MASTER_ADDR, MASTER_PORT); without them it runs one process.
+--backend picks the group (auto: NCCL on CUDA, Gloo on the CPU; gloo for
+several processes on one GPU, which NCCL refuses); --comm-hook registers the
+same DDP comm hooks as bench/peer/pytorch_ddp_step.py (its register_hook:
+allreduce, noop, fp16, bf16, powersgd with --powersgd-rank and
+--powersgd-start-iter, each bucket after the previous one).
 """
 import argparse
 import json
@@ -74,6 +79,11 @@ def main():
     p.add_argument("--warmup-steps", type=int, default=10)
     p.add_argument("--display-every", type=int, default=10)
     p.add_argument("--device", default="auto")
+    p.add_argument("--backend", default="auto", choices=["auto", "gloo", "nccl"])
+    p.add_argument("--comm-hook", default="allreduce",
+                   choices=["allreduce", "noop", "fp16", "bf16", "powersgd"])
+    p.add_argument("--powersgd-rank", type=int, default=1)
+    p.add_argument("--powersgd-start-iter", type=int, default=1000)
     p.add_argument("--json", action="store_true")
     a = p.parse_args()
 
@@ -89,7 +99,8 @@ def main():
         torch.cuda.set_device(device)
     if a.amp == "fp16" and device.type != "cuda":
         sys.exit("pytorch_train_bench: fp16 autocast needs a CUDA device; use --amp bf16 on CPU")
-    dist.init_process_group("nccl" if device.type == "cuda" else "gloo", rank=rank, world_size=world,
+    backend = a.backend if a.backend != "auto" else ("nccl" if device.type == "cuda" else "gloo")
+    dist.init_process_group(backend, rank=rank, world_size=world,
                             init_method=f"tcp://{os.environ.get('MASTER_ADDR', '127.0.0.1')}:"
                                         f"{os.environ.get('MASTER_PORT', '29500')}")
 
@@ -103,6 +114,11 @@ def main():
         model = model.to(memory_format=torch.channels_last)
     macs = forward_macs(model, in_ch, size, device)
     ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+    if a.comm_hook != "allreduce":
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        from pytorch_ddp_step import register_hook  # noqa: E402  (one copy of the hooks)
+        a.powersgd_unordered = False
+        register_hook(ddp, a)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(a.amp)
     scaler = torch.cuda.amp.GradScaler(enabled=a.amp == "fp16")
@@ -128,6 +144,8 @@ def main():
     say(f"Batch size:  {a.batch_size * world} global, {a.batch_size} per process")
     say(f"Processes:   {world} ({dist.get_backend()}), device {device}, threads {torch.get_num_threads()}")
     say(f"AMP:         {a.amp}, memory format {'channels_last' if a.channels_last else 'contiguous'}")
+    say(f"Comm hook:   {a.comm_hook}" + (f" (rank {a.powersgd_rank}, from iteration {a.powersgd_start_iter})"
+                                           if a.comm_hook == "powersgd" else ""))
     loss = None
     for _ in range(a.warmup_steps):
         loss = step()
@@ -169,6 +187,7 @@ def main():
             "impl": "pytorch", "bench": "train", "model": a.model, "world_size": world,
             "batch_size": a.batch_size, "image_size": size, "num_classes": a.num_classes, "amp": a.amp,
             "channels_last": a.channels_last, "threads": a.threads, "device": str(device),
+            "backend": backend, "comm_hook": a.comm_hook,
             "steps": a.steps, "warmup_steps": a.warmup_steps, "images_per_sec": ips,
             "step_ms": total_s * 1000 / a.steps, "final_loss": final_loss,
             "loss_scale": scaler.get_scale() if a.amp == "fp16" else 1.0,

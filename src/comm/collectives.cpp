@@ -37,8 +37,11 @@ void rethrow_dist_error(const std::exception& e, int rank, const std::string& wh
                            timeout.count() / 1000.0, " s (", msg,
                            "); another rank may have stopped, diverged or skipped this step"));
   }
+  // NCCL's ncclRemoteError reads "remote process exited or there was a
+  // network error" (seen on the H200 when a peer was killed).
   if (contains(msg, "losed") || contains(msg, "reset") || contains(msg, "refused") ||
-      contains(msg, "roken pipe") || contains(msg, "EOF")) {
+      contains(msg, "roken pipe") || contains(msg, "EOF") ||
+      contains(msg, "remote process exited")) {
     throw PeerLostError(cat("rank ", rank, ": ", what, " failed because a peer went away (", msg,
                             "); see the other ranks' output for the first failure"));
   }

@@ -297,6 +297,24 @@ TEST(TcpStoreServer, ClientsSeeTheServersKeys) {
 
 // Note [CPU tensors on an NCCL group] (src/comm/collectives.cpp): the
 // library's CPU-tensor exchanges work on the GPU's default backend.
+// NCCL's message for a peer that was killed (from c10d on the H200) is a
+// lost peer, so live recovery's step failure names the cause.
+TEST(RethrowDistError, NcclRemoteErrorIsAPeerLostErrorNamingRankAndOperation) {
+  const std::runtime_error nccl(
+      "NCCL error: remote process exited or there was a network error, NCCL version 2.28.9\n"
+      "ncclRemoteError: A call failed possibly due to a network error or a remote process "
+      "exiting prematurely.");
+  try {
+    rethrow_dist_error(nccl, 3, "allreduce of bucket 0", std::chrono::seconds(300));
+  } catch (const PeerLostError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("rank 3: allreduce of bucket 0 failed because a peer went away"),
+              std::string::npos)
+        << what;
+    EXPECT_NE(what.find("remote process exited"), std::string::npos) << what;
+  }
+}
+
 TEST(NcclGroup, BlockingCollectivesStageCpuTensorsThroughTheGpuAndReturnThemOnTheCpu) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no GPU visible to LibTorch";
   const int world = std::min<int>(2, static_cast<int>(torch::cuda::device_count()));
