@@ -25,7 +25,8 @@
 # Prints per-step time, images/sec, dtrain/peer throughput ratio per hook, each
 # hook's images/sec as a fraction of the same implementation's noop run, and
 # the fraction of communication hidden behind backward (method:
-# bench/README.md). Without `dtrain bench ddp` in the build, runs the peer only.
+# bench/README.md) and, over the shaped link (netns), the MB each process sent
+# per DDP step. Without `dtrain bench ddp` in the build, runs the peer only.
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -339,6 +340,10 @@ for r in recs:
     if "error" in r:
         errors.setdefault(key, []).append(f"round {r.get('round', 1)}: {r['error']}")
     else:
+        # MB each process sent per DDP step; loopback runs count nothing (lo).
+        tx = r.get("wire_tx_bytes_per_step")
+        if r["mode"] == "netns" and isinstance(tx, (int, float)) and tx >= 0:
+            r["wire_mb"] = tx / 1e6
         runs.setdefault(key, []).append(r)
 
 
@@ -356,7 +361,7 @@ cols = [("step_ms", "step ms", ".1f"), ("images_per_sec", "img/s", ".2f"),
         ("step_nosync_ms", "nosync ms", ".1f"), ("backward_ms", "bwd ms", ".1f"),
         ("backward_compute_ms", "bwd cmp", ".1f"), ("comm_ms", "comm ms", ".1f"),
         ("exposed_comm_ms", "exposed", ".1f"), ("hidden_fraction", "hidden", ".0%"),
-        ("powersgd_compression_rate", "psgd rate", ".1f")]
+        ("powersgd_compression_rate", "psgd rate", ".1f"), ("wire_mb", "wire MB", ".2f")]
 print()
 print("DDP step benchmark, 2 processes, Gloo; loopback = 127.0.0.1, "
       f"netns = two namespaces over veth shaped to {rate}")
@@ -390,6 +395,8 @@ print("n = rounds with a result (figures: medians over them); ratio = dtrain img
       "with no communication at all); of nosync = median no_sync step / median DDP step, same "
       "run; comm = standalone uncompressed allreduce + buffer broadcast; hidden = 1 - "
       "exposed/comm (exposed = median DDP step - median no_sync step); psgd rate = PowerSGD's "
-      "compression rate (elements before / after, compressed matrices only)")
+      "compression rate (elements before / after, compressed matrices only); wire MB = MB "
+      "each process sent per DDP step (netns only: its veth's /proc/net/dev tx bytes, read "
+      "around the timed DDP steps; framing and ACKs included)")
 print(f"(results: {results})")
 EOF

@@ -25,6 +25,11 @@ without a profiler (see bench/README.md, "Hidden communication"):
   exposed_comm_ms     max(0, step_p50_ms - step_nosync_p50_ms) (medians of
                       the per-step times, robust to outliers on a shared machine)
   hidden_fraction     clamp(1 - exposed_comm_ms / comm_ms, 0, 1)
+  wire_tx_bytes_per_step, wire_rx_bytes_per_step
+                      bytes this network namespace sent / received per DDP
+                      step (/proc/net/dev, every interface but lo, read around
+                      the blocks of DDP steps only; 0 on loopback, -1 without
+                      /proc/net/dev), as `dtrain bench ddp` reads them
 
 --comm-hook registers one of torch.distributed.algorithms.ddp_comm_hooks on
 DDP (allreduce: none registered, DDP's built-in allreduce; noop:
@@ -70,6 +75,25 @@ def build_model(name):
         import torchvision
         return getattr(torchvision.models, name)(num_classes=10), None
     raise ValueError(f"unknown model {name!r}; valid: {', '.join(MODELS)}")
+
+
+def interface_bytes():
+    """(tx, rx) bytes of every interface but lo in this network namespace, from
+    /proc/net/dev (what `dtrain bench ddp` reads); None where it cannot be read."""
+    try:
+        with open("/proc/net/dev") as f:
+            lines = f.read().splitlines()[2:]
+    except OSError:
+        return None
+    tx = rx = 0
+    for line in lines:
+        name, _, fields = line.partition(":")
+        v = fields.split()
+        if name.strip() == "lo" or len(v) < 9:
+            continue
+        rx += int(v[0])
+        tx += int(v[8])
+    return tx, rx
 
 
 def register_hook(model, args):
@@ -275,11 +299,18 @@ def main(argv=None):
     for _ in range(args.warmup):
         nosync_step(False)
     done = 0
+    wire = [0, 0]  # tx, rx bytes of the DDP steps alone; None: no /proc/net/dev
     while done < args.steps:
         n = min(args.block, args.steps - done)
         dist.barrier()
+        before = interface_bytes()
         for _ in range(n):
             ddp_t.step(True)
+        after = interface_bytes()
+        if before is None or after is None:
+            wire = None
+        elif wire is not None:
+            wire = [wire[0] + after[0] - before[0], wire[1] + after[1] - before[1]]
         dist.barrier()
         for _ in range(n):
             nosync_step(True)
@@ -317,11 +348,16 @@ def main(argv=None):
         broadcast_ms,
         ddp_comm,
         ddp_overlap,
+        wire[0] / args.steps if wire is not None else -1e30,
+        wire[1] / args.steps if wire is not None else -1e30,
     ]
     t = torch.tensor(local, dtype=torch.float64)
     dist.all_reduce(t)
     (step_ms, step_p50_ms, fwd_ms, bwd_ms, opt_ms, ns_step_ms, ns_step_p50_ms, ns_fwd_ms,
-     ns_bwd_ms, ns_opt_ms, allreduce_ms, broadcast_ms, ddp_comm, ddp_overlap) = (t / world).tolist()
+     ns_bwd_ms, ns_opt_ms, allreduce_ms, broadcast_ms, ddp_comm, ddp_overlap,
+     wire_tx, wire_rx) = (t / world).tolist()
+    # A rank without counters makes the mean negative: then none is reported.
+    wire_tx, wire_rx = (-1, -1) if wire_tx < 0 else (wire_tx, wire_rx)
 
     comm_ms = allreduce_ms + broadcast_ms
     # Medians: robust to spikes from other load on a shared machine.
@@ -360,6 +396,8 @@ def main(argv=None):
             "comm_ms": r(comm_ms),
             "exposed_comm_ms": r(exposed),
             "hidden_fraction": round(hidden, 4),
+            "wire_tx_bytes_per_step": r(wire_tx),
+            "wire_rx_bytes_per_step": r(wire_rx),
             "ddp_stats_backward_comm_ms": r(ddp_comm),
             "ddp_stats_overlap_ms": r(ddp_overlap),
             "grad_bytes": grad_bytes,

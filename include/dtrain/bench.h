@@ -41,6 +41,10 @@ struct DdpBenchOptions {
   /// Chrome-trace timeline of every step (dtrain/timeline.h): a path, with
   /// "{rank}" or ".rank<r>" per rank (timeline_path_for_rank); empty: none.
   std::string timeline;
+  /// The interface whose /proc/net/dev bytes DdpBenchResult::wire_* count
+  /// (empty: every interface but lo, as in a network namespace of its own;
+  /// "lo" on loopback, whose counter every rank of the host shares).
+  std::string wire_interface;
 };
 
 /// Times in milliseconds: per-rank means (or medians, _p50) over the
@@ -56,6 +60,13 @@ struct DdpBenchResult {
   double exposed_comm_ms = 0, hidden_fraction = 0;
   /// The reducer's own measurement (DdpStats::overlap_fraction()).
   double reducer_overlap_fraction = 0;
+  /// Bytes this process's network namespace sent and received per DDP step
+  /// (/proc/net/dev, every interface but lo, read around each block of timed
+  /// DDP steps only, so the no_sync steps' barriers, the warm-up and DDP's
+  /// first broadcast are left out; framing and ACKs included), mean over
+  /// ranks, of DdpBenchOptions::wire_interface (default every interface but
+  /// lo: nothing on loopback); -1 where /proc/net/dev cannot be read.
+  double wire_tx_bytes_per_step = 0, wire_rx_bytes_per_step = 0;
   int64_t grad_bytes = 0;
   std::vector<int64_t> bucket_bytes;
   /// The shapes of the gradients DDP reduces (fp32), in parameter order.

@@ -58,6 +58,12 @@ void print_ddp(const DdpBenchResult& r) {
       r.optimizer_ms, r.step_nosync_ms, r.step_nosync_p50_ms, r.backward_compute_ms, r.comm_ms,
       r.allreduce_ms, r.broadcast_ms, r.exposed_comm_ms, r.hidden_fraction * 100,
       r.reducer_overlap_fraction * 100, r.bucket_bytes.size(), r.grad_bytes / 1048576.0);
+  if (r.wire_tx_bytes_per_step > 0) {
+    std::printf("  on the wire per DDP step: %.3f MB sent, %.3f MB received (%s)\n",
+                r.wire_tx_bytes_per_step / 1e6, r.wire_rx_bytes_per_step / 1e6,
+                r.options.wire_interface.empty() ? "every interface but lo"
+                                                 : r.options.wire_interface.c_str());
+  }
 }
 
 void add_ddp(CLI::App& bench, int* exit_code) {
@@ -96,6 +102,9 @@ void add_ddp(CLI::App& bench, int* exit_code) {
   cmd->add_option("--timeline", f->o.timeline,
                   "Chrome trace per rank (FILE.rank<r>.json, or {rank} in FILE); join with 'dtrain "
                   "timeline merge'");
+  cmd->add_option("--interface", f->o.wire_interface,
+                  "Interface whose /proc/net/dev bytes give the bytes on the wire per DDP step "
+                  "(empty: all but lo; lo on loopback, shared by every rank of the host)");
   add_backend_flag(cmd, f->backend,
                    "Collective backend: auto or gloo (the model runs on the CPU, so nccl is "
                    "refused)");

@@ -1,6 +1,7 @@
 #include <algorithm>
 #include <chrono>
 #include <numeric>
+#include <optional>
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -90,6 +91,8 @@ DdpBenchResult run_ddp_bench(const DdpBenchOptions& o, const ProcessGroup& pg) {
     throw InvalidArgument(
         "bench ddp: DdpBenchOptions::batch_size and steps must be positive, warmup >= 0");
   }
+  // A named interface that is absent fails here, before any traffic.
+  if (!o.wire_interface.empty()) read_interface_bytes(o.wire_interface);
   if (o.threads > 0) at::set_num_threads(o.threads);
   DdpBenchResult r;
   r.options = o;
@@ -172,9 +175,26 @@ DdpBenchResult run_ddp_bench(const DdpBenchOptions& o, const ProcessGroup& pg) {
   for (int i = 0; i < o.warmup; ++i) step(false, nullptr);
   // Interleave blocks of 5 so that outside load hits both kinds alike.
   StepTimes synced, local;
+  // Bytes on the wire of the DDP steps alone (DdpBenchResult::wire_*).
+  std::optional<InterfaceBytes> wire = InterfaceBytes{};
+  const auto counters = [&wire, &o]() -> InterfaceBytes {
+    if (!wire) return {};
+    try {
+      return read_interface_bytes(o.wire_interface);
+    } catch (const std::exception&) {
+      wire.reset();  // no /proc/net/dev here: reported as -1
+      return {};
+    }
+  };
   for (int done = 0; done < o.steps;) {
     int n = std::min(5, o.steps - done);
+    const InterfaceBytes before = counters();
     for (int i = 0; i < n; ++i) step(true, &synced);
+    const InterfaceBytes after = counters();
+    if (wire) {
+      wire->tx += after.tx - before.tx;
+      wire->rx += after.rx - before.rx;
+    }
     for (int i = 0; i < n; ++i) step(false, &local);
     done += n;
   }
@@ -194,7 +214,9 @@ DdpBenchResult run_ddp_bench(const DdpBenchOptions& o, const ProcessGroup& pg) {
   std::vector<double> v = all_reduce_mean(
       pg, {mean(synced.step), median(synced.step), mean(synced.forward), mean(synced.backward),
            mean(synced.optimizer), mean(local.step), median(local.step), mean(local.backward),
-           allreduce, broadcast, stats.overlap_fraction()});
+           allreduce, broadcast, stats.overlap_fraction(),
+           wire ? static_cast<double>(wire->tx) / o.steps : -1.0,
+           wire ? static_cast<double>(wire->rx) / o.steps : -1.0});
   r.step_ms = v[0];
   r.step_p50_ms = v[1];
   r.forward_ms = v[2];
@@ -206,6 +228,9 @@ DdpBenchResult run_ddp_bench(const DdpBenchOptions& o, const ProcessGroup& pg) {
   r.allreduce_ms = v[8];
   r.broadcast_ms = v[9];
   r.reducer_overlap_fraction = v[10];
+  // A rank without counters makes the mean negative: then none is reported.
+  r.wire_tx_bytes_per_step = v[11] < 0 ? -1.0 : v[11];
+  r.wire_rx_bytes_per_step = v[12] < 0 ? -1.0 : v[12];
   r.comm_ms = r.allreduce_ms + r.broadcast_ms;
   r.images_per_sec = r.step_ms > 0 ? pg.size() * o.batch_size / r.step_ms * 1000.0 : 0;
   r.exposed_comm_ms = std::max(0.0, r.step_p50_ms - r.step_nosync_p50_ms);
@@ -242,6 +267,8 @@ std::string to_json(const DdpBenchResult& r) {
   j["exposed_comm_ms"] = r.exposed_comm_ms;
   j["hidden_fraction"] = r.hidden_fraction;
   j["reducer_overlap_fraction"] = r.reducer_overlap_fraction;
+  j["wire_tx_bytes_per_step"] = r.wire_tx_bytes_per_step;
+  j["wire_rx_bytes_per_step"] = r.wire_rx_bytes_per_step;
   j["grad_bytes"] = r.grad_bytes;
   j["num_buckets"] = r.bucket_bytes.size();
   j["bucket_bytes"] = r.bucket_bytes;

@@ -93,5 +93,32 @@ TEST(CommChoice, TheFiguresOfABenchDdpRunGiveTheLinkAndTheHiddenTime) {
             "more ranks");
 }
 
+// Bytes on the wire per DDP step (DdpBenchResult::wire_*): two thread ranks
+// over loopback, counted on lo, whose counter both share. A ring allreduce
+// of 2 ranks sends each rank's whole gradient once, so the DDP steps alone
+// put at least the gradient's bytes on lo per step; an absent interface is an
+// error naming those present before any traffic.
+TEST(DdpBench, TwoRanksOnLoopbackCountAtLeastTheGradientsBytesPerDdpStep) {
+  DdpBenchOptions o;
+  o.batch_size = 4;
+  o.steps = 3;
+  o.warmup = 1;
+  o.threads = 1;
+  o.wire_interface = "lo";
+  std::vector<DdpBenchResult> results(2);
+  testing::run_ranks(2, [&](const ProcessGroup& pg) { results[pg.rank()] = run_ddp_bench(o, pg); });
+  for (const DdpBenchResult& r : results) {
+    ASSERT_GT(r.grad_bytes, 0);
+    EXPECT_GE(r.wire_tx_bytes_per_step, static_cast<double>(r.grad_bytes));
+    EXPECT_GE(r.wire_rx_bytes_per_step, static_cast<double>(r.grad_bytes));
+    EXPECT_NE(to_json(r).find("\"wire_tx_bytes_per_step\":"), std::string::npos);
+  }
+  o.wire_interface = "dtrain-no-such-if0";
+  const std::string e = testing::error_of([&] {
+    testing::run_ranks(1, [&](const ProcessGroup& pg) { run_ddp_bench(o, pg); });
+  });
+  EXPECT_NE(e.find("no network interface 'dtrain-no-such-if0'"), std::string::npos) << e;
+}
+
 }  // namespace
 }  // namespace dtrain
