@@ -114,9 +114,8 @@ TEST(DdpBench, TwoRanksOnLoopbackCountAtLeastTheGradientsBytesPerDdpStep) {
     EXPECT_NE(to_json(r).find("\"wire_tx_bytes_per_step\":"), std::string::npos);
   }
   o.wire_interface = "dtrain-no-such-if0";
-  const std::string e = testing::error_of([&] {
-    testing::run_ranks(1, [&](const ProcessGroup& pg) { run_ddp_bench(o, pg); });
-  });
+  const std::string e = testing::error_of(
+      [&] { testing::run_ranks(1, [&](const ProcessGroup& pg) { run_ddp_bench(o, pg); }); });
   EXPECT_NE(e.find("no network interface 'dtrain-no-such-if0'"), std::string::npos) << e;
 }
 
