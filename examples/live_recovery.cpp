@@ -20,6 +20,8 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -174,5 +176,11 @@ int main(int argc, char** argv) {
   std::printf("live_recovery: member %s pid %d step %lld weights checksum %.17g\n",
               live.member().c_str(), static_cast<int>(::getpid()),
               static_cast<long long>(live.step()), weights.to(torch::kDouble).sum().item<double>());
+  // What live recovery cost this member in steady state (dtrain::LiveStats).
+  const dtrain::LiveStats st = live.stats();
+  std::printf("live_recovery: live protocol %.3f ms per step (%.2f%% of %.2f s)\n",
+              std::chrono::duration<double, std::milli>(st.protocol).count() /
+                  static_cast<double>(std::max<int64_t>(1, st.committed_steps)),
+              st.protocol_share() * 100, std::chrono::duration<double>(st.wall).count());
   return 0;
 }

@@ -448,4 +448,10 @@ class DistributedDataParallel : public DataParallel {
 /// broadcast_parameters). Collective.
 void broadcast_parameters(torch::nn::Module& module, const ProcessGroup& pg, int root = 0);
 
+/// Broadcasts `tensors` from `root` in place, coalesced into one flat buffer
+/// per dtype and device (PyTorch's _broadcast_coalesced): one collective per
+/// group, not one per tensor. Collective.
+void broadcast_coalesced(const std::vector<at::Tensor>& tensors, const ProcessGroup& pg,
+                         int root = 0);
+
 }  // namespace dtrain

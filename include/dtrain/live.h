@@ -131,6 +131,27 @@ std::string to_string(DetectionCause cause);
 /// launcher's agent may write its own words, e.g. "exited: signal 9").
 DetectionCause detection_cause_from_string(const std::string& text);
 
+/// LiveGroup::stats(): the time the calling thread spent inside the live
+/// group's calls, so that the steady-state cost of live recovery is measured
+/// directly, not only as the difference of two noisy step rates.
+struct LiveStats {
+  int64_t committed_steps = 0;
+  /// In begin_step() calls that formed no generation, in run_logical()
+  /// outside the user's function (generator bookkeeping, logical rank 0's
+  /// buffers and their broadcast, which replaces DDP's own), and in
+  /// should_commit() (the store round trips that agree on the step).
+  std::chrono::nanoseconds protocol{0};
+  /// In begin_step() calls that formed a generation: the first one, and each
+  /// after a loss or a join (state transfers included).
+  std::chrono::nanoseconds forming{0};
+  /// From the first begin_step() to the last should_commit().
+  std::chrono::nanoseconds wall{0};
+  /// protocol / wall (0 before the first step).
+  double protocol_share() const {
+    return wall.count() > 0 ? static_cast<double>(protocol.count()) / wall.count() : 0.0;
+  }
+};
+
 struct LostMember {
   std::string member;
   DetectionCause cause = DetectionCause::kMissedHeartbeats;
@@ -388,6 +409,9 @@ class LiveGroup {
   const LiveOptions& options() const;
   /// Members declared dead so far (all generations), with their causes.
   std::vector<LostMember> lost_members() const;
+  /// Where this member's training thread spent its time in the calls above
+  /// (the steady-state cost of live recovery is protocol against wall).
+  LiveStats stats() const;
 
   struct Impl;
 

@@ -50,27 +50,6 @@ void check_same_parameters(const ProcessGroup& pg, const std::vector<std::string
   }
 }
 
-// Broadcasts tensors from rank 0 in one flat buffer per dtype.
-void broadcast_flat(const ProcessGroup& pg, const std::vector<at::Tensor>& tensors, int root) {
-  if (pg.size() == 1 || tensors.empty()) return;
-  at::NoGradGuard no_grad;
-  std::map<std::string, std::vector<at::Tensor>> groups;
-  for (const auto& t : tensors) {
-    groups[cat(c10::toString(t.scalar_type()), t.device().str())].push_back(t);
-  }
-  for (auto& [key, group] : groups) {
-    std::vector<at::Tensor> flat_views;
-    for (auto& t : group) flat_views.push_back(t.detach().reshape({-1}));
-    std::vector<at::Tensor> flat{at::cat(flat_views)};
-    pg.broadcast(flat, root);
-    int64_t offset = 0;
-    for (auto& t : group) {
-      t.detach().copy_(flat[0].narrow(0, offset, t.numel()).view(t.sizes()));
-      offset += t.numel();
-    }
-  }
-}
-
 // PyTorch refuses a module spread over devices in the same way: DDP
 // replicates a module that lives on one device.
 void check_one_device(const std::vector<std::string>& names,
@@ -122,7 +101,7 @@ DataParallel::~DataParallel() = default;
 void DataParallel::prepare_forward() {
   reducer_->prepare_forward();
   if (options_.broadcast_buffers && pg_.size() > 1) {
-    broadcast_flat(pg_, values_of(module_->named_buffers(true)), 0);
+    broadcast_coalesced(values_of(module_->named_buffers(true)), pg_, 0);
   }
 }
 
@@ -150,7 +129,29 @@ std::vector<std::vector<std::string>> DataParallel::bucket_parameter_names() con
 void broadcast_parameters(torch::nn::Module& module, const ProcessGroup& pg, int root) {
   std::vector<at::Tensor> all = values_of(module.named_parameters(true));
   for (const auto& b : values_of(module.named_buffers(true))) all.push_back(b);
-  broadcast_flat(pg, all, root);
+  broadcast_coalesced(all, pg, root);
+}
+
+// One flat buffer per dtype and device: one collective each, not one per
+// tensor (a ResNet-18's 60 BatchNorm buffers are one broadcast).
+void broadcast_coalesced(const std::vector<at::Tensor>& tensors, const ProcessGroup& pg, int root) {
+  if (pg.size() == 1 || tensors.empty()) return;
+  at::NoGradGuard no_grad;
+  std::map<std::string, std::vector<at::Tensor>> groups;
+  for (const auto& t : tensors) {
+    groups[cat(c10::toString(t.scalar_type()), t.device().str())].push_back(t);
+  }
+  for (auto& [key, group] : groups) {
+    std::vector<at::Tensor> flat_views;
+    for (auto& t : group) flat_views.push_back(t.detach().reshape({-1}));
+    std::vector<at::Tensor> flat{at::cat(flat_views)};
+    pg.broadcast(flat, root);
+    int64_t offset = 0;
+    for (auto& t : group) {
+      t.detach().copy_(flat[0].narrow(0, offset, t.numel()).view(t.sizes()));
+      offset += t.numel();
+    }
+  }
 }
 
 }  // namespace dtrain

@@ -271,6 +271,21 @@ std::vector<EpochMetrics> LiveTrainer::run() {
     line << "live: member " << live_->member() << " finished at step " << live_->step()
          << ", parameter sum " << sum;
     *log_ << line.str() << std::endl;
+    // The steady-state cost of live recovery, measured (LiveStats).
+    const LiveStats st = live_->stats();
+    if (st.committed_steps > 0) {
+      std::ostringstream cost;
+      cost << std::fixed;
+      cost.precision(3);
+      cost << "live: member " << live_->member() << ": live protocol "
+           << std::chrono::duration<double, std::milli>(st.protocol).count() /
+                  static_cast<double>(st.committed_steps)
+           << " ms per step, " << st.protocol_share() * 100 << "% of "
+           << std::chrono::duration<double>(st.wall).count() << " s over " << st.committed_steps
+           << " committed steps; forming generations "
+           << std::chrono::duration<double>(st.forming).count() << " s";
+      *log_ << cost.str() << std::endl;
+    }
   }
   return history;
 }

@@ -291,6 +291,38 @@ TEST(LiveGroup, ThreeMembersRunningFourLogicalRanksEndWithOneProcesssWeights) {
   }
 }
 
+// LiveStats (Note [Live statistics]): committed steps are counted, forming
+// the first generation is timed apart, and the user's function is not part
+// of the protocol: each of the 5 steps sleeps 30 ms inside run_logical, so
+// protocol + 150 ms fits in the wall time.
+TEST(LiveGroup, StatsCountCommittedStepsAndLeaveTheUsersWorkOutOfTheProtocolTime) {
+  using namespace std::chrono_literals;
+  std::vector<LiveStats> stats(2);
+  run_members(2, 2, [&](int i, Member& m) {
+    while (m.live->step() < 5) {
+      const LiveStep& s = m.live->begin_step();
+      m.opt->zero_grad();
+      const bool ok = m.live->run_logical([&](int r) {
+        std::this_thread::sleep_for(30ms);
+        s.ddp->prepare_forward();
+        torch::Tensor out = m.model->forward(micro_batch(r, s.step));
+        s.ddp->finish_forward({out});
+        out.pow(2).sum().backward();
+      });
+      if (ok && m.live->should_commit()) m.opt->step();
+    }
+    stats[i] = m.live->stats();
+  });
+  for (const LiveStats& st : stats) {
+    EXPECT_EQ(st.committed_steps, 5);
+    EXPECT_GT(st.forming.count(), 0);
+    EXPECT_GT(st.protocol.count(), 0);
+    EXPECT_LE(st.protocol + std::chrono::milliseconds(150), st.wall);
+    EXPECT_GT(st.protocol_share(), 0.0);
+    EXPECT_LT(st.protocol_share(), 1.0);
+  }
+}
+
 TEST(LiveGroup, AStepThatFailedOnOneMemberIsCommittedByNoneAndRedoneInANewGeneration) {
   const torch::Tensor expected = reference_weights(2, 4);
   std::vector<torch::Tensor> got(2);

@@ -258,6 +258,8 @@ TEST(LiveProcesses,
   expect_each_sample_once(job.samples(), kSteps);
   const std::string logs = job.all_logs();
   EXPECT_NE(logs.find("(peer lost)"), std::string::npos) << logs;
+  // LiveStats: each survivor reports the protocol's share of its time.
+  EXPECT_NE(job.log(0).find("live_recovery: live protocol "), std::string::npos) << logs;
   for (double s : recovery_seconds(logs)) EXPECT_LT(s, 3.0) << logs;
   std::printf("SIGKILL: detection to new group (s):");
   for (double s : recovery_seconds(logs)) std::printf(" %.3f", s);
