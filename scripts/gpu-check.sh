@@ -131,8 +131,10 @@ write_summary() {
     for t in ctest-gpu ctest; do
       [[ -s "$OUT/$t.log" ]] || continue
       printf '\n%s:\n' "$t"
-      sed -n '/tests passed, /,$p' "$OUT/$t.log" |
-        grep -E 'tests passed, |The following tests|^[[:space:]]+[0-9]+ - |Total Test time' | sed 's/^/  /'
+      # "100% tests passed, 0 tests failed out of 27", or without the
+      # failures' count when none failed and some were skipped (seen on the H200).
+      sed -n '/tests passed/,$p' "$OUT/$t.log" |
+        grep -E 'tests passed|The following tests|^[[:space:]]+[0-9]+ - |Total Test time' | sed 's/^/  /'
     done
   } >"$OUT/summary.txt"
   if [[ -n "${DTRAIN_GPU_BUNDLE:-}" ]]; then
