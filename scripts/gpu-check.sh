@@ -41,6 +41,10 @@
 #   DTRAIN_GPU_TESTS    regex of the tests that need a GPU, run first
 #                       (default "Cuda|Gpu|Nccl")
 #   DTRAIN_GPU_SKIP_BENCH=1  stop after the tests
+#   DTRAIN_GPU_BENCH    all (default): ResNet-50 and the bench/gpu scripts;
+#                       scripts: only the bench/gpu scripts
+#   DTRAIN_GPU_SCRIPT_TIMEOUT  seconds each bench/gpu script may run (300)
+#   DTRAIN_GPU_SKIP_UNIT=1  leave out the tests that do not need a GPU
 #   DTRAIN_GPU_BUNDLE   a .tgz path: after every step $OUT's logs are packed
 #                       into it and summary.txt copied beside it. The device
 #                       tool brings back at most 8 files from its $OUT, so
@@ -80,6 +84,11 @@ readonly MULTIARCH=x86_64-linux-gnu
 #   and libgcc): the linker resolves them when it links a program.
 #   pkgconf: CMake's FindPkgConfig needs a pkg-config program; the carried
 #   one is used, so the machine's (if any) plays no part.
+#   iproute2 (ip, tc) and the libraries they load (libbpf1 .. libxtables12;
+#   zlib, libbsd and libmd are above): bench/gpu's shaped link, two network
+#   namespaces joined by a veth pair (bench/netns/netns.sh); the machine has
+#   neither program. Wrapped in $PREFIX/netbin so that only they see the
+#   carried libraries.
 readonly DEB_PACKAGES=(
   nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev libgloo-dev
   zlib1g-dev zlib1g libturbojpeg0-dev libturbojpeg0 libjpeg62-turbo-dev libjpeg62-turbo
@@ -92,6 +101,7 @@ readonly DEB_PACKAGES=(
   libzstd1 libgmp10 libgnutls30 libhogweed6 libnettle8 libsasl2-2 libunistring2
   libp11-kit0 libtasn1-6 libffi8 libssl-dev libexpat1-dev libexpat1
   pkgconf pkgconf-bin libpkgconf3
+  iproute2 libbpf1 libelf1 libmnl0 libcap2 libxtables12
 )
 
 STEPS=()   # "name|status|seconds"
@@ -254,6 +264,23 @@ exec "$PREFIX/usr/bin/pkgconf" "\$@"
 EOF
   chmod +x "$PREFIX/pkg-config"
   "$PREFIX/pkg-config" --modversion libzmq || die "the carried pkgconf cannot read libzmq.pc"
+  # ip and tc, each seeing the carried libraries where nothing else does.
+  # What `ip netns exec` starts inherits that LD_LIBRARY_PATH: bench/gpu
+  # scripts give their workers back their own.
+  mkdir -p "$PREFIX/netbin"
+  local tool bin
+  for tool in ip tc; do
+    bin="$PREFIX/sbin/$tool"
+    [[ -x "$bin" ]] || bin="$PREFIX/bin/$tool"
+    [[ -x "$bin" ]] || { echo "no $tool in the carried packages: no shaped link"; continue; }
+    cat >"$PREFIX/netbin/$tool" <<EOF
+#!/bin/sh
+export LD_LIBRARY_PATH="$PREFIX/usr/lib/$MULTIARCH:$PREFIX/lib/$MULTIARCH"
+exec "$bin" "\$@"
+EOF
+    chmod +x "$PREFIX/netbin/$tool"
+    "$PREFIX/netbin/$tool" -V || echo "the carried $tool does not run"
+  done
   if [[ -d "$TORCH_DIR/include/gloo" ]]; then
     echo "torch ships include/gloo: Debian's Gloo headers stay unused"
   else
@@ -298,6 +325,22 @@ bench_if() {
 benchmarks() {
   local gpus
   gpus="$("$PYTHON" -c 'import torch; print(torch.cuda.device_count())' 2>/dev/null || echo 0)"
+  [[ "${DTRAIN_GPU_BENCH:-all}" == scripts ]] || resnet50_benchmarks "$gpus"
+  # Scripts others add for the GPU (e.g. dtrain beside PyTorch eager) live in
+  # bench/gpu/; each gets the build dir, its own output folder and the
+  # carried ip and tc on its PATH.
+  local script secs="${DTRAIN_GPU_SCRIPT_TIMEOUT:-300}"
+  for script in "$REPO_ROOT"/bench/gpu/*.sh; do
+    [[ -f "$script" ]] || continue
+    mkdir -p "$OUT/${script##*/}.out"
+    step "bench-${script##*/}" env DTRAIN_BUILD_DIR="$BUILD" DTRAIN_GPU_OUT="$OUT/${script##*/}.out" \
+      PATH="$PREFIX/netbin:$PATH" timeout --kill-after=10 "$secs" bash "$script" || true
+  done
+}
+
+# resnet50_benchmarks GPUS: ResNet-50 AMP training, alone and beside PyTorch eager.
+resnet50_benchmarks() {
+  local gpus="$1"
   local d="$BUILD/dtrain"
   local train=(bench train --model resnet50 --batch-size 256 --channels-last --steps 50)
   bench_if bench-train-bf16 train 240 run --nproc-per-node 1 -- "$d" "${train[@]}" --amp bf16
@@ -315,15 +358,6 @@ benchmarks() {
       DTRAIN_PEAK_TFLOPS="${DTRAIN_GPU_PEAK_TFLOPS:-989}" bash "$REPO_ROOT/bench/train_vs_pytorch.sh" \
       --synthetic --model resnet50 --batch-size 256 --image-size 224 --amp "$amp" --channels-last \
       --nproc 1 --steps 30 --warmup-steps 5 --rounds 1 --device cuda --build "$BUILD" || true
-  done
-  # Scripts others add for the GPU (e.g. dtrain beside PyTorch eager) live in
-  # bench/gpu/; each gets the build dir and its own output folder.
-  local script
-  for script in "$REPO_ROOT"/bench/gpu/*.sh; do
-    [[ -f "$script" ]] || continue
-    mkdir -p "$OUT/${script##*/}.out"
-    step "bench-${script##*/}" env DTRAIN_BUILD_DIR="$BUILD" DTRAIN_GPU_OUT="$OUT/${script##*/}.out" \
-      timeout --kill-after=10 300 bash "$script" || true
   done
 }
 
@@ -353,7 +387,7 @@ main() {
   read -r -a args <<<"$CTEST_ARGS"
   step ctest-gpu run_ctest -R "$GPU_TESTS" || true
   [[ "${DTRAIN_GPU_SKIP_BENCH:-0}" == 1 ]] || benchmarks
-  step ctest run_ctest "${args[@]}" -E "$GPU_TESTS" || true
+  [[ "${DTRAIN_GPU_SKIP_UNIT:-0}" == 1 ]] || step ctest run_ctest "${args[@]}" -E "$GPU_TESTS" || true
   write_summary
   cat "$OUT/summary.txt"
   return "$FAILED"

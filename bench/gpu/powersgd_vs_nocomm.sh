@@ -11,9 +11,15 @@
 # Two processes. With fewer GPUs than processes they share the GPU (time-
 # sliced by the driver, so both sides and every hook share it alike) and talk
 # over Gloo, which stages CUDA tensors through the host; with a GPU each,
-# over NCCL. Where `tc` works the loopback is shaped to DTRAIN_SHAPE_RATE
-# (default 1gbit, one token bucket for both directions) before the runs and
-# restored after; otherwise it is left as it is and the report says so.
+# over NCCL. The link, the first of these that works here:
+#   netns     rank 0 and rank 1 in two network namespaces joined by a veth pair,
+#             each direction shaped to DTRAIN_SHAPE_RATE (default 1gbit) with
+#             tc tbf (bench/netns/netns.sh; needs ip, tc and root), both
+#             processes on GPU 0, started with RANK/WORLD_SIZE/MASTER_ADDR as
+#             `dtrain run` would (OMP_NUM_THREADS=1, LOCAL_RANK=0);
+#   loopback  shaped to DTRAIN_SHAPE_RATE with tc tbf (one token bucket for
+#             both directions), the processes started by `dtrain run`;
+#   loopback  as it is, and the report says so.
 #
 # Environment: DTRAIN_BUILD_DIR (default <repo>/build-gpu), DTRAIN_GPU_OUT
 # (logs and the report; default /tmp/dtrain-powersgd-gpu), DTRAIN_PEER_PYTHON
@@ -47,8 +53,17 @@ gpus="$("${PY[@]}" -c 'import torch; print(torch.cuda.device_count())' 2>/dev/nu
 backend=gloo
 [[ "$DEVICE" == cuda && "$gpus" -ge "$NPROC" ]] && backend=nccl
 
+NETNS="$REPO_ROOT/bench/netns/netns.sh"
+mode=loopback
 link="loopback, not shaped"
-if [[ "$RATE" != none ]] && command -v tc >/dev/null 2>&1 &&
+if [[ "$RATE" != none && "$backend" == gloo ]] && command -v ip >/dev/null 2>&1 &&
+  bash "$NETNS" check 2>"$OUT/netns.err" &&
+  DTRAINBENCH_RATE="$RATE" bash "$NETNS" up >"$OUT/netns.log" 2>&1; then
+  mode=netns
+  trap 'bash "$NETNS" down >/dev/null 2>&1' EXIT
+  timeout 30 bash "$NETNS" verify >>"$OUT/netns.log" 2>&1 || true
+  link="two network namespaces over a veth pair, each direction shaped to $RATE (tc tbf); $(grep -o 'verify: .*' "$OUT/netns.log" | head -n1)"
+elif [[ "$RATE" != none ]] && command -v tc >/dev/null 2>&1 &&
   tc qdisc replace dev lo root tbf rate "$RATE" burst 1mbit latency 200ms 2>"$OUT/tc.err"; then
   link="loopback shaped to $RATE (tc tbf, both directions in one bucket)"
   trap 'tc qdisc del dev lo root 2>/dev/null' EXIT
@@ -69,12 +84,23 @@ run() {
   else
     args+=(--comm-hook "$name")
   fi
-  if [[ "$impl" == dtrain ]]; then
-    timeout --kill-after=10 300 "$BUILD/dtrain" run --nproc-per-node "$NPROC" -- \
-      "$BUILD/dtrain" bench train "${args[@]}" >"$log" 2>&1
+  local cmd=("$BUILD/dtrain" bench train "${args[@]}")
+  [[ "$impl" == dtrain ]] || cmd=("${PY[@]}" "$REPO_ROOT/bench/peer/pytorch_train_bench.py" "${args[@]}")
+  if [[ "$mode" == netns ]]; then
+    # One process per namespace; rank 0's log is the job's. A carried ip
+    # (scripts/gpu-check.sh) hands its own LD_LIBRARY_PATH on: ours is put back.
+    local r port=$((29500 + RANDOM % 2000)) pids=()
+    for ((r = 0; r < NPROC; r++)); do
+      bash "$NETNS" exec "$r" env LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}" \
+        RANK="$r" WORLD_SIZE="$NPROC" LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 OMP_NUM_THREADS=1 \
+        MASTER_ADDR=10.213.0.1 MASTER_PORT="$port" GLOO_SOCKET_IFNAME="dtb$r" \
+        timeout --kill-after=10 300 "${cmd[@]}" >"$log.rank$r" 2>&1 &
+      pids+=("$!")
+    done
+    wait "${pids[@]}"
+    cat "$log.rank0" >"$log"
   else
-    timeout --kill-after=10 300 "$BUILD/dtrain" run --nproc-per-node "$NPROC" -- \
-      "${PY[@]}" "$REPO_ROOT/bench/peer/pytorch_train_bench.py" "${args[@]}" >"$log" 2>&1
+    timeout --kill-after=10 300 "$BUILD/dtrain" run --nproc-per-node "$NPROC" -- "${cmd[@]}" >"$log" 2>&1
   fi
   python3 - "$log" <<'PY'
 import json, sys
