@@ -327,14 +327,14 @@ benchmarks() {
   gpus="$("$PYTHON" -c 'import torch; print(torch.cuda.device_count())' 2>/dev/null || echo 0)"
   [[ "${DTRAIN_GPU_BENCH:-all}" == scripts ]] || resnet50_benchmarks "$gpus"
   # Scripts others add for the GPU (e.g. dtrain beside PyTorch eager) live in
-  # bench/gpu/; each gets the build dir, its own output folder and the
-  # carried ip and tc on its PATH.
+  # bench/gpu/; each gets the build dir, its own output folder, the peer's
+  # Python (the machine's) and the carried ip and tc on its PATH.
   local script secs="${DTRAIN_GPU_SCRIPT_TIMEOUT:-300}"
   for script in "$REPO_ROOT"/bench/gpu/*.sh; do
     [[ -f "$script" ]] || continue
     mkdir -p "$OUT/${script##*/}.out"
     step "bench-${script##*/}" env DTRAIN_BUILD_DIR="$BUILD" DTRAIN_GPU_OUT="$OUT/${script##*/}.out" \
-      PATH="$PREFIX/netbin:$PATH" timeout --kill-after=10 "$secs" bash "$script" || true
+      DTRAIN_PEER_PYTHON="$PYTHON" PATH="$PREFIX/netbin:$PATH" timeout --kill-after=10 "$secs" bash "$script" || true
   done
 }
 
