@@ -234,7 +234,9 @@ struct LiveOptions {
   /// a plain env launch). Losing this member then loses the store: the
   /// others fence themselves and the job needs a restart (said at start).
   bool host_store = false;
-  /// Prefix of every key this group uses in the store.
+  /// Prefix of every key this group uses in the store. Under `dtrain run`
+  /// with a c10d rendezvous the members share the rendezvous store, and the
+  /// launcher gives each round its own prefix (DTRAIN_LIVE_KEY_PREFIX).
   std::string key_prefix = "live";
   /// Collective backend of each generation ("gloo"; "nccl" in CUDA builds,
   /// with a GPU per member: a lost member's collectives are then aborted,
@@ -278,7 +280,8 @@ struct LiveOptions {
   /// TORCHELASTIC_USE_AGENT_STORE (not true: RANK 0 hosts the store),
   /// LOCAL_RANK (local_rank),
   /// DTRAIN_LIVE_MIN_WORKERS, DTRAIN_LIVE_JOIN=1 (a replacement),
-  /// DTRAIN_LIVE_MEMBER (the id), DTRAIN_LIVE_LOGICAL_WORLD_SIZE (W0 when
+  /// DTRAIN_LIVE_MEMBER (the id), DTRAIN_LIVE_KEY_PREFIX (key_prefix),
+  /// DTRAIN_LIVE_LOGICAL_WORLD_SIZE (W0 when
   /// not WORLD_SIZE), DTRAIN_LIVE_FAILURE_TIMEOUT_MS,
   /// DTRAIN_LIVE_HEARTBEAT_MS. Throws InvalidArgument naming the variable
   /// for a malformed or missing value.

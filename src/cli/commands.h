@@ -29,6 +29,7 @@ void add_bench_command(CLI::App& root, int* exit_code);     // cmd_bench.cpp
 void add_models_command(CLI::App& root, int* exit_code);    // cmd_models.cpp
 void add_ps_command(CLI::App& root, int* exit_code);        // cmd_ps.cpp
 void add_timeline_command(CLI::App& root, int* exit_code);  // cmd_timeline.cpp
+void add_store_command(CLI::App& root, int* exit_code);     // cmd_store.cpp
 
 /// The failure path of a subcommand (main.cpp): prints
 /// "<who>: error: <first line of e.what()>" to stderr, records `e` in

@@ -8,6 +8,7 @@
 //   dtrain models                                        the model zoo
 //   dtrain ps    scheduler|server                        parameter-server roles (DMLC_*)
 //   dtrain timeline merge RANK0.json ... -o all.json      join per-rank timelines
+//   dtrain store --port 29400                            a standalone c10d store (off the workers)
 #include <iostream>
 
 #include <CLI/CLI.hpp>
@@ -72,6 +73,7 @@ int main(int argc, char** argv) {
   dtrain::cli::add_models_command(app, &exit_code);
   dtrain::cli::add_ps_command(app, &exit_code);
   dtrain::cli::add_timeline_command(app, &exit_code);
+  dtrain::cli::add_store_command(app, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

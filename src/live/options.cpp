@@ -130,6 +130,7 @@ LiveOptions LiveOptions::from_env(const EnvLookup& env) {
   if (auto m = env_int(env, "DTRAIN_LIVE_MIN_WORKERS", 1)) o.min_workers = static_cast<int>(*m);
   if (auto l = env_int(env, "LOCAL_RANK", 0)) o.local_rank = static_cast<int>(*l);
   if (auto m = env("DTRAIN_LIVE_MEMBER"); m && !m->empty()) o.member = *m;
+  if (auto p = env("DTRAIN_LIVE_KEY_PREFIX"); p && !p->empty()) o.key_prefix = *p;
   if (auto t = env_int(env, "DTRAIN_LIVE_FAILURE_TIMEOUT_MS", 1)) {
     o.failure_timeout = std::chrono::milliseconds(*t);
   }

@@ -63,7 +63,7 @@ class LiveTraining : public ::testing::Test {
   /// model on synthetic data for a few hundred steps.
   std::unique_ptr<Proc> agent(const std::vector<std::string>& prefix, int nodes, int nproc,
                               int port, const std::string& name, int min_workers,
-                              int max_restarts) {
+                              int max_restarts, const std::string& conf_extra = "") {
     std::vector<std::string> argv = prefix;
     const std::vector<std::string> run = {DTRAIN_BINARY,
                                           "run",
@@ -86,7 +86,7 @@ class LiveTraining : public ::testing::Test {
                                           "--live-register-timeout",
                                           "120",
                                           "--rdzv-conf",
-                                          "join_timeout=60,heartbeat_interval=0.5",
+                                          "join_timeout=60,heartbeat_interval=0.5" + conf_extra,
                                           "--",
                                           DTRAIN_BINARY,
                                           "train",
@@ -222,6 +222,71 @@ TEST_F(LiveTraining, LosingMoreThanTheMinimumAllowsEndsTheJobNamingTheRanks) {
   EXPECT_EQ(a->exit_code(), 1) << a->output();
   EXPECT_THAT(a->output(), HasSubstr("fewer than min_workers = 3; lost: rank"));
   EXPECT_THAT(a->output(), ::testing::ContainsRegex("rank[23]@"));
+}
+
+// Note [Where the live store lives] (src/launch/agent/agent.cpp): with the
+// rendezvous store off the workers' nodes (`dtrain store`), losing node 0 —
+// its agent and both its workers SIGKILLed at once, as when its machine dies
+// — leaves node 1 training in its own processes to the end, with one set of
+// weights.
+TEST_F(LiveTraining, WithTheStoreOffTheWorkersNodesLosingNode0LeavesTheOtherNodeTraining) {
+  const int port = free_rdzv_port();
+  Proc store({DTRAIN_BINARY, "store", "--port", std::to_string(port)}, dir_.file("store.log"));
+  ASSERT_TRUE(eventually([&] { return !port_is_free(port); }, seconds(20))) << store.output();
+  {  // a second store on the same port: one line naming the port, exit 1
+    Proc again({DTRAIN_BINARY, "store", "--port", std::to_string(port)}, dir_.file("again.log"));
+    ASSERT_NE(again.wait(seconds(20)), -1);
+    EXPECT_EQ(again.exit_code(), 1) << again.output();
+    EXPECT_THAT(again.output(), HasSubstr("dtrain store: error: "));
+    EXPECT_THAT(again.output(), HasSubstr(std::to_string(port)));
+  }
+  auto a = agent({}, 2, 2, port, "a", 2, 0, ",is_host=false");
+  auto b = agent({}, 2, 2, port, "b", 2, 0, ",is_host=false");
+  ASSERT_TRUE(eventually(
+      [&] {
+        return (a->output().find("round 0: node ") != std::string::npos &&
+                b->output().find("round 0: node ") != std::string::npos) ||
+               unsupported(*a);
+      },
+      seconds(120)))
+      << a->output() << b->output();
+  if (unsupported(*a)) GTEST_SKIP() << "dtrain was built without live recovery";
+  // The rendezvous numbers nodes by arrival: find node 0.
+  const bool a_first = a->output().find("round 0: node 0 of 2") != std::string::npos;
+  Proc& node0 = a_first ? *a : *b;
+  Proc& node1 = a_first ? *b : *a;
+  for (Proc* p : {&node0, &node1}) {
+    EXPECT_THAT(p->output(), HasSubstr("not hosted on this node: losing this node (node 0 "
+                                       "included) does not end the job"));
+  }
+  ASSERT_TRUE(reached(node0, 10)) << node0.output() << node1.output();
+  const std::vector<int> kids1 = children_of(node1.pid());
+  const std::vector<int> kids0 = children_of(node0.pid());
+  ASSERT_EQ(kids0.size(), 2u);
+  ASSERT_EQ(kids1.size(), 2u);
+  node0.signal(SIGKILL);
+  for (int pid : kids0) ::kill(pid, SIGKILL);
+  ASSERT_TRUE(eventually(
+      [&] { return node1.output().find("live recovery: generation") != std::string::npos; },
+      seconds(20)))
+      << node1.output();
+  const std::vector<int> now1 = children_of(node1.pid());
+  EXPECT_EQ(std::set<int>(now1.begin(), now1.end()), std::set<int>(kids1.begin(), kids1.end()));
+  {
+    const std::string out = node1.output();
+    const size_t at = out.find("live recovery: generation");
+    std::cerr << "node 1 after node 0 was lost: " << out.substr(at, out.find('\n', at) - at) << "\n";
+  }
+  ASSERT_NE(node1.wait(seconds(240)), -1) << node1.output();
+  EXPECT_EQ(node1.exit_code(), 0) << node1.output();
+  EXPECT_THAT(node1.output(), ::testing::Not(HasSubstr("restarting the group")));
+  const auto sums = parameter_sums(node1.output());
+  ASSERT_EQ(sums.size(), 2u) << node1.output();
+  EXPECT_NEAR(sums.begin()->second, sums.rbegin()->second,
+              1e-6 * std::abs(sums.begin()->second) + 1e-9);
+  store.signal(SIGTERM);
+  ASSERT_NE(store.wait(seconds(20)), -1) << store.output();
+  EXPECT_EQ(store.exit_code(), 0) << store.output();
 }
 
 // A node's link drops (network namespaces; root only): its workers are

@@ -279,6 +279,32 @@ TEST(LiveLaunch, OnTwoNodesAKilledWorkerIsReplacedAndTheOtherNodeKeepsItsWorkers
   EXPECT_THAT(a.err() + b.err(), ::testing::Not(HasSubstr("membership changed")));
 }
 
+// Over a c10d rendezvous the workers share the rendezvous store (Note [Where
+// the live store lives]): MASTER_PORT is the endpoint's, their keys go under
+// the round's prefix, and the agent hosting it says that losing its node
+// ends the job.
+TEST(LiveLaunch, OverAC10dRendezvousTheWorkersShareItsStoreUnderTheRoundsPrefix) {
+  TempDir dir;
+  const int port = free_port();
+  ASSERT_GT(port, 0);
+  WorkerRun run(dir, 2, {"env", "MASTER_PORT", "env", "DTRAIN_LIVE_KEY_PREFIX"});
+  run.options.rdzv_backend = "c10d";
+  run.options.rdzv_endpoint = "127.0.0.1:" + std::to_string(port);
+  run.options.run_id = "shared";
+  run.options.rdzv_conf = "join_timeout=20,is_host=true";
+  make_live(run.options, 1);
+  LaunchResult result = launch(run.options);
+  ASSERT_TRUE(result.succeeded()) << joined(result.summary()) << run.err();
+  for (const char* p : {"[rank0]: ", "[rank1]: "}) {
+    EXPECT_THAT(run.out(), HasSubstr(std::string(p) + "MASTER_PORT=" + std::to_string(port) + "\n"));
+    EXPECT_THAT(run.out(),
+                HasSubstr(std::string(p) + "DTRAIN_LIVE_KEY_PREFIX=dtrain/rdzv/shared/r0/workers\n"));
+  }
+  EXPECT_THAT(run.err(), HasSubstr("the workers share the rendezvous store at 127.0.0.1:" +
+                                   std::to_string(port) +
+                                   ", hosted by this node's agent: losing this node ends the job"));
+}
+
 // A node that disappears without a word (its heartbeats stop) does not stop
 // the other node's workers, and the finished node does not wait out the exit
 // barrier (300 s) for it.
@@ -314,6 +340,7 @@ TEST(LiveLaunch, ANodeLostWithoutAWordLeavesTheOtherNodesWorkersRunning) {
   c.max_nodes = 2;
   c.local_world_size = 1;
   c.apply_conf(conf + ",is_host=false,timeout=10");
+  c.workers_share_store = true;  // as node A's agent has it (a live job over c10d)
   for (int i = 0; i < 200 && port_is_free(port); ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }

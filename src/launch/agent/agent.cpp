@@ -131,15 +131,16 @@ class MembershipWatch {
 // Note [Registration check]
 // Under live recovery a worker program must use dtrain/live.h: a program that
 // never creates a LiveGroup would be supervised as if it could survive losses
-// while it cannot. Node 0's agent hosts the workers' store; the agent names
-// each worker's member (DTRAIN_LIVE_MEMBER, live_member_id()), and a
-// LiveGroup's heartbeat thread keeps `live/hb/<member>` in that store (the
-// default key_prefix "live"). The agent looks for the key of any of its own
-// workers (a few check()s per second at most) until one appears. None within
-// live_register_timeout, or none when the workers ended, ends the run with a
-// usage error. Other nodes do not check (node 0 closes the run, and they
-// stop their workers when it is closed).
-constexpr const char* kLiveHeartbeatKey = "live/hb/";
+// while it cannot. The agent names each worker's member (DTRAIN_LIVE_MEMBER,
+// live_member_id()), and a LiveGroup's heartbeat thread keeps
+// `<prefix>/hb/<member>` in the workers' store (the key_prefix: "live", or
+// the round's DTRAIN_LIVE_KEY_PREFIX when the workers share the rendezvous
+// store). Node 0's agent looks for the key of any of its own workers (a few
+// check()s per second at most) until one appears, in the store it hosts or,
+// shared, through a client of its own. None within live_register_timeout,
+// or none when the workers ended, ends the run with a usage error. Other
+// nodes do not check (node 0 closes the run, and they stop their workers when
+// it is closed).
 
 /// The library ended the job as a whole (dtrain::BelowMinWorkersError): no
 /// replacement can join it.
@@ -149,16 +150,16 @@ bool is_live_job_end(const std::string& type, const std::string& message) {
 }
 
 /// Whether a worker registered with the live-recovery library (Note
-/// [Registration check]). Without a hosted store (not node 0) it says yes.
+/// [Registration check]). Without a store (not node 0) it says yes.
 class RegistrationWatch {
  public:
-  RegistrationWatch(std::shared_ptr<TcpStoreServer> store, const std::vector<WorkerSpec>& specs,
+  RegistrationWatch(StorePtr store, const std::string& prefix, const std::vector<WorkerSpec>& specs,
                     std::chrono::milliseconds timeout)
       : store_(std::move(store)),
         deadline_(std::chrono::steady_clock::now() + timeout),
         checked_(timeout.count() > 0 && store_ != nullptr) {
     for (const auto& spec : specs) {
-      if (!spec.live_member.empty()) keys_.push_back(cat(kLiveHeartbeatKey, spec.live_member));
+      if (!spec.live_member.empty()) keys_.push_back(cat(prefix, "/hb/", spec.live_member));
     }
     checked_ = checked_ && !keys_.empty();
   }
@@ -171,7 +172,7 @@ class RegistrationWatch {
     next_ = t + std::chrono::seconds(1);
     // check() is true only when every key given is there: ask one by one.
     for (const auto& k : keys_) {
-      best_effort([&] { seen_ = store_->store()->check({k}); });
+      best_effort([&] { seen_ = store_->check({k}); });
       if (seen_) break;
     }
     return seen_;
@@ -182,7 +183,7 @@ class RegistrationWatch {
   }
 
  private:
-  std::shared_ptr<TcpStoreServer> store_;
+  StorePtr store_;
   std::chrono::steady_clock::time_point deadline_;
   std::chrono::steady_clock::time_point next_{};
   bool checked_;
@@ -256,6 +257,7 @@ class Agent {
                  const RendezvousInfo& info);
 
   bool live() const { return o_.recovery == LaunchOptions::Recovery::kLive; }
+  std::string live_store_line() const;
   void mark_dead(const std::string& member, const std::string& how);
   void settle_live_round(RoundOutcome& outcome, const RendezvousInfo& info, bool registered);
   [[noreturn]] void never_registered(const RendezvousInfo& info);
@@ -275,9 +277,11 @@ class Agent {
   std::unique_ptr<TcpStoreServer> own_server_;
   std::unique_ptr<Rendezvous> rdzv_;
   /// Live recovery: this round's workers' store (MASTER_ADDR:MASTER_PORT),
-  /// connected on the first worker death; cleared each round.
+  /// connected on the first worker death; cleared each round. Their keys are
+  /// under live_prefix_.
   std::string worker_store_addr_;
   int worker_store_port_ = 0;
+  std::string live_prefix_ = "live";
   StorePtr worker_store_;
   std::optional<TempDir> error_root_;
   WorkerGroupOptions group_options_;
@@ -294,6 +298,9 @@ Agent::Agent(const LaunchOptions& raw_options, ProcessControl& control)
       pending_(signals_ ? &*signals_ : nullptr),
       config_(rendezvous_config(o_)) {
   config_.cancelled = [this] { return pending_.poll() != 0; };
+  // Note [Where the live store lives]: over a c10d rendezvous the workers
+  // share its store, so the store lives where the user put the endpoint.
+  config_.workers_share_store = live() && config_.backend == "c10d";
   rdzv_ = open_rendezvous(o_, config_, &own_server_);
   if (!o_.log_dir) error_root_.emplace();
   if (o_.log_dir && !raw_options.log_dir) {
@@ -319,9 +326,8 @@ Agent::Agent(const LaunchOptions& raw_options, ProcessControl& control)
     note(o_.stderr_fd,
          cat("live recovery: a failed worker is replaced alone (DTRAIN_LIVE_JOIN=1, up to ",
              o_.max_restarts,
-             " replacement(s), --max-restarts) while the others keep training; "
-             "the workers' store is hosted by node 0's agent: losing node 0 ends the job (no "
-             "fallback to a restart), losing another node does not"));
+             " replacement(s), --max-restarts) while the others keep training; ",
+             live_store_line()));
   }
   result_.run_id = o_.run_id;
 }
@@ -387,12 +393,23 @@ RoundOutcome Agent::run_workers(const RendezvousInfo& info) {
                               error_root_ ? error_root_->path() : "");
   worker_store_addr_ = info.master_addr;
   worker_store_port_ = info.master_port;
+  live_prefix_ = info.worker_key_prefix.empty() ? "live" : info.worker_key_prefix;
   worker_store_.reset();
   WorkerGroupOutcome group_outcome;
   std::optional<RegistrationWatch> registration;
   {
     WorkerGroup group(control_, group_options_);
-    if (live()) registration.emplace(info.hosted_store, plan.specs, o_.live_register_timeout);
+    if (live()) {
+      StorePtr store;
+      if (info.hosted_store) {
+        store = info.hosted_store->store();
+      } else if (info.node_rank == 0 && !info.worker_key_prefix.empty() &&
+                 o_.live_register_timeout.count() > 0) {
+        best_effort([&] { store = connect_tcp_store(info.master_addr, info.master_port,
+                                                    config_.backend_timeout); });
+      }
+      registration.emplace(store, live_prefix_, plan.specs, o_.live_register_timeout);
+    }
     group.start(std::move(plan.specs));
     MembershipWatch watch(*rdzv_, config_.backend_timeout);
     if (live()) {
@@ -432,6 +449,34 @@ RoundOutcome Agent::run_workers(const RendezvousInfo& info) {
   return outcome;
 }
 
+// Note [Where the live store lives]
+// Live recovery's detection, commit agreement and generations all run
+// through the workers' store, so losing it ends the job. Under a c10d
+// rendezvous the workers use the rendezvous store itself, each round under
+// its own prefix (RendezvousConfig::workers_share_store, passed on as
+// DTRAIN_LIVE_KEY_PREFIX): the store lives where --rdzv-endpoint points,
+// and a store run off the workers' nodes (`dtrain store`, or any c10d
+// TCPStore) survives the loss of any of them, node 0 included. Under the
+// static and etcd rendezvous node 0's agent hosts a fresh store per round, as
+// for a restart job: losing node 0 ends the job. Each agent says which at
+// start.
+std::string Agent::live_store_line() const {
+  if (!config_.workers_share_store) {
+    return "the workers' store is hosted by node 0's agent: losing node 0 ends the job (no "
+           "fallback to a restart), losing another node does not; to survive node 0, use "
+           "--rdzv-backend c10d with the store on a host without workers (dtrain store)";
+  }
+  if (rdzv_->hosts_store()) {
+    return cat("the workers share the rendezvous store at ", config_.endpoint,
+               ", hosted by this node's agent: losing this node ends the job, losing another "
+               "does not; run `dtrain store` on a host without workers and point "
+               "--rdzv-endpoint at it so that no node is needed");
+  }
+  return cat("the workers share the rendezvous store at ", config_.endpoint,
+             ", not hosted on this node: losing this node (node 0 included) does not end the "
+             "job, losing the store does");
+}
+
 /// Live recovery: a local worker died by itself; its member is marked dead
 /// in the workers' store (`live/dead/<member>` = how it ended, Note [Live
 /// supervision]), so the library declares it at once. Best effort and
@@ -443,7 +488,8 @@ void Agent::mark_dead(const std::string& member, const std::string& how) {
           connect_tcp_store(worker_store_addr_, worker_store_port_, std::chrono::seconds(2));
     }
     const std::string value = cat("process ended: ", how, " (reaped by its agent)");
-    worker_store_->set(cat("live/dead/", member), std::vector<uint8_t>(value.begin(), value.end()));
+    worker_store_->set(cat(live_prefix_, "/dead/", member),
+                       std::vector<uint8_t>(value.begin(), value.end()));
   });
 }
 

@@ -83,11 +83,13 @@ std::vector<std::string> ps_environment(const std::vector<std::string>& base, co
 }
 
 std::vector<std::string> live_environment(const std::vector<std::string>& base, int min_workers,
-                                          const std::string& member, bool join) {
+                                          const std::string& member, bool join,
+                                          const std::string& key_prefix) {
   std::map<std::string, std::string> vars{{"DTRAIN_RECOVERY", "live"},
                                           {"DTRAIN_LIVE_MIN_WORKERS", std::to_string(min_workers)},
                                           {"DTRAIN_LIVE_MEMBER", member},
                                           {kLiveJoin, join ? "1" : "0"}};
+  if (!key_prefix.empty()) vars["DTRAIN_LIVE_KEY_PREFIX"] = key_prefix;
   // Note [NCCL's watchdog under live recovery] (src/live/live_group.cpp):
   // a user's own value is kept (and checked by the LiveGroup).
   const std::string watchdog = "TORCH_NCCL_ASYNC_ERROR_HANDLING";

@@ -55,11 +55,14 @@ std::vector<std::string> worker_environment(const std::vector<std::string>& base
 /// dtrain/live.h's LiveOptions::from_env: DTRAIN_RECOVERY=live,
 /// DTRAIN_LIVE_MIN_WORKERS, DTRAIN_LIVE_MEMBER=`member` and DTRAIN_LIVE_JOIN
 /// ("1": a replacement joining a running job; "0": a worker of the job's
-/// start), and TORCH_NCCL_ASYNC_ERROR_HANDLING=0 unless `base` sets it (so
-/// that NCCL's watchdog does not end a survivor when a peer dies).
+/// start), DTRAIN_LIVE_KEY_PREFIX=`key_prefix` when it is not empty (the
+/// workers share the rendezvous store: RendezvousInfo::worker_key_prefix),
+/// and TORCH_NCCL_ASYNC_ERROR_HANDLING=0 unless `base` sets it (so that
+/// NCCL's watchdog does not end a survivor when a peer dies).
 constexpr const char* kLiveJoin = "DTRAIN_LIVE_JOIN";
 std::vector<std::string> live_environment(const std::vector<std::string>& base, int min_workers,
-                                          const std::string& member, bool join);
+                                          const std::string& member, bool join,
+                                          const std::string& key_prefix = "");
 
 /// The live-recovery member id of the worker of global rank `rank` on this
 /// host: "rank<R>@<hostname>" (the library's log lines and errors name

@@ -16,7 +16,6 @@
 namespace dtrain::detail {
 namespace {
 
-constexpr int kC10dDefaultPort = 29400;
 constexpr int kEtcdDefaultPort = 2379;
 constexpr int kStaticDefaultPort = 29500;
 

@@ -37,6 +37,7 @@ class DynamicRendezvous : public Rendezvous {
   bool is_closed() override;
   void shutdown() override;
   std::string describe() const override;
+  bool hosts_store() const override { return keep_alive_ != nullptr; }
 
  private:
   /// Where this node stands in the protocol.

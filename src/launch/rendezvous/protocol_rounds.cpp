@@ -56,6 +56,14 @@ std::optional<RendezvousInfo> DynamicRendezvous::finish_round(const StateView& s
   }
   RendezvousInfo info = make_info(table, rank);
 
+  // Live recovery over a c10d store: the workers share the rendezvous store
+  // (under a per-round prefix), which outlives any node when it runs off the
+  // workers' nodes.
+  if (config_.workers_share_store && config_.backend == "c10d") {
+    std::tie(info.master_addr, info.master_port) = parse_endpoint(config_.endpoint, kC10dDefaultPort);
+    info.worker_key_prefix = keys_.workers(round);
+    return info;
+  }
   // Node rank 0 hosts a fresh store for the round's workers (so they never
   // see keys of an earlier round) and publishes where it listens.
   if (rank == 0) {

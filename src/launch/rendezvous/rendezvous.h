@@ -114,6 +114,14 @@ struct RendezvousConfig {
   void apply_conf(const std::string& rdzv_conf);
   /// c10d: explicit is_host from --rdzv-conf; nullopt: decide by address.
   std::optional<bool> is_host;
+  /// c10d only: the round's workers meet in the rendezvous store itself
+  /// (MASTER_ADDR:MASTER_PORT = the endpoint) under
+  /// RendezvousInfo::worker_key_prefix, instead of a fresh store hosted by
+  /// node rank 0. Only for workers that keep every key under that prefix
+  /// (live recovery: LiveOptions::key_prefix). The workers' store then lives
+  /// wherever the endpoint is: off the workers' nodes when the user runs it
+  /// there (`dtrain store`), so losing node 0 does not lose it.
+  bool workers_share_store = false;
 
   /// Polled (about every 100 ms) while next_rendezvous() waits; when it
   /// returns true the wait ends with CancelledRendezvous. exit_barrier() and
@@ -140,9 +148,13 @@ struct RendezvousInfo {
   /// Each node's address (local_addr), indexed by node rank, for messages.
   std::vector<std::string> node_addrs;
   /// Where the round's workers meet (MASTER_ADDR / MASTER_PORT): a fresh TCP
-  /// store hosted by the node of rank 0, so no key of an earlier round is seen.
+  /// store hosted by the node of rank 0, so no key of an earlier round is
+  /// seen; with RendezvousConfig::workers_share_store, the endpoint's store.
   std::string master_addr;
   int master_port = 0;
+  /// With workers_share_store: "dtrain/rdzv/<run_id>/r<round>/workers", the
+  /// prefix under which this round's workers keep their keys. Else empty.
+  std::string worker_key_prefix;
   /// The store above when this node hosts it (node_rank 0), else null. Keep
   /// it alive until the round's workers have ended.
   std::shared_ptr<TcpStoreServer> hosted_store;
@@ -221,6 +233,10 @@ class Rendezvous {
 
   /// "c10d store at host:port" etc., for messages.
   virtual std::string describe() const = 0;
+
+  /// True when this node's agent hosts the rendezvous store (c10d on the
+  /// endpoint's host, static node 0): losing this node loses the store.
+  virtual bool hosts_store() const { return false; }
 };
 
 /// The rendezvous `config` asks for. Hosts or connects to the c10d store, or
@@ -250,6 +266,9 @@ std::shared_ptr<RendezvousBackend> make_store_backend(StorePtr store, std::strin
 std::shared_ptr<RendezvousBackend> make_etcd_backend(const std::string& host, int port,
                                                      std::string key_prefix,
                                                      std::chrono::milliseconds timeout);
+
+/// torchrun's port of the c10d rendezvous store when the endpoint names none.
+inline constexpr int kC10dDefaultPort = 29400;
 
 /// "host:port" → {host, port}; a missing port gets `default_port`. Throws
 /// InvalidArgument naming the text.

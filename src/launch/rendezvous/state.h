@@ -44,6 +44,9 @@ class RendezvousKeys {
   }
   /// "addr:port" of the store node rank 0 hosts for the round's workers.
   std::string master(int round) const { return round_key(round, "master"); }
+  /// The prefix of the round's workers' keys when they share this store
+  /// (RendezvousConfig::workers_share_store).
+  std::string workers(int round) const { return round_key(round, "workers"); }
   /// add() counter of participants that left a complete round, and the
   /// exactly-once guard of each one (CAS absent -> marker's node id).
   std::string left(int round) const { return round_key(round, "left"); }
