@@ -59,6 +59,7 @@ TEST(LiveOptions, FromEnvReadsWhatTheLauncherSets) {
                                          {"MASTER_PORT", "29500"},
                                          {"TORCHELASTIC_USE_AGENT_STORE", "True"},
                                          {"DTRAIN_LIVE_MIN_WORKERS", "2"},
+                                         {"DTRAIN_LIVE_KEY_PREFIX", "dtrain/rdzv/j/r0/workers"},
                                          {"DTRAIN_LIVE_FAILURE_TIMEOUT_MS", "1500"}}));
   EXPECT_EQ(o.initial_world_size, 4);
   EXPECT_EQ(o.logical_world_size, 4);
@@ -69,6 +70,7 @@ TEST(LiveOptions, FromEnvReadsWhatTheLauncherSets) {
   EXPECT_FALSE(o.join);
   EXPECT_EQ(o.min_workers, 2);
   EXPECT_EQ(o.failure_timeout, 1500ms);
+  EXPECT_EQ(o.key_prefix, "dtrain/rdzv/j/r0/workers");
   EXPECT_TRUE(live_recovery_requested(env_of({{"DTRAIN_RECOVERY", "live"}})));
   EXPECT_FALSE(live_recovery_requested(env_of({})));
   auto join = LiveOptions::from_env(env_of({{"WORLD_SIZE", "4"},
@@ -77,6 +79,7 @@ TEST(LiveOptions, FromEnvReadsWhatTheLauncherSets) {
                                             {"DTRAIN_LIVE_JOIN", "1"}}));
   EXPECT_TRUE(join.join);
   EXPECT_FALSE(join.host_store);
+  EXPECT_EQ(join.key_prefix, "live");
 }
 
 TEST(LiveOptions, MalformedMinWorkersIsAnErrorNamingTheVariable) {
