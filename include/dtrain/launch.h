@@ -194,12 +194,15 @@ struct LaunchOptions {
   ///             the workers. The node succeeds when a local worker exits 0
   ///             (those that failed unreplaced are then listed in
   ///             LaunchResult::lost_workers). A program that never registers
-  ///             with the library (no `live/members/` key in the workers'
-  ///             store within live_register_timeout, or a worker exiting
-  ///             before any registered) ends the run: launch() throws
+  ///             with the library (no `<prefix>/hb/<member>` key in the
+  ///             workers' store within live_register_timeout, or a worker
+  ///             exiting before any registered) ends the run: launch() throws
   ///             InvalidArgument naming the program and the API to call.
-  ///             The workers' store is hosted by node 0's agent: losing node 0
-  ///             ends the job (the others' workers lose the store and fail).
+  ///             Over a c10d rendezvous the workers share the rendezvous
+  ///             store (DTRAIN_LIVE_KEY_PREFIX): losing a node does not end
+  ///             the job unless the store runs there. Otherwise node 0's
+  ///             agent hosts the workers' store, and losing node 0 ends the
+  ///             job (the others' workers lose the store and fail).
   /// REQUIRES (kLive): max_nodes * nproc_per_node > live_min_workers, and
   /// ps_servers == 0.
   enum class Recovery { kRestart, kLive };

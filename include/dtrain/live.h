@@ -194,17 +194,19 @@ struct RecoveryEvent {
 };
 
 /// For launchers (what `dtrain run --recovery live` relies on), all keys
-/// under key_prefix ("live") in the workers' store:
-///   * "live/hb/<member>" appears when the worker's LiveGroup starts and
+/// under key_prefix ("live", or DTRAIN_LIVE_KEY_PREFIX) in the workers' store:
+///   * "<prefix>/hb/<member>" appears when the worker's LiveGroup starts and
 ///     counts its heartbeats: a worker that never creates one (a program
 ///     that does not use this API) never writes it;
-///   * an agent that reaps a worker may set "live/dead/<host>:<pid>" (the
-///     default member id) to its cause, e.g. "exited: signal 9": the others
-///     count it dead at their next heartbeat tick instead of after
+///   * an agent that reaps a worker may set "<prefix>/dead/<member>" (by
+///     default "<host>:<pid>") to its cause, e.g. "exited: signal 9": the
+///     others count it dead at their next heartbeat tick instead of after
 ///     failure_timeout (needed across hosts; same-host members probe the
 ///     process themselves);
-///   * "live/left/<member>" is set when a LiveGroup is destroyed (the end of
-///     training, or the process ending).
+///   * "<prefix>/left/<member>" is set when a LiveGroup is destroyed (the end
+///     of training, or the process ending).
+/// A program that builds LiveOptions itself must take key_prefix from
+/// DTRAIN_LIVE_KEY_PREFIX when it is set (from_env does).
 /// A replacement gets the same store (MASTER_ADDR/PORT), WORLD_SIZE and
 /// DTRAIN_LIVE_JOIN=1; its RANK is not used.
 struct LiveOptions {

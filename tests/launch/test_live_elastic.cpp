@@ -4,7 +4,8 @@
 // pids do not change, the dead worker is replaced and ends with the others'
 // weights; more losses than --live-min-workers allows end the job naming the
 // ranks; a dropped link (network namespaces, root only) is detected and the
-// job goes on. Skipped where dtrain was built without src/live.
+// job goes on; with the store in its own process (`dtrain store`, in its own
+// namespace where root), losing node 0 leaves node 1 training. Skipped where dtrain was built without src/live.
 
 #include <arpa/inet.h>
 #include <gmock/gmock.h>
@@ -15,6 +16,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <regex>
 #include <set>
@@ -149,6 +151,10 @@ class LiveTraining : public ::testing::Test {
     EXPECT_TRUE(replacement) << "no replacement finished: " << text;
   }
 
+  void lose_node0_with_the_store_off(const std::vector<std::string>& store_prefix,
+                                     const std::function<std::vector<std::string>(int)>& node_prefix,
+                                     int port, const std::string& said);
+
   TempDir dir_;
   std::string endpoint_ = "127.0.0.1";
 };
@@ -228,20 +234,32 @@ TEST_F(LiveTraining, LosingMoreThanTheMinimumAllowsEndsTheJobNamingTheRanks) {
 // rendezvous store off the workers' nodes (`dtrain store`), losing node 0 —
 // its agent and both its workers SIGKILLed at once, as when its machine dies
 // — leaves node 1 training in its own processes to the end, with one set of
-// weights.
-TEST_F(LiveTraining, WithTheStoreOffTheWorkersNodesLosingNode0LeavesTheOtherNodeTraining) {
-  const int port = free_rdzv_port();
-  Proc store({DTRAIN_BINARY, "store", "--port", std::to_string(port)}, dir_.file("store.log"));
-  ASSERT_TRUE(eventually([&] { return !port_is_free(port); }, seconds(20))) << store.output();
+// weights. `store_prefix` and `node_prefix(i)` start a process on the
+// store's host and on worker node i; `said` is what each agent must say at
+// start about losing its node.
+void LiveTraining::lose_node0_with_the_store_off(
+    const std::vector<std::string>& store_prefix,
+    const std::function<std::vector<std::string>(int)>& node_prefix, int port,
+    const std::string& said) {
+  std::vector<std::string> store_argv = store_prefix;
+  for (const std::string& a : {std::string(DTRAIN_BINARY), std::string("store"),
+                               std::string("--port"), std::to_string(port)}) {
+    store_argv.push_back(a);
+  }
+  Proc store(store_argv, dir_.file("store.log"));
+  ASSERT_TRUE(eventually(
+      [&] { return store.output().find("serving c10d's TCPStore") != std::string::npos; },
+      seconds(20)))
+      << store.output();
   {  // a second store on the same port: one line naming the port, exit 1
-    Proc again({DTRAIN_BINARY, "store", "--port", std::to_string(port)}, dir_.file("again.log"));
+    Proc again(store_argv, dir_.file("again.log"));
     ASSERT_NE(again.wait(seconds(20)), -1);
     EXPECT_EQ(again.exit_code(), 1) << again.output();
-    EXPECT_THAT(again.output(), HasSubstr("dtrain store: error: "));
-    EXPECT_THAT(again.output(), HasSubstr(std::to_string(port)));
+    EXPECT_THAT(again.output(),
+                HasSubstr("dtrain store: error: cannot listen on port " + std::to_string(port)));
   }
-  auto a = agent({}, 2, 2, port, "a", 2, 0, ",is_host=false");
-  auto b = agent({}, 2, 2, port, "b", 2, 0, ",is_host=false");
+  auto a = agent(node_prefix(0), 2, 2, port, "a", 2, 0, ",is_host=false");
+  auto b = agent(node_prefix(1), 2, 2, port, "b", 2, 0, ",is_host=false");
   ASSERT_TRUE(eventually(
       [&] {
         return (a->output().find("round 0: node ") != std::string::npos &&
@@ -255,10 +273,7 @@ TEST_F(LiveTraining, WithTheStoreOffTheWorkersNodesLosingNode0LeavesTheOtherNode
   const bool a_first = a->output().find("round 0: node 0 of 2") != std::string::npos;
   Proc& node0 = a_first ? *a : *b;
   Proc& node1 = a_first ? *b : *a;
-  for (Proc* p : {&node0, &node1}) {
-    EXPECT_THAT(p->output(), HasSubstr("not hosted on this node: losing this node (node 0 "
-                                       "included) does not end the job"));
-  }
+  for (Proc* p : {&node0, &node1}) EXPECT_THAT(p->output(), HasSubstr(said));
   ASSERT_TRUE(reached(node0, 10)) << node0.output() << node1.output();
   const std::vector<int> kids1 = children_of(node1.pid());
   const std::vector<int> kids0 = children_of(node0.pid());
@@ -287,6 +302,27 @@ TEST_F(LiveTraining, WithTheStoreOffTheWorkersNodesLosingNode0LeavesTheOtherNode
   store.signal(SIGTERM);
   ASSERT_NE(store.wait(seconds(20)), -1) << store.output();
   EXPECT_EQ(store.exit_code(), 0) << store.output();
+}
+
+// Three network namespaces (root only): the store alone in the first, a
+// node of two workers in each of the others.
+TEST_F(LiveTraining, WithTheStoreOffTheWorkersNodesLosingNode0LeavesTheOtherNodeTraining) {
+  std::string why;
+  auto cluster = NetnsCluster::create(3, &why);
+  if (!cluster) GTEST_SKIP() << why;
+  endpoint_ = cluster->addr(0);
+  lose_node0_with_the_store_off(
+      cluster->exec_in(0), [&](int i) { return cluster->exec_in(i + 1); },
+      29613,  // inside our namespaces only
+      "not hosted on this node: losing this node (node 0 included) does not end the job");
+}
+
+// The same on one machine (loopback): each agent says the store runs on its
+// machine, and losing node 0's processes still leaves node 1 training.
+TEST_F(LiveTraining, WithTheStoreInItsOwnProcessLosingNode0sProcessesLeavesTheOtherNodeTraining) {
+  lose_node0_with_the_store_off(
+      {}, [](int) { return std::vector<std::string>{}; }, free_rdzv_port(),
+      "which runs on this machine: losing this machine ends the job");
 }
 
 // A node's link drops (network namespaces; root only): its workers are

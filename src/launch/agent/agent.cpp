@@ -44,6 +44,7 @@
 
 #include "common/error_file.h"
 #include "common/fd.h"
+#include "common/net.h"
 #include "common/strings.h"
 #include "dtrain/errors.h"
 #include "dtrain/store.h"
@@ -472,13 +473,18 @@ std::string Agent::live_store_line() const {
                "does not; run `dtrain store` on a host without workers and point "
                "--rdzv-endpoint at it so that no node is needed");
   }
+  if (is_local_host(parse_endpoint(config_.endpoint, kC10dDefaultPort).first)) {
+    return cat("the workers share the rendezvous store at ", config_.endpoint,
+               ", which runs on this machine: losing this machine ends the job; run the store "
+               "on a host without workers so that no node is needed");
+  }
   return cat("the workers share the rendezvous store at ", config_.endpoint,
              ", not hosted on this node: losing this node (node 0 included) does not end the "
              "job, losing the store does");
 }
 
 /// Live recovery: a local worker died by itself; its member is marked dead
-/// in the workers' store (`live/dead/<member>` = how it ended, Note [Live
+/// in the workers' store (`<prefix>/dead/<member>` = how it ended, Note [Live
 /// supervision]), so the library declares it at once. Best effort and
 /// bounded (2 s to connect): heartbeats still find it otherwise.
 void Agent::mark_dead(const std::string& member, const std::string& how) {

@@ -196,7 +196,7 @@ bool WorkerGroup::restart_alone(Worker& w, const ExitStatus& status) {
 // library ended the job (live_replaceable): the worker then stays dead and
 // the others go on; the agent decides what the round's end means. Before
 // any of that the agent is told (live_on_death) and marks the member dead in
-// the workers' store (`live/dead/<member>`, which dtrain/live.h reads), so
+// the workers' store (`<prefix>/dead/<member>`, which dtrain/live.h reads), so
 // the survivors need not wait out the heartbeat timeout for a crash.
 bool WorkerGroup::replace_live(Worker& w, const ExitStatus& status) {
   if (options_.live_replacements <= 0 || w.spec.role != "worker" || any_succeeded_ || w.stop_sent ||

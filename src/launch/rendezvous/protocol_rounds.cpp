@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <tuple>
 
+#include "common/net.h"
 #include "common/strings.h"
 #include "dtrain/errors.h"
 #include "launch/rendezvous/protocol.h"
@@ -60,7 +61,13 @@ std::optional<RendezvousInfo> DynamicRendezvous::finish_round(const StateView& s
   // (under a per-round prefix), which outlives any node when it runs off the
   // workers' nodes.
   if (config_.workers_share_store && config_.backend == "c10d") {
-    std::tie(info.master_addr, info.master_port) = parse_endpoint(config_.endpoint, kC10dDefaultPort);
+    std::string host;
+    std::tie(host, info.master_port) = parse_endpoint(config_.endpoint, kC10dDefaultPort);
+    // On the store's own machine the endpoint's name may resolve to loopback
+    // (Debian's 127.0.1.1), and the workers bind Gloo where the route to
+    // MASTER_ADDR leaves: give them the address the other nodes reach this
+    // one at instead (the server listens on every interface).
+    info.master_addr = is_local_host(host) ? self_.addr : host;
     info.worker_key_prefix = keys_.workers(round);
     return info;
   }
