@@ -49,8 +49,9 @@ int serve(int port) {
   }
   std::cerr << "dtrain store: serving c10d's TCPStore protocol (PyTorch 1.13 and 2.x clients) on "
                "port "
-            << server->port() << " of every interface; point --rdzv-endpoint HOST:"
-            << server->port() << " at it; SIGINT or SIGTERM stops it" << std::endl;
+            << server->port()
+            << " of every interface; point --rdzv-endpoint HOST:" << server->port()
+            << " at it; SIGINT or SIGTERM stops it" << std::endl;
   int sig = -1;
   while (sig < 0) {
     timespec second{1, 0};

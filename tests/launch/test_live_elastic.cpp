@@ -5,7 +5,8 @@
 // weights; more losses than --live-min-workers allows end the job naming the
 // ranks; a dropped link (network namespaces, root only) is detected and the
 // job goes on; with the store in its own process (`dtrain store`, in its own
-// namespace where root), losing node 0 leaves node 1 training. Skipped where dtrain was built without src/live.
+// namespace where root), losing node 0 leaves node 1 training. Skipped where
+// dtrain was built without src/live.
 
 #include <arpa/inet.h>
 #include <gmock/gmock.h>
@@ -64,8 +65,8 @@ class LiveTraining : public ::testing::Test {
   /// One agent (`dtrain run --recovery live`) of `nodes`, training a small
   /// model on synthetic data for a few hundred steps.
   std::unique_ptr<Proc> agent(const std::vector<std::string>& prefix, int nodes, int nproc,
-                              int port, const std::string& name, int min_workers,
-                              int max_restarts, const std::string& conf_extra = "") {
+                              int port, const std::string& name, int min_workers, int max_restarts,
+                              const std::string& conf_extra = "") {
     std::vector<std::string> argv = prefix;
     const std::vector<std::string> run = {DTRAIN_BINARY,
                                           "run",
@@ -151,9 +152,10 @@ class LiveTraining : public ::testing::Test {
     EXPECT_TRUE(replacement) << "no replacement finished: " << text;
   }
 
-  void lose_node0_with_the_store_off(const std::vector<std::string>& store_prefix,
-                                     const std::function<std::vector<std::string>(int)>& node_prefix,
-                                     int port, const std::string& said);
+  void lose_node0_with_the_store_off(
+      const std::vector<std::string>& store_prefix,
+      const std::function<std::vector<std::string>(int)>& node_prefix, int port,
+      const std::string& said);
 
   TempDir dir_;
   std::string endpoint_ = "127.0.0.1";
@@ -290,7 +292,8 @@ void LiveTraining::lose_node0_with_the_store_off(
   {
     const std::string out = node1.output();
     const size_t at = out.find("live recovery: generation");
-    std::cerr << "node 1 after node 0 was lost: " << out.substr(at, out.find('\n', at) - at) << "\n";
+    std::cerr << "node 1 after node 0 was lost: " << out.substr(at, out.find('\n', at) - at)
+              << "\n";
   }
   ASSERT_NE(node1.wait(seconds(240)), -1) << node1.output();
   EXPECT_EQ(node1.exit_code(), 0) << node1.output();

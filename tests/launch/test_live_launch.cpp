@@ -296,9 +296,10 @@ TEST(LiveLaunch, OverAC10dRendezvousTheWorkersShareItsStoreUnderTheRoundsPrefix)
   LaunchResult result = launch(run.options);
   ASSERT_TRUE(result.succeeded()) << joined(result.summary()) << run.err();
   for (const char* p : {"[rank0]: ", "[rank1]: "}) {
-    EXPECT_THAT(run.out(), HasSubstr(std::string(p) + "MASTER_PORT=" + std::to_string(port) + "\n"));
     EXPECT_THAT(run.out(),
-                HasSubstr(std::string(p) + "DTRAIN_LIVE_KEY_PREFIX=dtrain/rdzv/shared/r0/workers\n"));
+                HasSubstr(std::string(p) + "MASTER_PORT=" + std::to_string(port) + "\n"));
+    EXPECT_THAT(run.out(), HasSubstr(std::string(p) +
+                                     "DTRAIN_LIVE_KEY_PREFIX=dtrain/rdzv/shared/r0/workers\n"));
   }
   EXPECT_THAT(run.err(), HasSubstr("the workers share the rendezvous store at 127.0.0.1:" +
                                    std::to_string(port) +

@@ -326,8 +326,7 @@ Agent::Agent(const LaunchOptions& raw_options, ProcessControl& control)
     };
     note(o_.stderr_fd,
          cat("live recovery: a failed worker is replaced alone (DTRAIN_LIVE_JOIN=1, up to ",
-             o_.max_restarts,
-             " replacement(s), --max-restarts) while the others keep training; ",
+             o_.max_restarts, " replacement(s), --max-restarts) while the others keep training; ",
              live_store_line()));
   }
   result_.run_id = o_.run_id;
@@ -406,8 +405,9 @@ RoundOutcome Agent::run_workers(const RendezvousInfo& info) {
         store = info.hosted_store->store();
       } else if (info.node_rank == 0 && !info.worker_key_prefix.empty() &&
                  o_.live_register_timeout.count() > 0) {
-        best_effort([&] { store = connect_tcp_store(info.master_addr, info.master_port,
-                                                    config_.backend_timeout); });
+        best_effort([&] {
+          store = connect_tcp_store(info.master_addr, info.master_port, config_.backend_timeout);
+        });
       }
       registration.emplace(store, live_prefix_, plan.specs, o_.live_register_timeout);
     }

@@ -133,9 +133,8 @@ RoundPlan plan_round(const LaunchOptions& o, const std::string& program,
     if (o.recovery == LaunchOptions::Recovery::kLive) {
       // Note [Live supervision] (worker_group.cpp).
       spec.live_member = live_member_id(who.rank);
-      spec.process.env =
-          live_environment(spec.process.env, o.live_min_workers, spec.live_member, false,
-                           info.worker_key_prefix);
+      spec.process.env = live_environment(spec.process.env, o.live_min_workers, spec.live_member,
+                                          false, info.worker_key_prefix);
       spec.restart_env = {{kLiveJoin, "1"}};
     }
     if (o.ps_servers > 0) {
