@@ -143,6 +143,10 @@ class MembershipWatch {
 // nodes do not check (node 0 closes the run, and they stop their workers when
 // it is closed).
 
+/// LiveOptions::key_prefix's default: the workers' keys when they have a
+/// store of their own (no DTRAIN_LIVE_KEY_PREFIX).
+constexpr const char* kDefaultLiveKeyPrefix = "live";
+
 /// The library ended the job as a whole (dtrain::BelowMinWorkersError): no
 /// replacement can join it.
 bool is_live_job_end(const std::string& type, const std::string& message) {
@@ -282,7 +286,7 @@ class Agent {
   /// under live_prefix_.
   std::string worker_store_addr_;
   int worker_store_port_ = 0;
-  std::string live_prefix_ = "live";
+  std::string live_prefix_ = kDefaultLiveKeyPrefix;
   StorePtr worker_store_;
   std::optional<TempDir> error_root_;
   WorkerGroupOptions group_options_;
@@ -393,7 +397,7 @@ RoundOutcome Agent::run_workers(const RendezvousInfo& info) {
                               error_root_ ? error_root_->path() : "");
   worker_store_addr_ = info.master_addr;
   worker_store_port_ = info.master_port;
-  live_prefix_ = info.worker_key_prefix.empty() ? "live" : info.worker_key_prefix;
+  live_prefix_ = info.worker_key_prefix.empty() ? kDefaultLiveKeyPrefix : info.worker_key_prefix;
   worker_store_.reset();
   WorkerGroupOutcome group_outcome;
   std::optional<RegistrationWatch> registration;
@@ -405,8 +409,10 @@ RoundOutcome Agent::run_workers(const RendezvousInfo& info) {
         store = info.hosted_store->store();
       } else if (info.node_rank == 0 && !info.worker_key_prefix.empty() &&
                  o_.live_register_timeout.count() > 0) {
+        // Bounded like mark_dead's: the workers start only after it, and a
+        // store that does not answer at once only costs the check.
         best_effort([&] {
-          store = connect_tcp_store(info.master_addr, info.master_port, config_.backend_timeout);
+          store = connect_tcp_store(info.master_addr, info.master_port, std::chrono::seconds(5));
         });
       }
       registration.emplace(store, live_prefix_, plan.specs, o_.live_register_timeout);
