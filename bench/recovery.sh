@@ -7,7 +7,7 @@
 #       [--rounds 1] [--cases "plain-nofault live-nofault live-kill
 #        live-kill-noreplace restart-kill torchrun-kill live-stop"]
 #       [--torchft PYTHONPATH] [--build DIR] [--out DIR]
-#       [--timeout SECS]
+#       [--timeout SECS] [--netns]
 #
 # The job: ResNet-18 (10 classes) on synthetic 3 x S x S images, --nproc
 # workers on the CPU (--threads intra-op threads each), --batch-size per
@@ -38,6 +38,16 @@
 #                  torchft's lighthouse and --nproc replica groups of one
 #                  process (recovery_worker.py --mode torchft), replica 1
 #                  SIGKILLed and restarted once
+#   live-cut       (--netns only) as live-nofault, --max-restarts 0; node 1's
+#                  link is cut (its veth end set down) after step --kill-step
+#
+# --netns: two nodes of --nproc/2 workers in the network namespaces of
+# bench/netns/netns.sh (root), joined by a link shaped to DTRAINBENCH_RATE
+# (default 1gbit) each way, each node's launcher started in its own
+# namespace (dtrain run / torchrun --nnodes 2, c10d rendezvous hosted by
+# node 0 at 10.213.0.1, Gloo on the veth: GLOO_SOCKET_IFNAME). Node 0 starts
+# first, so it is node rank 0 and holds ranks 0 and 1; the fault hits rank 1
+# (or node 1's link). Not with torchft-kill.
 #
 # Per fault case: the step time before the fault, the time from the fault to
 # the next committed step (a step above the last one committed before it),
@@ -94,8 +104,10 @@ TORCHFT=
 BUILD=$ROOT/build
 OUT=
 TIMEOUT=300  # bound on each case
+NETNS=0
+NETNS_SH=$HERE/netns/netns.sh
 
-usage() { sed -n '2,49p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
+usage() { sed -n '2,60p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
 while [[ $# -gt 0 ]]; do
     case "$1" in
         --steps) STEPS=$2; shift 2 ;;
@@ -111,6 +123,7 @@ while [[ $# -gt 0 ]]; do
         --build) BUILD=$2; shift 2 ;;
         --out) OUT=$2; shift 2 ;;
         --timeout) TIMEOUT=$2; shift 2 ;;
+        --netns) NETNS=1; shift ;;
         -h|--help) usage 0 ;;
         *) echo "unknown argument: $1" >&2; usage 2 ;;
     esac
@@ -118,9 +131,15 @@ done
 for c in $CASES; do
     case $c in
         plain-nofault|live-nofault|live-kill|live-kill-noreplace|restart-kill|torchrun-kill|live-stop|torchft-kill) ;;
+        live-cut) ((NETNS)) || { echo "case live-cut needs --netns (a link to cut)" >&2; exit 2; } ;;
         *) echo "unknown case '$c'" >&2; exit 2 ;;
     esac
 done
+if ((NETNS)); then
+    [[ $CASES != *torchft-kill* && -z $TORCHFT ]] ||
+        { echo "--netns: torchft-kill is not run across namespaces" >&2; exit 2; }
+    ((NPROC % 2 == 0)) || { echo "--netns: --nproc must be even (two nodes)" >&2; exit 2; }
+fi
 [[ -n $TORCHFT && $CASES != *torchft-kill* ]] && CASES+=" torchft-kill"
 ((NPROC >= 2)) || { echo "--nproc must be >= 2 (rank 1 fails)" >&2; exit 2; }
 ((KILL_STEP > 5 && KILL_STEP < STEPS - 10)) ||
@@ -158,7 +177,12 @@ cleanup() {
     MAIN_PID=
     TAG=
 }
-trap cleanup EXIT
+netns_up() { bash "$NETNS_SH" up >&2 && bash "$NETNS_SH" verify 2 >&2; }
+finish() {
+    cleanup
+    if ((NETNS)); then bash "$NETNS_SH" down >/dev/null 2>&1 || true; fi
+}
+trap finish EXIT
 trap 'echo "interrupted" >&2; exit 130' INT TERM
 
 free_port() {
@@ -180,12 +204,33 @@ TRAIN=("$DTRAIN" train --model resnet18 --dataset synthetic
 PEER_ARGS=(--steps "$STEPS" --batch-size "$BATCH" --image-size "$IMAGE" --num-classes 10
     --lr 0.05 --momentum 0.9 --seed 0 --threads "$THREADS")
 
-case_cmd() {  # CASE DIR PORT -> CMD
-    local c=$1 dir=$2 port=$3
+# case_cmd CASE DIR PORT [NODE] -> CMD: the case's command; with --netns,
+# node NODE's (0 or 1), run inside its namespace.
+case_cmd() {
+    local c=$1 dir=$2 port=$3 node=${4:-0}
     local run=("$DTRAIN" run --nnodes 1 --nproc-per-node "$NPROC" --master-port "$port")
+    local torchrun=(--nnodes 1 --nproc_per_node "$NPROC" --rdzv_backend c10d
+        --rdzv_endpoint "127.0.0.1:$port")
+    local ns=()
+    if ((NETNS)); then
+        local nproc=$((NPROC / 2)) master=10.213.0.1:$port is_host=false
+        ((node == 0)) && is_host=true
+        ns=(ip netns exec "dtrainbench$node" env "GLOO_SOCKET_IFNAME=dtb$node")
+        run=("$DTRAIN" run --nnodes 2 --nproc-per-node "$nproc" --rdzv-backend c10d
+            --rdzv-endpoint "$master" --rdzv-id "rb-$port" --rdzv-conf "is_host=$is_host")
+        torchrun=(--nnodes 2 --nproc_per_node "$nproc" --rdzv_backend c10d
+            --rdzv_endpoint "$master" --rdzv_id "rb-$port" --rdzv_conf "is_host=$is_host"
+            --local_addr "10.213.0.$((node + 1))")
+    fi
+    case_cmd_in "$c" "$dir"
+    CMD=("${ns[@]}" "${CMD[@]}")
+}
+case_cmd_in() {  # uses case_cmd's run, torchrun and port
+    local c=$1 dir=$2
     case $c in
         plain-nofault) CMD=("${run[@]}" -- "${TRAIN[@]}") ;;
         live-nofault) CMD=("${run[@]}" --recovery live -- "${TRAIN[@]}") ;;
+        live-cut) CMD=("${run[@]}" --recovery live --max-restarts 0 -- "${TRAIN[@]}") ;;
         live-kill) CMD=("${run[@]}" --recovery live --max-restarts 1 -- "${TRAIN[@]}") ;;
         live-kill-noreplace) CMD=("${run[@]}" --recovery live --max-restarts 0 -- "${TRAIN[@]}") ;;
         live-stop) CMD=("${run[@]}" --recovery live --max-restarts 0 -- "${TRAIN[@]}") ;;
@@ -193,9 +238,8 @@ case_cmd() {  # CASE DIR PORT -> CMD
             CMD=("${run[@]}" --recovery restart --max-restarts 1 -- "${TRAIN[@]}"
                 --checkpoint-dir "$dir/ckpt" --checkpoint-every "$CKPT_EVERY") ;;
         torchrun-kill)
-            CMD=("${PEER_ENV[@]}" "$PEER_PY" -m torch.distributed.run --nnodes 1
-                --nproc_per_node "$NPROC" --max_restarts 3 --rdzv_backend c10d
-                --rdzv_endpoint "127.0.0.1:$port" "$HERE/peer/recovery_worker.py" --mode ddp
+            CMD=("${PEER_ENV[@]}" "$PEER_PY" -m torch.distributed.run "${torchrun[@]}"
+                --max_restarts 3 "$HERE/peer/recovery_worker.py" --mode ddp
                 "${PEER_ARGS[@]}" --checkpoint-dir "$dir/ckpt" --checkpoint-every "$CKPT_EVERY") ;;
         torchft-kill)
             CMD=(bash "$HERE/recovery.sh" --torchft-job "$TORCHFT" "$NPROC" "$port"
@@ -216,21 +260,34 @@ run_case() {
     printf '%q ' "${CMD[@]}" >"$dir/cmd"
     TAG=recovery-bench-$$-$c-$round
     start=$(now_ns)
+    # every launcher writes to one stamper, so rank 0's lines and the
+    # library's share one clock and one log
+    local stamp_fd node1=''
+    exec {stamp_fd}> >("$PY" "$REPORT" stamp >"$log")
     env RECOVERY_BENCH_TAG="$TAG" OMP_NUM_THREADS="$THREADS" MKL_NUM_THREADS="$THREADS" \
-        timeout --kill-after=5 "$TIMEOUT" "${CMD[@]}" </dev/null > >("$PY" "$REPORT" stamp >"$log") 2>&1 &
+        timeout --kill-after=5 "$TIMEOUT" "${CMD[@]}" </dev/null >&"$stamp_fd" 2>&1 &
     MAIN_PID=$!
+    if ((NETNS)); then
+        sleep 1  # node 0 first: it hosts the rendezvous and is node rank 0
+        case_cmd "$c" "$dir" "$port" 1
+        printf '\n%q ' "${CMD[@]}" >>"$dir/cmd"
+        env RECOVERY_BENCH_TAG="$TAG" OMP_NUM_THREADS="$THREADS" MKL_NUM_THREADS="$THREADS" \
+            timeout --kill-after=5 "$TIMEOUT" "${CMD[@]}" </dev/null >&"$stamp_fd" 2>&1 &
+        node1=$!
+    fi
     deadline=$((SECONDS + TIMEOUT))
     case $c in
-        *-kill|*-kill-*|*-stop)
+        *-kill|*-kill-*|*-stop|*-cut)
             fault="kill"
             [[ $c == *-stop ]] && fault=stop
+            [[ $c == *-cut ]] && fault="cut"
             # the worker is looked up a few steps early, so the fault follows
             # the commit of --kill-step by one poll (20 ms), not by a /proc scan
             while ! committed "$log" $((KILL_STEP - 3)); do
                 if ! kill -0 "$MAIN_PID" 2>/dev/null || ((SECONDS > deadline)); then status=no-start; break; fi
                 sleep 0.1
             done
-            if [[ $status == ok ]]; then
+            if [[ $status == ok && $fault != cut ]]; then
                 if [[ $c == torchft-kill ]]; then
                     pid=$(tagged "$TAG" REPLICA_GROUP_ID=1 recovery_worker | head -n 1)
                 else
@@ -244,7 +301,11 @@ run_case() {
             done
             if [[ $status == ok ]]; then
                 fault_ns=$(now_ns)
-                if [[ $fault == kill ]]; then kill -KILL "$pid"; else kill -STOP "$pid"; fi
+                case $fault in
+                    kill) kill -KILL "$pid" ;;
+                    stop) kill -STOP "$pid" ;;
+                    cut) ip netns exec dtrainbench1 ip link set dtb1 down ;;
+                esac
             fi ;;
     esac
     if [[ $fault == stop && $status == ok ]]; then
@@ -257,9 +318,21 @@ run_case() {
     fi
     wait "$MAIN_PID" || status=${status/#ok/exit-$?}
     end=$(now_ns)
+    if [[ -n $node1 ]]; then
+        # node 1 ends with node 0 (a cut node 1 cannot: it is killed below)
+        local until=$((SECONDS + 30))
+        while [[ $fault != cut ]] && kill -0 "$node1" 2>/dev/null && ((SECONDS < until)); do
+            sleep 0.2
+        done
+        kill -0 "$node1" 2>/dev/null && kill -KILL "$node1" 2>/dev/null
+        wait "$node1" || true
+    fi
     MAIN_PID=
     cleanup
+    exec {stamp_fd}>&-
     sleep 0.5  # the stamper drains
+    # a cut link: namespaces made afresh, shaped again, for the next case
+    [[ $fault == cut ]] && netns_up >/dev/null
     local world_fixed=true
     [[ $c == torchft-kill ]] && world_fixed=false
     "$PY" "$REPORT" case "$log" "$(printf '{"name":"%s","round":%d,"fault":"%s","fault_ns":%s,"start_ns":%s,"end_ns":%s,"steps":%d,"world":%d,"batch":%d,"fixed_batch":%s,"status":"%s","dir":"%s"}' \
@@ -269,6 +342,7 @@ run_case() {
     [[ $status == ok ]] || tail -n 8 "$log" | sed 's/^/    /' >&2
 }
 
+if ((NETNS)); then netns_up || { echo "--netns: cannot make the namespaces (root?)" >&2; exit 1; }; fi
 echo "load before: $(uptime)" >&2
 echo "out: $OUT" >&2
 if [[ -n ${PEER_PY:-} ]]; then peer_versions >&2; fi
@@ -285,6 +359,10 @@ done
 echo "load after:  $(uptime)" >&2
 
 echo
+if ((NETNS)); then
+    echo "Two nodes of $((NPROC / 2)) workers in network namespaces, one link shaped to" \
+         "${DTRAINBENCH_RATE:-1gbit} each way; rank 1 on node 0, the cut is node 1's link."
+fi
 echo "ResNet-18 (10 classes), synthetic 3x${IMAGE}x${IMAGE}, $NPROC workers x batch $BATCH" \
      "x $THREADS thread(s) on the CPU, $STEPS steps; fault on rank 1 after step $KILL_STEP;" \
      "checkpoints (restart, torchrun) every $CKPT_EVERY steps. Median (min–max) over the rounds."

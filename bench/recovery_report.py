@@ -152,6 +152,7 @@ LABEL = {
     "torchft-kill": "torchft 0.2 (Manager + DDP on Gloo), SIGKILL",
     "live-kill-noreplace": "dtrain `--recovery live --max-restarts 0` (no replacement), SIGKILL",
     "live-stop": "dtrain `--recovery live`, SIGSTOP (hang)",
+    "live-cut": "dtrain `--recovery live`, node 1's link cut (2 workers lost)",
 }
 
 

@@ -203,6 +203,10 @@ struct LaunchOptions {
   ///             the job unless the store runs there. Otherwise node 0's
   ///             agent hosts the workers' store, and losing node 0 ends the
   ///             job (the others' workers lose the store and fail).
+  ///             A node that comes while the job runs joins its round as a
+  ///             late node once fewer than max_nodes are alive: its workers
+  ///             start as replacements (DTRAIN_LIVE_JOIN=1, RANKs past
+  ///             WORLD_SIZE that only name them).
   /// REQUIRES (kLive): max_nodes * nproc_per_node > live_min_workers, and
   /// ps_servers == 0.
   enum class Recovery { kRestart, kLive };

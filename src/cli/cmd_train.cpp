@@ -138,7 +138,14 @@ void apply_data_cache_flags(const std::string& who, const std::string& size, Dat
 int run_live(const TrainOptions& o, const std::string& backend) {
   LiveOptions live = LiveOptions::from_env(process_env());
   live.backend = live_backend(backend, o.device);
-  train(o, std::move(live), &std::cout);
+  try {
+    train(o, std::move(live), &std::cout);
+  } catch (const JobEndedError& e) {
+    // A replacement or a late node's worker that the job finished without:
+    // it holds no state and has nothing to write (Note [A replacement after
+    // the end], src/live/live_group.cpp).
+    std::cerr << "dtrain train: " << first_line(e.what()) << "; nothing to do\n";
+  }
   return 0;
 }
 

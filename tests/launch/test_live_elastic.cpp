@@ -100,7 +100,7 @@ class LiveTraining : public ::testing::Test {
                                           "--data-dir",
                                           "1x28x28:10:4096",
                                           "--epochs",
-                                          "1",
+                                          epochs_,
                                           "--batch-size",
                                           "8",
                                           "--eval-batch-size",
@@ -155,10 +155,11 @@ class LiveTraining : public ::testing::Test {
   void lose_node0_with_the_store_off(
       const std::vector<std::string>& store_prefix,
       const std::function<std::vector<std::string>(int)>& node_prefix, int port,
-      const std::string& said);
+      const std::string& said, bool then_a_new_node = false);
 
   TempDir dir_;
   std::string endpoint_ = "127.0.0.1";
+  std::string epochs_ = "1";
 };
 
 // 2 nodes x 2 workers: a worker of node 1 is SIGKILLed at step 20.
@@ -242,7 +243,7 @@ TEST_F(LiveTraining, LosingMoreThanTheMinimumAllowsEndsTheJobNamingTheRanks) {
 void LiveTraining::lose_node0_with_the_store_off(
     const std::vector<std::string>& store_prefix,
     const std::function<std::vector<std::string>(int)>& node_prefix, int port,
-    const std::string& said) {
+    const std::string& said, bool then_a_new_node) {
   std::vector<std::string> store_argv = store_prefix;
   for (const std::string& a : {std::string(DTRAIN_BINARY), std::string("store"),
                                std::string("--port"), std::to_string(port)}) {
@@ -295,13 +296,47 @@ void LiveTraining::lose_node0_with_the_store_off(
     std::cerr << "node 1 after node 0 was lost: " << out.substr(at, out.find('\n', at) - at)
               << "\n";
   }
+  std::string joined_output;  // the new node's, when one joins
+  if (then_a_new_node) {
+    // A node started now (as a lost machine's replacement would be) joins
+    // the running round (Note [Late nodes]); its two workers are taken into
+    // the next generation and receive the state from node 1's.
+    auto c = agent(node_prefix(0), 2, 2, port, "c", 2, 0, ",is_host=false");
+    ASSERT_TRUE(eventually(
+        [&] { return c->output().find("joining it as late node 1") != std::string::npos; },
+        seconds(30)))
+        << c->output();
+    ASSERT_TRUE(eventually(
+        [&] {
+          const std::string out = node1.output() + c->output();
+          return std::regex_search(
+              out, std::regex("live recovery: generation \\d+ at step \\d+: joined rank"));
+        },
+        seconds(60)))
+        << node1.output() << c->output();
+    {
+      const std::string out = node1.output() + c->output();
+      for (const std::string& what :
+           {std::string("joining it as late node"), std::string(": joined rank")}) {
+        const size_t at = out.find(what);
+        const size_t from = out.rfind('\n', at) + 1;
+        std::cerr << "new node: " << out.substr(from, out.find('\n', at) - from) << "\n";
+      }
+    }
+    ASSERT_NE(c->wait(seconds(240)), -1) << c->output();
+    EXPECT_EQ(c->exit_code(), 0) << c->output();
+    EXPECT_THAT(c->output(), ::testing::Not(HasSubstr("nothing to do"))) << c->output();
+    joined_output = c->output();
+  }
   ASSERT_NE(node1.wait(seconds(240)), -1) << node1.output();
   EXPECT_EQ(node1.exit_code(), 0) << node1.output();
   EXPECT_THAT(node1.output(), ::testing::Not(HasSubstr("restarting the group")));
-  const auto sums = parameter_sums(node1.output());
-  ASSERT_EQ(sums.size(), 2u) << node1.output();
-  EXPECT_NEAR(sums.begin()->second, sums.rbegin()->second,
-              1e-6 * std::abs(sums.begin()->second) + 1e-9);
+  const std::string finished = node1.output() + joined_output;
+  const auto sums = parameter_sums(finished);
+  ASSERT_EQ(sums.size(), then_a_new_node ? 4u : 2u) << finished;
+  for (const auto& [member, sum] : sums) {
+    EXPECT_NEAR(sum, sums.begin()->second, 1e-6 * std::abs(sums.begin()->second) + 1e-9) << member;
+  }
   store.signal(SIGTERM);
   ASSERT_NE(store.wait(seconds(20)), -1) << store.output();
   EXPECT_EQ(store.exit_code(), 0) << store.output();
@@ -326,6 +361,18 @@ TEST_F(LiveTraining, WithTheStoreInItsOwnProcessLosingNode0sProcessesLeavesTheOt
   lose_node0_with_the_store_off(
       {}, [](int) { return std::vector<std::string>{}; }, free_rdzv_port(),
       "which runs on this machine: losing this machine ends the job");
+}
+
+// The same, then a new node is started while node 1 trains alone: it joins
+// the running job (live mode runs one rendezvous round, Note [Late nodes] in
+// src/launch/rendezvous/protocol_rounds.cpp), its workers are admitted at a
+// step boundary with the state from node 1's, and all four end with one set
+// of weights.
+TEST_F(LiveTraining, ANodeStartedAfterNode0WasLostJoinsTheRunningJobAndEndsWithTheSameWeights) {
+  epochs_ = "2";  // room for the new node to start and join before the end, under load too
+  lose_node0_with_the_store_off(
+      {}, [](int) { return std::vector<std::string>{}; }, free_rdzv_port(),
+      "which runs on this machine: losing this machine ends the job", /*then_a_new_node=*/true);
 }
 
 // A node's link drops (network namespaces; root only): its workers are

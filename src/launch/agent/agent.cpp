@@ -306,6 +306,9 @@ Agent::Agent(const LaunchOptions& raw_options, ProcessControl& control)
   // Note [Where the live store lives]: over a c10d rendezvous the workers
   // share its store, so the store lives where the user put the endpoint.
   config_.workers_share_store = live() && config_.backend == "c10d";
+  // A live job runs one round: a node that comes later joins it (Note [Late
+  // nodes] in src/launch/rendezvous/protocol_rounds.cpp).
+  config_.join_running_round = live();
   rdzv_ = open_rendezvous(o_, config_, &own_server_);
   if (!o_.log_dir) error_root_.emplace();
   if (o_.log_dir && !raw_options.log_dir) {
@@ -364,7 +367,15 @@ std::optional<RendezvousInfo> Agent::join_round() {
   }
   const int attempt = result_.rounds++;
   last_round_ = info.round;
-  if (o_.max_nodes > 1 || attempt > 0) {
+  if (info.late > 0) {
+    note(o_.stderr_fd, cat("live recovery: round ", info.round, " is running with ", info.num_nodes,
+                           " node(s) and ", info.world_size(), " workers; joining it as late node ",
+                           info.late, " (node rank ", info.node_rank, "): its ", o_.nproc_per_node,
+                           " worker(s) start as replacements (DTRAIN_LIVE_JOIN=1, RANK ",
+                           info.base_rank(), "-", info.base_rank() + o_.nproc_per_node - 1,
+                           "), taken in at a step boundary while the job runs below its ",
+                           info.world_size(), " workers, else waiting as spares"));
+  } else if (o_.max_nodes > 1 || attempt > 0) {
     note(o_.stderr_fd,
          cat("round ", info.round, ": node ", info.node_rank, " of ", info.num_nodes, ", ranks ",
              info.base_rank(), "-", info.base_rank() + o_.nproc_per_node - 1, " of ",

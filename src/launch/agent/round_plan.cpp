@@ -133,8 +133,10 @@ RoundPlan plan_round(const LaunchOptions& o, const std::string& program,
     if (o.recovery == LaunchOptions::Recovery::kLive) {
       // Note [Live supervision] (worker_group.cpp).
       spec.live_member = live_member_id(who.rank);
+      // A late node's workers join the running job (Note [Late nodes] in
+      // src/launch/rendezvous/protocol_rounds.cpp).
       spec.process.env = live_environment(spec.process.env, o.live_min_workers, spec.live_member,
-                                          false, info.worker_key_prefix);
+                                          info.late > 0, info.worker_key_prefix);
       spec.restart_env = {{kLiveJoin, "1"}};
     }
     if (o.ps_servers > 0) {

@@ -161,6 +161,7 @@ void RendezvousConfig::apply_conf(const std::string& rdzv_conf) {
 }
 
 int RendezvousInfo::base_rank() const {
+  if (late > 0) return late_base_rank;
   return std::accumulate(local_world_sizes.begin(), local_world_sizes.begin() + node_rank, 0);
 }
 

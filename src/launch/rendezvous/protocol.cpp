@@ -52,6 +52,8 @@
 //    (ring) once per interval and raises r/lost; lost_participants() reads
 //    that flag, so detection is O(1) per node and still certain while any
 //    live node has a dead successor.
+//  * Late nodes (join_running_round, live recovery): see Note [Late nodes]
+//    in protocol_rounds.cpp.
 //  * Polling sleeps 10 ms growing to 200 ms (PollBackoff); every wait is
 //    bounded by join_timeout, every backend call by backend_timeout.
 
@@ -117,6 +119,7 @@ RendezvousInfo DynamicRendezvous::next_rendezvous() {
   }
   auto deadline = RdzvClock::now() + config_.join_timeout;
   if (position_ == Position::kParticipant) leave_round(/*wait_for_next=*/true);
+  if (position_ == Position::kLate) position_ = Position::kNone;
 
   PollBackoff backoff;
   Position last_position = position_;
@@ -127,11 +130,19 @@ RendezvousInfo DynamicRendezvous::next_rendezvous() {
       throw closed_error();
     }
     bool rejoin = position_ != Position::kNone && sv.state.round > round_;
+    if (rejoin && position_ == Position::kLateWaiting) withdraw();
     if (rejoin) position_ = Position::kNone;
 
-    if (position_ == Position::kNone) {
+    if (position_ == Position::kLateWaiting && sv.state.status == RoundState::Status::kComplete) {
+      std::optional<RendezvousInfo> info = step_late(sv);
+      if (info) return std::move(*info);
+    } else if (position_ == Position::kNone || position_ == Position::kLateWaiting) {
+      if (position_ == Position::kLateWaiting) withdraw();
       if (sv.state.status == RoundState::Status::kOpen) {
         take_slot(sv.state.round);
+      } else if (config_.join_running_round) {
+        std::optional<RendezvousInfo> info = step_late(sv);  // Note [Late nodes]
+        if (info) return std::move(*info);
       } else {
         register_waiter(sv, /*leaver=*/false);
       }
@@ -143,6 +154,8 @@ RendezvousInfo DynamicRendezvous::next_rendezvous() {
         if (me != table.end()) {
           std::optional<RendezvousInfo> info = finish_round(sv, table, deadline);
           if (info) return std::move(*info);
+        } else if (config_.join_running_round) {
+          position_ = Position::kNone;  // came after MAX, or was dropped: join it late
         } else {
           register_waiter(sv, /*leaver=*/false);  // came after MAX, or was dropped
         }

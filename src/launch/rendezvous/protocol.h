@@ -46,6 +46,8 @@ class DynamicRendezvous : public Rendezvous {
     kSlot,         // holds slot_ in open round round_
     kParticipant,  // took part in complete round round_ (table_)
     kWaiter,       // waits for the round after round_ (waiter_ > 0: registered)
+    kLateWaiting,  // join_running_round: entry late_ of running round round_, no room yet
+    kLate,         // join_running_round: admitted into round round_ as late node late_
   };
   struct StateView {
     std::optional<std::string> raw;  // for CAS; nullopt: key absent
@@ -85,6 +87,10 @@ class DynamicRendezvous : public Rendezvous {
                                              const std::vector<NodeRecord>& table,
                                              RdzvClock::time_point deadline);
   RendezvousInfo make_info(const std::vector<NodeRecord>& table, int rank) const;
+  bool share_workers_store(RendezvousInfo& info, int round) const;
+  std::optional<RendezvousInfo> step_late(const StateView& sv);
+  int count_alive_ahead(int round, const std::vector<NodeRecord>& table);
+  std::vector<std::string> admitted_late(int round);
   void register_waiter(const StateView& sv, bool leaver);
   void step_waiting(const StateView& sv);
   void mark_left(int round, int64_t slot, int participants);
@@ -107,6 +113,10 @@ class DynamicRendezvous : public Rendezvous {
   int round_ = 0;
   int64_t slot_ = 0;
   int64_t waiter_ = 0;
+  // kLateWaiting / kLate: our entry under RendezvousKeys::late(round_), and
+  // when the room check (a scan of every node's heartbeat) may run again.
+  int64_t late_ = 0;
+  RdzvClock::time_point late_next_scan_;
   OpenRoundWatch open_;
   WaitWatch wait_;
   // kParticipant: the round's table, our rank, and the ring check's state.

@@ -31,6 +31,23 @@ RendezvousInfo DynamicRendezvous::make_info(const std::vector<NodeRecord>& table
   return info;
 }
 
+/// Live recovery over a c10d store: the workers share the rendezvous store
+/// (under a per-round prefix), which outlives any node when it runs off the
+/// workers' nodes. Fills in where they meet and returns true, or returns
+/// false when node rank 0 hosts their store.
+bool DynamicRendezvous::share_workers_store(RendezvousInfo& info, int round) const {
+  if (!config_.workers_share_store || config_.backend != "c10d") return false;
+  std::string host;
+  std::tie(host, info.master_port) = parse_endpoint(config_.endpoint, kC10dDefaultPort);
+  // On the store's own machine the endpoint's name may resolve to loopback
+  // (Debian's 127.0.1.1), and the workers bind Gloo where the route to
+  // MASTER_ADDR leaves: give them the address the other nodes reach this
+  // one at instead (the server listens on every interface).
+  info.master_addr = is_local_host(host) ? self_.addr : host;
+  info.worker_key_prefix = keys_.workers(round);
+  return true;
+}
+
 std::optional<RendezvousInfo> DynamicRendezvous::finish_round(const StateView& sv,
                                                               const std::vector<NodeRecord>& table,
                                                               RdzvClock::time_point deadline) {
@@ -56,21 +73,7 @@ std::optional<RendezvousInfo> DynamicRendezvous::finish_round(const StateView& s
     }
   }
   RendezvousInfo info = make_info(table, rank);
-
-  // Live recovery over a c10d store: the workers share the rendezvous store
-  // (under a per-round prefix), which outlives any node when it runs off the
-  // workers' nodes.
-  if (config_.workers_share_store && config_.backend == "c10d") {
-    std::string host;
-    std::tie(host, info.master_port) = parse_endpoint(config_.endpoint, kC10dDefaultPort);
-    // On the store's own machine the endpoint's name may resolve to loopback
-    // (Debian's 127.0.1.1), and the workers bind Gloo where the route to
-    // MASTER_ADDR leaves: give them the address the other nodes reach this
-    // one at instead (the server listens on every interface).
-    info.master_addr = is_local_host(host) ? self_.addr : host;
-    info.worker_key_prefix = keys_.workers(round);
-    return info;
-  }
+  if (share_workers_store(info, round)) return info;
   // Node rank 0 hosts a fresh store for the round's workers (so they never
   // see keys of an earlier round) and publishes where it listens.
   if (rank == 0) {
@@ -120,6 +123,98 @@ std::optional<RendezvousInfo> DynamicRendezvous::finish_round(const StateView& s
     }
     backoff.sleep(deadline);
   }
+}
+
+// Note [Late nodes]
+// A live job runs one round for good: its agents never restart the workers
+// for a membership change (the library re-forms the group in-process), so
+// a node that arrives while the round runs, or that came after MAX, would
+// wait forever for a next round. With join_running_round it joins the
+// running round instead, as a late node:
+//  * it takes an entry n = add(r/late, 1), r/late/<n> = "w <id>", and waits
+//    until fewer than max_nodes nodes ahead of it are alive: the round's
+//    participants and the late entries before n that still heartbeat and
+//    have not finished (r/done/<id>). Nodes that died thus make room, in
+//    order of arrival; the scan reads every node's heartbeat, so it runs at
+//    most once per heartbeat interval;
+//  * admitted, it rewrites its entry to "a <id>" and gets the round's
+//    RendezvousInfo with late = n (node rank num_nodes + n - 1) and the
+//    workers' meeting point: the shared store and prefix, or node 0's
+//    published store, which must still be alive (else the job is over);
+//  * it is then counted like a participant at the exit barrier and by the
+//    store host's linger, so the stores outlive its workers' last step.
+// It never registers as a waiter: the running agents are not disturbed. The
+// running job's own rule (dtrain/live.h) decides what its workers do: they
+// join as replacements, taken in at a step boundary while the job runs
+// below its W0 workers, else they wait as spares.
+
+/// Heartbeating, unfinished nodes of `round` ahead of a late entry late_:
+/// participants, then the entries before it.
+int DynamicRendezvous::count_alive_ahead(int round, const std::vector<NodeRecord>& table) {
+  auto running = [&](const std::string& id) {
+    return backend_->alive(keys_.heartbeat(id), ttl_) && !backend_->get(keys_.done(round, id));
+  };
+  int alive = 0;
+  for (const NodeRecord& r : table) alive += running(r.node_id) ? 1 : 0;
+  for (int64_t n = 1; n < late_; ++n) {
+    std::optional<std::string> entry = backend_->get(keys_.late(round, n));
+    if (entry && entry->size() > 2 && running(entry->substr(2))) ++alive;
+  }
+  return alive;
+}
+
+std::optional<RendezvousInfo> DynamicRendezvous::step_late(const StateView& sv) {
+  const int round = sv.state.round;
+  auto now = RdzvClock::now();
+  if (position_ != Position::kLateWaiting || round_ != round) {
+    position_ = Position::kLateWaiting;
+    round_ = round;
+    late_ = backend_->add(keys_.late(round), 1);
+    backend_->set(keys_.late(round, late_), "w " + self_.node_id);
+    late_next_scan_ = now;
+  }
+  if (now < late_next_scan_) return std::nullopt;
+  late_next_scan_ = now + config_.heartbeat_interval;
+  std::vector<NodeRecord> table = read_table(sv.state);
+  if (count_alive_ahead(round, table) >= config_.max_nodes) return std::nullopt;
+
+  RendezvousInfo info = make_info(table, static_cast<int>(table.size() + late_ - 1));
+  info.round = round;
+  info.late = static_cast<int>(late_);
+  info.late_base_rank = info.world_size() + static_cast<int>(late_ - 1) * self_.local_world_size;
+  if (!share_workers_store(info, round)) {
+    std::optional<std::string> master = backend_->get(keys_.master(round));
+    if (!master) {
+      late_next_scan_ = now;  // node 0 is publishing it: look again soon
+      return std::nullopt;
+    }
+    if (!backend_->alive(keys_.heartbeat(table[0].node_id), ttl_)) {
+      withdraw();
+      throw Error(cat(where(), ": round ", round, " is running, but node rank 0 (",
+                      node_name(table[0]),
+                      ") hosted its workers' store and is gone: that job cannot be joined; "
+                      "start a new job (a new run id), or run the store off the workers' nodes "
+                      "(--rdzv-backend c10d with `dtrain store`) so that a lost node 0 leaves it "
+                      "running"));
+    }
+    std::tie(info.master_addr, info.master_port) = parse_endpoint(*master, 0);
+  }
+  backend_->set(keys_.late(round, late_), "a " + self_.node_id);
+  position_ = Position::kLate;
+  table_ = std::move(table);
+  rank_ = info.node_rank;
+  return info;
+}
+
+/// The ids of the late nodes admitted into `round` (Note [Late nodes]).
+std::vector<std::string> DynamicRendezvous::admitted_late(int round) {
+  std::vector<std::string> ids;
+  const int64_t entries = backend_->add(keys_.late(round), 0);
+  for (int64_t n = 1; n <= entries; ++n) {
+    std::optional<std::string> entry = backend_->get(keys_.late(round, n));
+    if (entry && entry->rfind("a ", 0) == 0) ids.push_back(entry->substr(2));
+  }
+  return ids;
 }
 
 void DynamicRendezvous::register_waiter(const StateView& sv, bool leaver) {
@@ -194,7 +289,13 @@ void DynamicRendezvous::withdraw() {
     if (waiter_ > 0) backend_->set(keys_.waiter(round_, waiter_), kWithdrawn);
     return;
   }
-  if (was == Position::kNone) return;
+  if (was == Position::kLateWaiting) {
+    backend_->set(keys_.late(round_, late_), kWithdrawn);
+    return;
+  }
+  // An admitted late node stays listed: it counts at the exit barrier (as
+  // done once there) and stops counting for linger when its heartbeat goes.
+  if (was == Position::kNone || was == Position::kLate) return;
   StateView sv = read_state();
   if (sv.state.status == RoundState::Status::kClosed || sv.state.round != round_) return;
   if (was == Position::kSlot && sv.state.status == RoundState::Status::kOpen) {
@@ -206,7 +307,7 @@ void DynamicRendezvous::withdraw() {
 }
 
 void DynamicRendezvous::record_failure(const std::string& text) {
-  if (position_ != Position::kParticipant) return;
+  if (position_ != Position::kParticipant && position_ != Position::kLate) return;
   backend_->compare_set(keys_.failure(round_), std::nullopt, text, nullptr);
 }
 
@@ -215,31 +316,38 @@ std::optional<std::string> DynamicRendezvous::first_failure(int round) {
 }
 
 bool DynamicRendezvous::exit_barrier(std::chrono::milliseconds timeout, bool skip_dead) {
-  if (position_ != Position::kParticipant) return true;
+  if (position_ != Position::kParticipant && position_ != Position::kLate) return true;
   const auto deadline = RdzvClock::now() + timeout;
-  const auto participants = static_cast<int64_t>(table_.size());
   backend_->set(keys_.done(round_, self_.node_id), "1");
-  // A dead participant (no heartbeat) that never said done counts as arrived.
+  // Everyone expected: the participants and the late nodes admitted so far
+  // (only live recovery admits any; Note [Late nodes]).
+  std::vector<std::string> ids;
+  auto expected = [&] {
+    ids.clear();
+    for (const NodeRecord& r : table_) ids.push_back(r.node_id);
+    for (std::string& id : admitted_late(round_)) ids.push_back(std::move(id));
+    return static_cast<int64_t>(ids.size());
+  };
+  // A dead node (no heartbeat) that never said done counts as arrived.
   auto dead_not_done = [&] {
     int64_t n = 0;
-    for (const NodeRecord& r : table_) {
-      if (r.node_id == self_.node_id) continue;
-      if (!backend_->get(keys_.done(round_, r.node_id)) &&
-          !backend_->alive(keys_.heartbeat(r.node_id), ttl_)) {
+    for (const std::string& id : ids) {
+      if (id == self_.node_id) continue;
+      if (!backend_->get(keys_.done(round_, id)) && !backend_->alive(keys_.heartbeat(id), ttl_)) {
         ++n;
       }
     }
     return n;
   };
   PollBackoff backoff;
-  for (int64_t done = backend_->add(keys_.done(round_), 1);
-       done + (skip_dead ? dead_not_done() : 0) < participants;
+  for (int64_t done = backend_->add(keys_.done(round_), 1);;
        done = backend_->add(keys_.done(round_), 0)) {
+    const int64_t want = expected();
+    if (done + (skip_dead ? dead_not_done() : 0) >= want) return true;
     if (RdzvClock::now() >= deadline) return false;
     if (config_.cancelled && config_.cancelled()) return false;  // SIGTERM: leave now
     backoff.sleep(deadline);
   }
-  return true;
 }
 
 void DynamicRendezvous::linger(std::chrono::milliseconds timeout) {
@@ -247,8 +355,10 @@ void DynamicRendezvous::linger(std::chrono::milliseconds timeout) {
   const auto deadline = RdzvClock::now() + timeout;
   PollBackoff backoff;
   auto someone_left_behind = [&] {
-    return std::any_of(table_.begin(), table_.end(), [&](const NodeRecord& r) {
-      return r.node_id != self_.node_id && backend_->alive(keys_.heartbeat(r.node_id), ttl_);
+    std::vector<std::string> ids = admitted_late(round_);
+    for (const NodeRecord& r : table_) ids.push_back(r.node_id);
+    return std::any_of(ids.begin(), ids.end(), [&](const std::string& id) {
+      return id != self_.node_id && backend_->alive(keys_.heartbeat(id), ttl_);
     });
   };
   while (someone_left_behind() && RdzvClock::now() < deadline &&
@@ -380,6 +490,10 @@ void DynamicRendezvous::throw_timeout(const StateView& sv) {
         cat("waiting for round ", round_ + 1, ": round ", round_, " is still running with ",
             sv.state.participants, " node(s) that did not restart (min_nodes=", config_.min_nodes,
             ", max_nodes=", config_.max_nodes, ")");
+  } else if (position_ == Position::kLateWaiting) {
+    what = cat("round ", round_, " is running with ", config_.max_nodes,
+               " node(s) alive, and a late node is admitted only while fewer run (max_nodes=",
+               config_.max_nodes, ")");
   } else {
     what = cat("round ", sv.state.round, " could not be joined");
   }

@@ -122,6 +122,14 @@ struct RendezvousConfig {
   /// wherever the endpoint is: off the workers' nodes when the user runs it
   /// there (`dtrain store`), so losing node 0 does not lose it.
   bool workers_share_store = false;
+  /// Live recovery: a node that arrives while a round runs (or comes after
+  /// MAX) joins that round as a late node (RendezvousInfo::late) instead of
+  /// waiting for a next round that a live job never starts. It is admitted
+  /// once fewer than max_nodes of the round's nodes are alive (participants
+  /// and late nodes heartbeating and not finished), in order of arrival; the
+  /// running agents are not asked to restart. Its workers must join the
+  /// running job themselves (dtrain/live.h's LiveOptions::join).
+  bool join_running_round = false;
 
   /// Polled (about every 100 ms) while next_rendezvous() waits; when it
   /// returns true the wait ends with CancelledRendezvous. exit_barrier() and
@@ -155,12 +163,22 @@ struct RendezvousInfo {
   /// With workers_share_store: "dtrain/rdzv/<run_id>/r<round>/workers", the
   /// prefix under which this round's workers keep their keys. Else empty.
   std::string worker_key_prefix;
+  /// join_running_round: k > 0 when this node is the k-th late node of the
+  /// running round: not one of its num_nodes participants (node_rank is
+  /// num_nodes + k - 1; local_world_sizes and node_addrs list only the
+  /// participants), its workers join the job already running there.
+  int late = 0;
+  /// A late node's base_rank(): after the participants' ranks and the late
+  /// nodes' before it (as if each had this node's local world size). Its
+  /// workers' RANK is not a rank of the job's first group (the live
+  /// library maps them to logical ranks); it only names them uniquely.
+  int late_base_rank = 0;
   /// The store above when this node hosts it (node_rank 0), else null. Keep
   /// it alive until the round's workers have ended.
   std::shared_ptr<TcpStoreServer> hosted_store;
 
   /// Global rank of this node's local rank 0: sum of local_world_sizes
-  /// before node_rank.
+  /// before node_rank (a late node: late_base_rank).
   int base_rank() const;
   /// Sum of all local_world_sizes.
   int world_size() const;
@@ -175,7 +193,8 @@ class Rendezvous {
 
   /// Joins the next round and blocks until it completes: MAX nodes joined, or
   /// MIN joined and the last call expired. A node arriving while a round is
-  /// complete waits for the next round (see num_nodes_waiting()). Throws
+  /// complete waits for the next round (see num_nodes_waiting()), or, with
+  /// join_running_round, joins the running one as a late node. Throws
   /// TimeoutError after join_timeout naming the endpoint, the round, the
   /// nodes that arrived and how many were needed; Error when the rendezvous
   /// was closed (the job finished or gave up).
@@ -209,15 +228,17 @@ class Rendezvous {
   virtual std::optional<std::string> first_failure(int round) = 0;
 
   /// Called by a node whose workers all succeeded: waits until every
-  /// participant of the round has called it, so the stores this node hosts
-  /// outlive the others' last steps. False when `timeout` passed first.
-  /// With `skip_dead` (live recovery, where the job goes on without a lost
-  /// node) a participant that stopped heartbeating counts as arrived.
+  /// participant of the round (and every late node admitted into it) has
+  /// called it, so the stores this node hosts outlive the others' last
+  /// steps. False when `timeout` passed first. With `skip_dead` (live
+  /// recovery, where the job goes on without a lost node) a node that
+  /// stopped heartbeating counts as arrived.
   virtual bool exit_barrier(std::chrono::milliseconds timeout, bool skip_dead = false) = 0;
 
   /// When this node hosts the rendezvous store (c10d on the endpoint's host,
-  /// static node 0), waits until every other participant of the last round
-  /// has left (shutdown) or stopped heartbeating, at most `timeout`, so that
+  /// static node 0), waits until every other participant (and admitted late
+  /// node) of the last round has left (shutdown) or stopped heartbeating, at
+  /// most `timeout`, so that
   /// they can still read the final state (closed, first failure). Returns at
   /// once on other nodes.
   virtual void linger(std::chrono::milliseconds timeout) = 0;

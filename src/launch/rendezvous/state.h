@@ -59,6 +59,14 @@ class RendezvousKeys {
   std::string waiter(int round, int64_t n) const {
     return round_key(round, "waiter/" + std::to_string(n));
   }
+  /// Live recovery (RendezvousConfig::join_running_round): add() counter of
+  /// nodes that arrived while `round` ran, and each one's entry: "w <id>"
+  /// while it waits for room (fewer than max_nodes alive), "a <id>" once
+  /// admitted into the running round, "-" once it withdrew.
+  std::string late(int round) const { return round_key(round, "late"); }
+  std::string late(int round, int64_t n) const {
+    return round_key(round, "late/" + std::to_string(n));
+  }
   /// Set once a participant of `round` was found dead (value: its node id).
   std::string lost(int round) const { return round_key(round, "lost"); }
   /// The first failure recorded in `round` (CAS absent -> text).

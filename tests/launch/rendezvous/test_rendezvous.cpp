@@ -3,6 +3,7 @@
 // Every test runs with short timeouts (heartbeats every 50 ms) and finishes
 // in a few seconds; every thread is joined (std::async futures).
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <netinet/in.h>
@@ -308,6 +309,94 @@ TEST_P(RendezvousTest, WaitingNodeThatTimesOutLeavesTheWaitList) {
   ASSERT_TRUE(eventually([&] { return a.rdzv->num_nodes_waiting() == 1; }));
   EXPECT_THROW(fl.get(), TimeoutError);
   EXPECT_EQ(a.rdzv->num_nodes_waiting(), 0);
+}
+
+// Note [Late nodes] (protocol_rounds.cpp): under live recovery a node that
+// comes while a round of MAX nodes runs waits, without asking the running
+// agents to restart, until a lost node makes room; it then joins that round
+// as late node 1, behind the participants' ranks, with node 0's workers'
+// store, and the others' exit barrier waits for it.
+TEST_P(RendezvousTest, LiveLateNodeJoinsTheRunningRoundOnceALostNodeMakesRoom) {
+  RendezvousConfig c = quick_config(2, 2, 2);
+  c.join_running_round = true;
+  Agent a = agent(c, "a"), b = agent(c, "b"), late = agent(c, "late");
+  RendezvousInfo ia, ib;
+  {
+    auto fa = join_async(a), fb = join_async(b);
+    ia = fa.get();
+    ib = fb.get();
+  }
+  Agent& node0 = ia.node_rank == 0 ? a : b;
+  Agent& node1 = ia.node_rank == 0 ? b : a;
+  const RendezvousInfo& info0 = ia.node_rank == 0 ? ia : ib;
+  auto fl = join_async(late);
+  EXPECT_EQ(fl.wait_for(400ms), std::future_status::timeout) << "admitted beyond max_nodes";
+  EXPECT_EQ(node0.rdzv->num_nodes_waiting(), 0);
+  node1.backend->kill();  // node 1's agent dies: no heartbeats, never leaves
+  ASSERT_EQ(fl.wait_for(3s), std::future_status::ready);
+  const RendezvousInfo il = fl.get();
+  EXPECT_EQ(il.round, 0);
+  EXPECT_EQ(il.late, 1);
+  EXPECT_EQ(il.num_nodes, 2);
+  EXPECT_EQ(il.node_rank, 2);
+  EXPECT_EQ(il.world_size(), 4);
+  EXPECT_EQ(il.base_rank(), 4);
+  EXPECT_EQ(il.master_addr, info0.master_addr);
+  EXPECT_EQ(il.master_port, info0.master_port);
+  EXPECT_EQ(il.hosted_store, nullptr);
+  // Node 0 finishes first: it waits for the late node, not for dead node 1.
+  auto barrier = std::async(std::launch::async, [&] { return node0.rdzv->exit_barrier(5s, true); });
+  EXPECT_EQ(barrier.wait_for(300ms), std::future_status::timeout);
+  EXPECT_TRUE(late.rdzv->exit_barrier(5s, true));
+  EXPECT_TRUE(barrier.get());
+}
+
+// A late node finds max_nodes alive: it times out naming why, and leaves no
+// entry that would hold a later node back. When the one node dies, the later
+// node gets in if the workers share the rendezvous store (tcp: the endpoint's
+// store and the round's prefix), and is told the job cannot be joined if
+// node 0 hosted their store (memory).
+TEST_P(RendezvousTest, LiveLateNodeWaitsWhileMaxNodesRunAndTimesOutSayingSo) {
+  const bool shared = GetParam() == "tcp";
+  RendezvousConfig c = quick_config(1, 1);
+  c.join_running_round = true;
+  c.last_call_timeout = 50ms;
+  if (shared) {
+    c.workers_share_store = true;
+    c.endpoint = "127.0.0.1:" + std::to_string(server_->port());
+  }
+  Agent a = agent(c, "a");
+  RendezvousInfo ia = a.rdzv->next_rendezvous();
+  EXPECT_EQ(ia.worker_key_prefix, shared ? "dtrain/rdzv/test-run/r0/workers" : "");
+  RendezvousConfig short_wait = c;
+  short_wait.join_timeout = 400ms;
+  Agent late = agent(short_wait, "late"), later = agent(c, "later");
+  try {
+    late.rdzv->next_rendezvous();
+    FAIL() << "a late node was admitted beyond max_nodes";
+  } catch (const TimeoutError& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("round 0 is running with 1 node(s) alive, and a "
+                                               "late node is admitted only while fewer run"));
+  }
+  EXPECT_EQ(a.rdzv->num_nodes_waiting(), 0);
+  auto fl = join_async(later);
+  a.backend->kill();
+  ASSERT_EQ(fl.wait_for(3s), std::future_status::ready);
+  if (!shared) {
+    try {
+      fl.get();
+      FAIL() << "joined a job whose workers' store is gone";
+    } catch (const Error& e) {
+      EXPECT_THAT(e.what(), ::testing::HasSubstr("hosted its workers' store and is gone: that "
+                                                 "job cannot be joined"));
+    }
+    return;
+  }
+  RendezvousInfo il = fl.get();
+  EXPECT_EQ(il.late, 2);
+  EXPECT_EQ(il.base_rank(), 2);
+  EXPECT_EQ(il.master_port, server_->port());
+  EXPECT_EQ(il.worker_key_prefix, ia.worker_key_prefix);
 }
 
 // ---- configuration -----------------------------------------------------------
