@@ -211,13 +211,15 @@ case_cmd() {
     local run=("$DTRAIN" run --nnodes 1 --nproc-per-node "$NPROC" --master-port "$port")
     local torchrun=(--nnodes 1 --nproc_per_node "$NPROC" --rdzv_backend c10d
         --rdzv_endpoint "127.0.0.1:$port")
-    local ns=()
+    local ns=() torchrun_env=()
     if ((NETNS)); then
         local nproc=$((NPROC / 2)) master=10.213.0.1:$port is_host=false
         ((node == 0)) && is_host=true
         ns=(ip netns exec "dtrainbench$node" env "GLOO_SOCKET_IFNAME=dtb$node")
         run=("$DTRAIN" run --nnodes 2 --nproc-per-node "$nproc" --rdzv-backend c10d
             --rdzv-endpoint "$master" --rdzv-id "rb-$port" --rdzv-conf "is_host=$is_host")
+        # Note [torchrun 2.x agent store] (bench/peer/torchrun_group.py)
+        torchrun_env=(env TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1)
         torchrun=(--nnodes 2 --nproc_per_node "$nproc" --rdzv_backend c10d
             --rdzv_endpoint "$master" --rdzv_id "rb-$port" --rdzv_conf "is_host=$is_host"
             --local_addr "10.213.0.$((node + 1))")
@@ -238,7 +240,7 @@ case_cmd_in() {  # uses case_cmd's run, torchrun and port
             CMD=("${run[@]}" --recovery restart --max-restarts 1 -- "${TRAIN[@]}"
                 --checkpoint-dir "$dir/ckpt" --checkpoint-every "$CKPT_EVERY") ;;
         torchrun-kill)
-            CMD=("${PEER_ENV[@]}" "$PEER_PY" -m torch.distributed.run "${torchrun[@]}"
+            CMD=("${PEER_ENV[@]}" "${torchrun_env[@]}" "$PEER_PY" -m torch.distributed.run "${torchrun[@]}"
                 --max_restarts 3 "$HERE/peer/recovery_worker.py" --mode ddp
                 "${PEER_ARGS[@]}" --checkpoint-dir "$dir/ckpt" --checkpoint-every "$CKPT_EVERY") ;;
         torchft-kill)

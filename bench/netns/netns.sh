@@ -68,14 +68,28 @@ down() {
     ip link del "$DEV1" 2>/dev/null || true
 }
 
+# burst_for RATE: tbf's bucket, 256 KiB per Gbit/s and at least 256 KiB.
+# The bucket must cover at least rate/HZ; 256 KiB is plenty at 1 Gbit/s,
+# and at 10 Gbit/s it would hold the link below its rate.
+burst_for() {
+    local r=${1,,} mbit=1000 kb
+    if [[ $r =~ ^([0-9]+)gbit$ ]]; then
+        mbit=$((BASH_REMATCH[1] * 1000))
+    elif [[ $r =~ ^([0-9]+)mbit$ ]]; then
+        mbit=${BASH_REMATCH[1]}
+    fi
+    kb=$((mbit * 256 / 1000))
+    ((kb >= 256)) || kb=256
+    echo "${kb}kb"
+}
+
 shape() {
     local ns=$1 dev=$2
-    # tbf: burst must cover at least rate/HZ; 256 KiB is plenty at 1 Gbit/s and
-    # keeps the long-run average at the configured rate.
+    # tbf keeps the long-run average at the configured rate.
     if [[ -n "$DELAY" ]]; then
         ip netns exec "$ns" tc qdisc replace dev "$dev" root netem delay "$DELAY" rate "$RATE" limit 10000
     else
-        ip netns exec "$ns" tc qdisc replace dev "$dev" root tbf rate "$RATE" burst 256kb latency 20ms
+        ip netns exec "$ns" tc qdisc replace dev "$dev" root tbf rate "$RATE" burst "$(burst_for "$RATE")" latency 20ms
     fi
 }
 

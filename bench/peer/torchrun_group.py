@@ -7,8 +7,14 @@ restarts, and init_process_group adds no per-attempt prefix (its comment assumes
 a new store per retry), so a re-formed Gloo group reads the dead attempt's
 addresses and fails with "Connection refused" on every restart
 (pytorch/pytorch#135712, #167288). The group is therefore formed under the
-attempt's own prefix, as a user's program must. torch 1.13's torchrun gives each
-attempt a store of its own; there the plain env:// path is kept.
+attempt's own prefix, as a user's program must. That prefix holds on one node
+only: each node's agent counts its own restarts, and a node whose workers were
+stopped for a membership change (not a failure) does not count one, so on
+several nodes the counts differ and the groups never meet. There torchrun runs
+with TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 (torch's opt-out): rank 0's worker
+hosts a fresh store per round, and the plain env:// path below is taken.
+torch 1.13's torchrun gives each attempt a store of its own; there the plain
+env:// path is kept too.
 """
 import os
 from datetime import timedelta

@@ -229,6 +229,13 @@ struct DdpOptions {
   /// Broadcast buffers (e.g. BatchNorm running statistics) from rank 0 before
   /// every forward.
   bool broadcast_buffers = true;
+  /// At construction, check that every rank has the same parameters (names,
+  /// shapes, dtypes) and broadcast rank 0's parameters and buffers (PyTorch's
+  /// init_sync). Off: neither, for ranks that already hold identical values
+  /// (live recovery's later generations, whose members committed the same
+  /// steps; joiners get the state sent first), which saves a broadcast of the
+  /// whole model over the network at every re-formation.
+  bool init_sync = true;
   /// After each forward, the autograd graph is searched from the forward's
   /// outputs for parameters that will get no gradient; they count as ready
   /// (zero gradient) as soon as backward starts, so buckets still launch
@@ -265,6 +272,7 @@ struct DdpOptions {
   DTRAIN_SETTER(DdpOptions, bucket_cap_mb)
   DTRAIN_SETTER(DdpOptions, first_bucket_cap_mb)
   DTRAIN_SETTER(DdpOptions, broadcast_buffers)
+  DTRAIN_SETTER(DdpOptions, init_sync)
   DTRAIN_SETTER(DdpOptions, find_unused_parameters)
   DTRAIN_SETTER(DdpOptions, static_graph)
   DTRAIN_SETTER(DdpOptions, gradient_as_bucket_view)

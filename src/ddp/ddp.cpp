@@ -90,8 +90,10 @@ DataParallel::DataParallel(std::shared_ptr<torch::nn::Module> module, ProcessGro
     if (item.value().defined()) lines.push_back("buffer " + describe(item.key(), item.value()));
   }
   check_one_device(names, params);
-  if (pg_.size() > 1) check_same_parameters(pg_, lines);
-  broadcast_parameters(*module_, pg_, 0);
+  if (options_.init_sync) {
+    if (pg_.size() > 1) check_same_parameters(pg_, lines);
+    broadcast_parameters(*module_, pg_, 0);
+  }
   reducer_ = std::make_shared<detail::Reducer>(std::move(names), std::move(params), pg_, options_);
   reducer_->install_hooks();
 }

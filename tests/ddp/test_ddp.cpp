@@ -337,6 +337,25 @@ TEST(Ddp, BuffersAreBroadcastFromRankZeroBeforeEachForward) {
   });
 }
 
+// DdpOptions::init_sync (PyTorch's init_sync): on, the ranks start from rank
+// 0's parameters; off (live recovery's later generations, whose members hold
+// the same values already), each rank keeps its own and nothing is sent.
+TEST(Ddp, InitSyncBroadcastsRankZerosParametersAndOffLeavesEachRanksOwn) {
+  for (bool sync : {true, false}) {
+    SCOPED_TRACE(sync);
+    std::vector<Net> nets{make_net(0), make_net(1)};
+    const torch::Tensor own1 = nets[1]->parameters()[0].detach().clone();
+    ASSERT_FALSE(own1.equal(nets[0]->parameters()[0]));
+    std::vector<torch::Tensor> first(2);
+    run_ranks(2, [&](const ProcessGroup& pg) {
+      DistributedDataParallel ddp(nets[pg.rank()].ptr(), pg, DdpOptions().set_init_sync(sync));
+      first[pg.rank()] = nets[pg.rank()]->parameters()[0].detach().clone();
+    });
+    EXPECT_EQ(first[0].equal(first[1]), sync);
+    EXPECT_EQ(first[1].equal(own1), !sync);
+  }
+}
+
 // Statistics are per synchronised iteration: a step under no_sync() is not
 // one, the times are averages (not sums) that add up, and the buckets are the
 // ones the model's parameters fill (one, under the 1 MiB first-bucket cap).
