@@ -5,8 +5,9 @@
 // weights; more losses than --live-min-workers allows end the job naming the
 // ranks; a dropped link (network namespaces, root only) is detected and the
 // job goes on; with the store in its own process (`dtrain store`, in its own
-// namespace where root), losing node 0 leaves node 1 training. Skipped where
-// dtrain was built without src/live.
+// namespace where root), losing node 0 leaves node 1 training, and a node
+// started after that joins the running job. Skipped where dtrain was built
+// without src/live.
 
 #include <arpa/inet.h>
 #include <gmock/gmock.h>
