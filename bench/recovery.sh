@@ -10,10 +10,11 @@
 #       [--timeout SECS] [--netns]
 #
 # The job: ResNet-18 (10 classes) on synthetic 3 x S x S images, --nproc
-# workers on the CPU (--threads intra-op threads each), --batch-size per
-# worker, SGD (lr 0.05, momentum 0.9), one epoch of --steps steps; rank 0
-# prints a progress line after every committed step, each line stamped with
-# its arrival time (bench/recovery_report.py stamp).
+# workers on the CPU (--device cpu, also on a GPU machine; --threads intra-op
+# threads each), --batch-size per worker, SGD (lr 0.05, momentum 0.9), one
+# epoch of --steps steps; rank 0 prints a progress line after every committed
+# step, each line stamped with its arrival time (bench/recovery_report.py
+# stamp).
 #
 #   plain-nofault  dtrain run -- dtrain train (plain DDP, no checkpoints)
 #   live-nofault   dtrain run --recovery live -- dtrain train
@@ -200,7 +201,7 @@ committed() {
 TRAIN=("$DTRAIN" train --model resnet18 --dataset synthetic
     --data-dir "3x${IMAGE}x${IMAGE}:10:$((STEPS * NPROC * BATCH))" --image-size "$IMAGE"
     --batch-size "$BATCH" --epochs 1 --lr 0.05 --momentum 0.9 --weight-decay 0 --seed 0
-    --threads "$THREADS" --progress-steps 1)
+    --threads "$THREADS" --progress-steps 1 --device cpu)
 PEER_ARGS=(--steps "$STEPS" --batch-size "$BATCH" --image-size "$IMAGE" --num-classes 10
     --lr 0.05 --momentum 0.9 --seed 0 --threads "$THREADS")
 
