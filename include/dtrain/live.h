@@ -137,10 +137,17 @@ DetectionCause detection_cause_from_string(const std::string& text);
 struct LiveStats {
   int64_t committed_steps = 0;
   /// In begin_step() calls that formed no generation, in run_logical()
-  /// outside the user's function (generator bookkeeping, logical rank 0's
-  /// buffers and their broadcast, which replaces DDP's own), and in
-  /// should_commit() (the store round trips that agree on the step).
+  /// outside the user's function and the buffer broadcast (generator
+  /// bookkeeping, keeping logical rank 0's buffers), and in should_commit()
+  /// (the store round trips that agree on the step): what live recovery
+  /// adds to a step.
   std::chrono::nanoseconds protocol{0};
+  /// In run_logical()'s broadcast of logical rank 0's buffers (one
+  /// collective per dtype). It replaces the broadcast plain DDP makes before
+  /// each forward (DdpOptions::broadcast_buffers), so it is not live
+  /// recovery's cost; it is also where a member waits for the slowest one to
+  /// leave the gradient allreduce. 0 for a model without buffers.
+  std::chrono::nanoseconds buffers{0};
   /// In begin_step() calls that formed a generation: the first one, and each
   /// after a loss or a join (state transfers included).
   std::chrono::nanoseconds forming{0};

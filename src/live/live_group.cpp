@@ -713,7 +713,11 @@ struct LiveGroup::Impl {
       // Note [Logical ranks]: logical rank 0's buffers win; one collective
       // per dtype (Note [Live statistics]: per tensor it was most of the
       // protocol's time with ResNet-18's 60 BatchNorm buffers).
-      if (!bufs.empty()) broadcast_coalesced(bufs, pg, 0);
+      if (!bufs.empty()) {
+        const auto b0 = Clock::now();
+        broadcast_coalesced(bufs, pg, 0);
+        stats.buffers += Clock::now() - b0;
+      }
     } catch (const FencedError&) {
       restore_rng();
       throw;
@@ -936,7 +940,15 @@ void LiveGroup::wrap_ddp(torch::nn::Module& module, DdpOptions options) {
   impl_->ddp_options = std::move(options);
 }
 // Note [Live statistics]: the wrappers time the calls on the calling thread;
-// run_logical() leaves the user's function out.
+// run_logical() leaves the user's function out, and counts the broadcast of
+// logical rank 0's buffers apart (LiveStats::buffers). That broadcast takes
+// the place of plain DDP's own, and it is the first collective after the
+// gradient allreduce, so a member that left the allreduce first waits there
+// for the last. Counted as protocol, it put the first worker of each node
+// above 2% of the step (15-19 ms of 0.65 s, 4 workers on two nodes over a
+// 1 Gbit/s link, a core each), although plain DDP pays the same; apart, the
+// broadcast took 6-13 ms a step and the protocol 3-11 ms, under 1.1% for
+// every member (docs/benchmarks.md, issue 19).
 const LiveStep& LiveGroup::begin_step() {
   const auto t0 = Clock::now();
   if (!impl_->first_step_at) impl_->first_step_at = t0;
@@ -959,14 +971,20 @@ bool LiveGroup::run_logical(const std::function<void(int)>& fn) {
     }
     in_fn += Clock::now() - f0;
   };
+  // The buffer broadcast is timed inside (LiveStats::buffers) and left out
+  // here, as the user's function is.
+  const auto buffers0 = impl_->stats.buffers;
+  const auto account = [&] {
+    impl_->stats.protocol += (Clock::now() - t0) - in_fn - (impl_->stats.buffers - buffers0);
+  };
   bool ok = false;
   try {
     ok = impl_->run_logical(timed);
   } catch (...) {
-    impl_->stats.protocol += (Clock::now() - t0) - in_fn;
+    account();
     throw;
   }
-  impl_->stats.protocol += (Clock::now() - t0) - in_fn;
+  account();
   return ok;
 }
 

@@ -282,7 +282,10 @@ std::vector<EpochMetrics> LiveTrainer::run() {
                   static_cast<double>(st.committed_steps)
            << " ms per step, " << st.protocol_share() * 100 << "% of "
            << std::chrono::duration<double>(st.wall).count() << " s over " << st.committed_steps
-           << " committed steps; forming generations "
+           << " committed steps; buffer broadcast (plain DDP's too) "
+           << std::chrono::duration<double, std::milli>(st.buffers).count() /
+                  static_cast<double>(st.committed_steps)
+           << " ms per step; forming generations "
            << std::chrono::duration<double>(st.forming).count() << " s";
       *log_ << cost.str() << std::endl;
     }
