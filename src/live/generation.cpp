@@ -8,9 +8,11 @@
 //      generation's members its detector believes alive, plus the joiners
 //      registered since joined_upto) has announced itself or been declared
 //      dead, at most `bound`; then it writes gen/<g>/members:
-//      "<joined_upto> <transfer> <m0,m1,...>": members with state first in
-//      their previous order (so rank 0 has the state and, for the first
-//      generation, RANK r is rank r), then joiners in announcement order, at
+//      "<joined_upto> <with_state> <m0,m1,...>": the with_state members
+//      that have the state first, in their previous order (so rank 0 has it
+//      and, for the first generation, RANK r is rank r; the state transfer
+//      goes from rank 0 to ranks with_state and up), then joiners in
+//      announcement order, at
 //      most W0 in all (more workers than logical ranks would idle). Expected
 //      members that did not announce are declared dead ("left
 //      generation"): when they come back they find their dead key and fence
@@ -121,10 +123,10 @@ void write_roster(c10d::Store& store, const Keys& keys, Detector& detector,
     got.resize(req.max_members);
   }
   std::vector<std::string> ids;
-  bool transfer = false;
+  int with_state = 0;
   for (const Candidate& c : got) {
     ids.push_back(c.member);
-    transfer = transfer || !c.has_state;
+    if (c.has_state) ++with_state;
   }
   for (const std::string& m : req.expected) {
     if (std::find(ids.begin(), ids.end(), m) == ids.end() && !detector.any_dead({m})) {
@@ -132,7 +134,7 @@ void write_roster(c10d::Store& store, const Keys& keys, Detector& detector,
     }
   }
   store.set(keys.members(req.generation),
-            bytes_of(cat(joiners_total, " ", transfer ? 1 : 0, " ", join(ids, ","))));
+            bytes_of(cat(joiners_total, " ", with_state, " ", join(ids, ","))));
   store.set(keys.current(), bytes_of(std::to_string(req.generation)));
 }
 
@@ -142,14 +144,21 @@ Roster parse_roster(int64_t generation, const std::string& record) {
   Roster r;
   r.generation = generation;
   auto parts = split(record, ' ');
-  long long upto = 0, transfer = 0;
-  if (parts.size() != 3 || !parse_int(parts[0], &upto) || !parse_int(parts[1], &transfer)) {
+  long long upto = 0, with_state = 0;
+  if (parts.size() != 3 || !parse_int(parts[0], &upto) || !parse_int(parts[1], &with_state) ||
+      with_state < 0) {
     throw DistError(cat("live: generation ", generation, "'s member record '", record,
                         "' is malformed (another program uses the same store keys?)"));
   }
   r.joined_upto = upto;
-  r.transfer = transfer != 0;
   if (!parts[2].empty()) r.members = split(parts[2], ',');
+  if (with_state > static_cast<long long>(r.members.size())) {
+    throw DistError(cat("live: generation ", generation, "'s member record '", record, "' says ",
+                        with_state, " members have the state but names ", r.members.size(),
+                        " (another program uses the same store keys?)"));
+  }
+  r.with_state = static_cast<int>(with_state);
+  r.transfer = r.with_state < static_cast<int>(r.members.size());
   return r;
 }
 

@@ -25,7 +25,8 @@ struct Roster {
   int64_t generation = 0;
   std::vector<std::string> members;  // in rank order; those with state first
   int64_t joined_upto = 0;           // joiners counter value admitted so far
-  bool transfer = false;             // some member needs the state
+  int with_state = 0;                // members[0, with_state) have the state
+  bool transfer = false;             // some member needs it (with_state < size)
 };
 
 /// Inputs of one formation attempt.

@@ -31,9 +31,11 @@ struct Keys {
   std::string leader(int64_t g) const { return cat(gen(g), "/leader"); }
   std::string announce_count(int64_t g) const { return cat(gen(g), "/n"); }
   std::string announce(int64_t g, int64_t k) const { return cat(gen(g), "/a/", k); }
-  /// The leader's record: "<joined_upto> <transfer 0|1> <member,member,...>".
+  /// The leader's record: "<joined_upto> <with_state> <member,member,...>".
   std::string members(int64_t g) const { return cat(gen(g), "/members"); }
   std::string group_prefix(int64_t g) const { return cat(gen(g), "/pg"); }
+  /// The two-rank group that carries the state from rank 0 to joiner rank j.
+  std::string transfer_prefix(int64_t g, int64_t j) const { return cat(gen(g), "/transfer/", j); }
   /// Set (to the reason) by a member that gave up forming generation g's
   /// group: the others stop waiting in its formation at once.
   std::string abandoned(int64_t g) const { return cat(gen(g), "/abandoned"); }

@@ -512,7 +512,23 @@ struct LiveGroup::Impl {
       if (roster.transfer) {
         const auto t0 = Clock::now();
         std::string bytes = rank == 0 ? live::save_state(registered, step) : std::string();
-        bytes = live::broadcast_bytes(pg, bytes, 0);
+        // Note [State transfer] (state_transfer.cpp): rank 0 to each joiner
+        // in a group of two; the other members take no part.
+        for (int j = roster.with_state; j < static_cast<int>(members.size()); ++j) {
+          if (rank != 0 && rank != j) continue;
+          InitOptions two = o;
+          two.rank = rank == 0 ? 0 : 1;
+          two.world_size = 2;
+          ProcessGroup pair =
+              init_process_group(prefix_store(keys.transfer_prefix(gen, j), store), two);
+          try {
+            std::string got = live::broadcast_bytes(pair, bytes, 0);
+            if (rank == j) bytes = std::move(got);
+          } catch (...) {
+            keep_abandoned(pair);  // never destroyed with a wait in flight
+            throw;
+          }
+        }
         if (!has_state) {
           step = live::load_state(registered, bytes);
           view.state_received = true;

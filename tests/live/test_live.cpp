@@ -525,6 +525,64 @@ TEST(LiveGroup, AJoinerReceivesTheStateAndEndsWithTheSameWeightsAsTheOthers) {
   }
 }
 
+// Note [State transfer]: the state goes from rank 0 to each joiner in a
+// group of two, the other member taking no part. Two joiners at once, and a
+// registered extra state of 24 MB, so that each transfer outlasts many 1 ms
+// wait slices (c10d's Gloo send and recv cannot be waited on in slices,
+// hence the broadcast in a group of two).
+TEST(LiveGroup, TwoJoinersEachReceiveALargeStateInSlicesAndAllEndWithTheSameWeights) {
+  StorePtr store = make_memory_store();
+  const std::string ballast(24 << 20, 'b');
+  std::vector<torch::Tensor> got(4);
+  std::vector<std::string> extra(4);
+  std::vector<std::exception_ptr> errors(4);
+  std::vector<std::thread> threads;
+  auto options = [](int initial) {
+    LiveOptions o = fast_options(initial, 4);
+    o.wait_slice = 1ms;
+    return o;
+  };
+  for (int i = 0; i < 4; ++i) {
+    threads.emplace_back([&, i] {
+      try {
+        const bool joiner = i >= 2;
+        if (joiner) std::this_thread::sleep_for(300ms);
+        LiveOptions o = options(joiner ? 0 : 2);
+        if (joiner) {
+          o.join = true;
+        } else {
+          o.initial_rank = i;
+        }
+        Member m(store, "m" + std::to_string(i), o);
+        if (!joiner) extra[i] = ballast;
+        m.live->register_state(
+            "ballast", [&, i] { return extra[i]; }, [&, i](const std::string& b) { extra[i] = b; });
+        while (m.live->step() < 8) {
+          // Wait at step 4 until both joiners registered, so they join together.
+          while (!joiner && m.live->step() == 4 && store->add("live/joiners", 0) < 2) {
+            std::this_thread::sleep_for(10ms);
+          }
+          m.step();
+        }
+        got[i] = m.weights();
+      } catch (...) {
+        errors[i] = std::current_exception();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (auto& e : errors) {
+    if (e) std::rethrow_exception(e);
+  }
+  const torch::Tensor expected = reference_weights(4, 8);
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_TRUE(torch::equal(got[i], got[0])) << "member " << i << " differs";
+    EXPECT_TRUE(torch::allclose(got[i], expected, 1e-5, 1e-6)) << "member " << i;
+    EXPECT_EQ(extra[i].size(), ballast.size()) << "member " << i;
+    EXPECT_TRUE(extra[i] == ballast) << "member " << i;
+  }
+}
+
 // A store whose first write under generation 0's group prefix throws: that
 // member's group formation fails while the others wait in it for its
 // address.
