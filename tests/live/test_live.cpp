@@ -577,7 +577,11 @@ TEST(LiveGroup, TwoJoinersEachReceiveALargeStateInSlicesAndAllEndWithTheSameWeig
   const torch::Tensor expected = reference_weights(4, 8);
   for (int i = 0; i < 4; ++i) {
     EXPECT_TRUE(torch::equal(got[i], got[0])) << "member " << i << " differs";
-    EXPECT_TRUE(torch::allclose(got[i], expected, 1e-5, 1e-6)) << "member " << i;
+    // fp32 reduction order: two members of two logical ranks, then four of one,
+    // add the micro-batches' gradients in another order than one member of
+    // four (4.6e-6 apart at most on LibTorch 1.13).
+    EXPECT_TRUE(torch::allclose(got[i], expected, 1e-5, 1e-5))
+        << "member " << i << ": " << (got[i] - expected).abs().max().item<double>() << " apart";
     EXPECT_EQ(extra[i].size(), ballast.size()) << "member " << i;
     EXPECT_TRUE(extra[i] == ballast) << "member " << i;
   }
