@@ -27,15 +27,22 @@
 #include "dtrain/image.h"
 
 namespace dtrain {
-namespace {
+namespace detail {
 
-struct Slot {
+// One batch being assembled. In a named namespace: ImageLoader::Impl,
+// declared in the public header, holds them (-Wsubobject-linkage).
+struct LoaderSlot {
   at::Tensor inputs;   // [B, 3, S, S]
   at::Tensor targets;  // [B]
   int64_t batch = -1;  // the batch it holds, -1 when free
   int64_t remaining = 0;
   std::vector<std::string> errors;  // per row; non-empty: the sample failed
 };
+
+}  // namespace detail
+namespace {
+
+using Slot = detail::LoaderSlot;
 
 bool unshared(const at::Tensor& t) {
   return t.defined() && t.use_count() == 1 && t.storage().use_count() == 1;

@@ -27,8 +27,12 @@ constexpr milliseconds kDrainTimeout{2000};
 constexpr milliseconds kKillTimeout{10000};
 constexpr size_t kReadChunk = 64 * 1024;
 
-/// One of a worker's output pipes, relayed line by line.
-struct Stream {
+}  // namespace
+
+/// One of a worker's output pipes, relayed line by line. Outside the
+/// anonymous namespace: WorkerGroup::Worker, declared in the header, holds
+/// two (-Wsubobject-linkage).
+struct WorkerStream {
   Fd fd;
   std::unique_ptr<LineRelay> relay;
 
@@ -39,10 +43,12 @@ struct Stream {
   }
 };
 
+namespace {
+
 /// A pipe for the child's side of a stream, or -1 when the stream goes
 /// straight to `dest` (no prefix and no log file). A relay to a terminal
 /// passes redraws in place through (Note [Progress under dtrain run]).
-int attach(Stream& stream, Fd& child_end, const std::string& prefix, int dest,
+int attach(WorkerStream& stream, Fd& child_end, const std::string& prefix, int dest,
            const std::string& log_path, bool tag, const std::shared_ptr<TerminalLine>& terminal) {
   if (!tag && log_path.empty()) return dest;
   Pipe pipe = make_pipe();
@@ -57,7 +63,7 @@ int attach(Stream& stream, Fd& child_end, const std::string& prefix, int dest,
 
 /// A restart of the process behind `stream`: a new pipe, the same relay.
 /// Returns the child's descriptor.
-int reattach(Stream& stream, Fd& child_end) {
+int reattach(WorkerStream& stream, Fd& child_end) {
   Pipe pipe = make_pipe();
   ::fcntl(pipe.read.get(), F_SETFL, ::fcntl(pipe.read.get(), F_GETFL) | O_NONBLOCK);
   stream.fd = std::move(pipe.read);
@@ -67,7 +73,7 @@ int reattach(Stream& stream, Fd& child_end) {
 
 /// Relays what a dead process left in `stream`'s pipe (never blocks: the
 /// pipe is non-blocking) and closes the pipe, keeping the relay.
-void drain(Stream& stream) {
+void drain(WorkerStream& stream) {
   if (!stream.open()) return;
   char buf[kReadChunk];
   for (;;) {
@@ -90,8 +96,8 @@ struct WorkerGroup::Worker {
   int restarts_left = 0;
   WorkerExit exit;
   std::unique_ptr<Process> process;
-  Stream out;
-  Stream err;
+  WorkerStream out;
+  WorkerStream err;
   bool ended = false;
   bool stop_sent = false;
   int replaced = 0;    // live replacements started
@@ -140,7 +146,7 @@ void WorkerGroup::start_process(Worker& w) {
                        : spec.role == "scheduler" ? std::string("[scheduler]: ")
                                                   : cat("[", spec.role, spec.rank, "]: ");
   // On a restart a stream with a relay keeps it (tag, log file) on a new pipe.
-  auto wire = [&](Stream& stream, Fd& child_end, int dest, const std::string& log) {
+  auto wire = [&](WorkerStream& stream, Fd& child_end, int dest, const std::string& log) {
     return stream.relay
                ? reattach(stream, child_end)
                : attach(stream, child_end, prefix, dest, log, options_.tag_output, terminal_);
@@ -255,7 +261,7 @@ WorkerGroupOutcome WorkerGroup::wait(SignalWatch* signals,
     }
     for (size_t i = 0; i < workers_.size(); ++i) {
       for (int which = 0; which < 2; ++which) {
-        Stream& s = which ? workers_[i]->err : workers_[i]->out;
+        WorkerStream& s = which ? workers_[i]->err : workers_[i]->out;
         if (!s.open()) continue;
         fds.push_back({s.fd.get(), POLLIN, 0});
         owners.push_back(static_cast<int>(2 * i) + which);
@@ -360,7 +366,7 @@ void WorkerGroup::read_ready(const std::vector<pollfd>& fds, const std::vector<i
   for (size_t k = 0; k < fds.size(); ++k) {
     if (owners[k] < 0 || !(fds[k].revents & (POLLIN | POLLHUP | POLLERR))) continue;
     Worker& w = *workers_[static_cast<size_t>(owners[k] / 2)];
-    Stream& s = owners[k] % 2 ? w.err : w.out;
+    WorkerStream& s = owners[k] % 2 ? w.err : w.out;
     ssize_t n = ::read(s.fd.get(), buf, sizeof(buf));
     if (n > 0) {
       s.relay->feed(std::string_view(buf, static_cast<size_t>(n)));
