@@ -48,7 +48,8 @@
 # namespace (dtrain run / torchrun --nnodes 2, c10d rendezvous hosted by
 # node 0 at 10.213.0.1, Gloo on the veth: GLOO_SOCKET_IFNAME). Node 0 starts
 # first, so it is node rank 0 and holds ranks 0 and 1; the fault hits rank 1
-# (or node 1's link). Not with torchft-kill.
+# (or node 1's link). torchft-kill: node 0 runs the lighthouse and replicas
+# 0 and 1, node 1 replicas 2 and 3 (--torchft-job below).
 #
 # Per fault case: the step time before the fault, the time from the fault to
 # the next committed step (a step above the last one committed before it),
@@ -65,30 +66,48 @@ REPORT=$HERE/recovery_report.py
 PY=/usr/bin/python3  # the stamper and the report: standard library only
 
 # Internal: recovery.sh --torchft-job PYTHONPATH NPROC PORT PEER_LD_LIBRARY_PATH
-# PEER_PY -- WORKER ARGS...: torchft's lighthouse on 127.0.0.1:PORT
+# PEER_PY NODE -- WORKER ARGS...: torchft's lighthouse on 127.0.0.1:PORT
 # (--min_replicas NPROC-1, its other settings the defaults) and NPROC replica
 # groups of one process; a replica that fails is started again once (as
-# --max-restarts 1 would). Ends when every replica has ended.
+# --max-restarts 1 would). Ends when every replica has ended. NODE is - on
+# one host; with --netns, node NODE (0 or 1, run in its namespace) starts
+# replicas [NODE*NPROC/2, (NODE+1)*NPROC/2) and node 0 the lighthouse, on
+# 10.213.0.1:PORT. There each replica runs under the host name dtbnode<NODE>
+# (a UTS namespace of its own), which netns.sh's hosts files resolve to that
+# node's address in both namespaces: torchft advertises gethostname() to the
+# others (its manager, its HTTP checkpoint transport), and c10d's Gloo binds
+# to the address the host name resolves to.
 if [[ ${1:-} == --torchft-job ]]; then
     export PYTHONPATH=$2 LD_LIBRARY_PATH=$5
-    n=$3 port=$4 py=$6
-    shift 7
-    "$py" -c 'import sys, time
+    n=$3 port=$4 py=$6 node=$7
+    shift 8
+    host=127.0.0.1 first=0 last=$n wrap=()
+    if [[ $node != - ]]; then
+        host=10.213.0.1 first=$((node * n / 2)) last=$(((node + 1) * n / 2))
+        # shellcheck disable=SC2016  # expanded by the inner sh
+        wrap=(unshare --uts sh -c 'hostname "$0" && exec "$@"' "dtbnode$node")
+    fi
+    lighthouse=
+    if [[ $node == - || $node == 0 ]]; then
+        "$py" -c 'import sys, time
 from torchft.coordination import LighthouseServer
 s = LighthouseServer(bind=sys.argv[1], min_replicas=int(sys.argv[2]))
 print("lighthouse at", s.address(), flush=True)
-time.sleep(1e6)' "127.0.0.1:$port" $((n - 1)) &
-    lighthouse=$!
-    export TORCHFT_LIGHTHOUSE=http://127.0.0.1:$port MASTER_ADDR=127.0.0.1 MASTER_PORT=0
+time.sleep(1e6)' "$host:$port" $((n - 1)) &
+        lighthouse=$!
+    fi
+    export TORCHFT_LIGHTHOUSE=http://$host:$port MASTER_ADDR=127.0.0.1 MASTER_PORT=0
     replicas=()
-    for ((r = 0; r < n; r++)); do
-        (export REPLICA_GROUP_ID=$r; "$py" "$@" || "$py" "$@") &
+    for ((r = first; r < last; r++)); do
+        (export REPLICA_GROUP_ID=$r; "${wrap[@]}" "$py" "$@" || "${wrap[@]}" "$py" "$@") &
         replicas+=($!)
     done
     rc=0
     for p in "${replicas[@]}"; do wait "$p" || rc=1; done
-    kill "$lighthouse" 2>/dev/null || true
-    wait "$lighthouse" 2>/dev/null || true
+    if [[ -n $lighthouse ]]; then
+        kill "$lighthouse" 2>/dev/null || true
+        wait "$lighthouse" 2>/dev/null || true
+    fi
     exit "$rc"
 fi
 
@@ -137,8 +156,6 @@ for c in $CASES; do
     esac
 done
 if ((NETNS)); then
-    [[ $CASES != *torchft-kill* && -z $TORCHFT ]] ||
-        { echo "--netns: torchft-kill is not run across namespaces" >&2; exit 2; }
     ((NPROC % 2 == 0)) || { echo "--netns: --nproc must be even (two nodes)" >&2; exit 2; }
 fi
 [[ -n $TORCHFT && $CASES != *torchft-kill* ]] && CASES+=" torchft-kill"
@@ -245,8 +262,10 @@ case_cmd_in() {  # uses case_cmd's run, torchrun and port
                 --max_restarts 3 "$HERE/peer/recovery_worker.py" --mode ddp
                 "${PEER_ARGS[@]}" --checkpoint-dir "$dir/ckpt" --checkpoint-every "$CKPT_EVERY") ;;
         torchft-kill)
+            local node_arg=-
+            ((NETNS)) && node_arg=$node
             CMD=(bash "$HERE/recovery.sh" --torchft-job "$TORCHFT" "$NPROC" "$port"
-                "${PEER_LD:-}" "$PEER_PY" -- "$HERE/peer/recovery_worker.py" --mode torchft
+                "${PEER_LD:-}" "$PEER_PY" "$node_arg" -- "$HERE/peer/recovery_worker.py" --mode torchft
                 --world "$NPROC" "${PEER_ARGS[@]}") ;;
     esac
 }

@@ -17,6 +17,10 @@
 #   namespace dtrainbench0: veth dtb0  10.213.0.1/24  (rank 0)
 #   namespace dtrainbench1: veth dtb1  10.213.0.2/24  (rank 1)
 # Both ends egress-shaped with `tc qdisc ... tbf rate $RATE`, loopback up in each.
+# Host names: /etc/netns/<namespace>/hosts (which `ip netns exec` mounts over
+# /etc/hosts) adds dtbnode0 -> 10.213.0.1 and dtbnode1 -> 10.213.0.2 to this
+# machine's /etc/hosts, for programs that advertise their host name (torchft;
+# run them with `unshare --uts` and `hostname dtbnode<k>`).
 set -euo pipefail
 
 NS0=dtrainbench0
@@ -66,6 +70,14 @@ down() {
     # In case a half-built setup left the veth in the root namespace.
     ip link del "$DEV0" 2>/dev/null || true
     ip link del "$DEV1" 2>/dev/null || true
+    rm -rf "/etc/netns/$NS0" "/etc/netns/$NS1"
+    rmdir /etc/netns 2>/dev/null || true
+}
+
+# hosts_file NS: the namespace's /etc/hosts (see the header)
+hosts_file() {
+    mkdir -p "/etc/netns/$1"
+    { cat /etc/hosts; printf '%s dtbnode0\n%s dtbnode1\n' "$ADDR0" "$ADDR1"; } >"/etc/netns/$1/hosts"
 }
 
 # burst_for RATE: tbf's bucket, 256 KiB per Gbit/s and at least 256 KiB.
@@ -102,6 +114,8 @@ up() {
     trap 'echo "netns.sh: setup failed, cleaning up" >&2; down' ERR
     ip netns add "$NS0"
     ip netns add "$NS1"
+    hosts_file "$NS0"
+    hosts_file "$NS1"
     ip link add "$DEV0" type veth peer name "$DEV1"
     ip link set "$DEV0" netns "$NS0"
     ip link set "$DEV1" netns "$NS1"

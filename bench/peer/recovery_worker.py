@@ -22,6 +22,7 @@ bench/recovery_report.py parses) and at the end "parameter sum X".
 """
 import argparse
 import os
+import socket
 import sys
 from datetime import timedelta
 
@@ -117,13 +118,17 @@ def run_torchft(a, model):
         model.load_state_dict(sd["model"])
         opt_inner.load_state_dict(sd["optimizer"])
 
-    # The replica group's own store (one process per group: its rank 0).
-    store = dist.TCPStore("127.0.0.1", int(os.environ["MASTER_PORT"]), is_master=True,
+    # The replica group's own store (one process per group: its rank 0). The
+    # other replicas reach it at the address torchft advertises: the host
+    # name (recovery.sh --netns gives each node its own; else it resolves to
+    # the loopback).
+    host = socket.gethostname()
+    store = dist.TCPStore(host, int(os.environ["MASTER_PORT"]), is_master=True,
                           wait_for_workers=False)
     manager = Manager(pg=ProcessGroupGloo(timeout=timedelta(seconds=10)),
                       load_state_dict=load_state_dict, state_dict=state_dict,
                       min_replica_size=1, replica_id=f"replica{replica}",
-                      store_addr="127.0.0.1", store_port=store.port, rank=0, world_size=1,
+                      store_addr=host, store_port=store.port, rank=0, world_size=1,
                       timeout=timedelta(seconds=10), quorum_timeout=timedelta(seconds=20))
     ddp = DistributedDataParallel(manager, model)
     opt = Optimizer(manager, opt_inner)
