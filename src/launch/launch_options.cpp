@@ -156,6 +156,10 @@ RendezvousConfig rendezvous_config(const LaunchOptions& o) {
   c.max_nodes = o.max_nodes;
   c.node_rank = o.node_rank;
   c.local_world_size = o.nproc_per_node;
+  // Nodes that disagree on it start workers that never meet (live members
+  // against a plain DDP group): the rendezvous refuses the round instead.
+  c.settings = o.recovery == LaunchOptions::Recovery::kLive ? "LaunchOptions::Recovery::kLive"
+                                                            : "LaunchOptions::Recovery::kRestart";
   if (o.rdzv_backend == "static") {
     // Every node of a static job is expected: no last call to wait out.
     c.last_call_timeout = std::chrono::milliseconds(0);

@@ -224,6 +224,10 @@ std::unique_ptr<Rendezvous> build_rendezvous(std::shared_ptr<RendezvousBackend> 
     throw InvalidArgument(
         cat("rendezvous node id '", node_id, "' must not contain tabs or newlines"));
   }
+  if (resolved.settings.find_first_of("\t\n") != std::string::npos) {
+    throw InvalidArgument(cat("RendezvousConfig::settings '", resolved.settings,
+                              "' must not contain tabs or newlines"));
+  }
   if (resolved.local_addr.find_first_of("\t\n") != std::string::npos) {
     throw InvalidArgument(
         cat("local_addr '", resolved.local_addr, "' must not contain tabs or newlines"));

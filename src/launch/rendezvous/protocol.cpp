@@ -77,6 +77,7 @@ DynamicRendezvous::DynamicRendezvous(std::shared_ptr<RendezvousBackend> backend,
   self_.node_id = std::move(node_id);
   self_.addr = config_.local_addr;
   self_.local_world_size = config_.local_world_size;
+  self_.settings = config_.settings;
   self_.fixed_rank = config_.backend == "static" ? config_.node_rank : -1;
 }
 

@@ -25,6 +25,16 @@ RendezvousInfo DynamicRendezvous::make_info(const std::vector<NodeRecord>& table
   info.node_rank = rank;
   info.num_nodes = static_cast<int>(table.size());
   for (const NodeRecord& r : table) {
+    // RendezvousConfig::settings: every node of the round sees the same
+    // table, so each one that differs from another fails here, this one too.
+    if (r.settings != self_.settings) {
+      throw InvalidArgument(
+          cat(where(), ": node ", node_name(r), " was started with ",
+              r.settings.empty() ? std::string("other settings") : r.settings, " and this node (",
+              node_name(self_), ") with ",
+              self_.settings.empty() ? std::string("other settings") : self_.settings,
+              ": start every node with the same value"));
+    }
     info.local_world_sizes.push_back(r.local_world_size);
     info.node_addrs.push_back(r.addr);
   }

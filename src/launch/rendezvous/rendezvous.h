@@ -89,6 +89,13 @@ struct RendezvousConfig {
   int node_rank = -1;
   /// Worker processes this node contributes (--nproc-per-node).
   int local_world_size = 1;
+  /// What every node of a round must be started with, as the launcher
+  /// writes it (`LaunchOptions::Recovery::kLive`); no tabs or newlines. A
+  /// node whose value differs from another's fails next_rendezvous() with
+  /// InvalidArgument naming both, on every node of the round (a late node
+  /// too), instead of starting workers that could never meet. Empty on
+  /// every node: nothing is checked.
+  std::string settings;
   /// The address other nodes reach this node's hosted stores at. Empty: the
   /// local address of the route to the endpoint's host (loopback when the
   /// endpoint is local).

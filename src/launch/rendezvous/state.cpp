@@ -66,18 +66,19 @@ RoundState RoundState::decode(const std::string& text, const std::string& where)
 }
 
 std::string NodeRecord::encode() const {
-  return cat(node_id, '\t', addr, '\t', local_world_size, '\t', fixed_rank);
+  return cat(node_id, '\t', addr, '\t', local_world_size, '\t', fixed_rank, '\t', settings);
 }
 
 NodeRecord NodeRecord::decode(const std::string& text, const std::string& where) {
   std::vector<std::string> f = split(text, '\t');
   NodeRecord r;
-  if (f.size() != 4 || f[0].empty() || !to_int(f[2], 1, &r.local_world_size) ||
+  if ((f.size() != 4 && f.size() != 5) || f[0].empty() || !to_int(f[2], 1, &r.local_world_size) ||
       !to_int(f[3], -1, &r.fixed_rank)) {
     corrupt("node record", text, where);
   }
   r.node_id = f[0];
   r.addr = f[1];
+  if (f.size() == 5) r.settings = f[4];
   return r;
 }
 

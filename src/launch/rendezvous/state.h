@@ -111,6 +111,8 @@ struct NodeRecord {
   int local_world_size = 1;
   /// "static" only: the rank from the node's config; -1 for dynamic.
   int fixed_rank = -1;
+  /// RendezvousConfig::settings (a record of four fields has none).
+  std::string settings;
   /// The arrival slot in the round (not encoded in the slot key's value).
   int64_t slot = 0;
 

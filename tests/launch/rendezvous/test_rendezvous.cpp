@@ -166,6 +166,36 @@ TEST_P(RendezvousTest, MaxNodesCompletesWithoutWaitingForTheLastCall) {
   EXPECT_LT(Clock::now() - start, 2s);
 }
 
+// RendezvousConfig::settings: nodes started with different --recovery would
+// start workers that never meet; both nodes of the round are refused, each
+// with one line naming the other node and both values.
+TEST_P(RendezvousTest, NodesStartedWithDifferentSettingsAreBothRefusedNamingEachValue) {
+  RendezvousConfig live = quick_config(2, 2);
+  live.settings = "LaunchOptions::Recovery::kLive";
+  RendezvousConfig restart = live;
+  restart.settings = "LaunchOptions::Recovery::kRestart";
+  Agent a = agent(live, "a"), b = agent(restart, "b");
+  auto fa = join_async(a), fb = join_async(b);
+  for (auto* f : {&fa, &fb}) {
+    try {
+      f->get();
+      ADD_FAILURE() << "a round of nodes with different settings formed";
+    } catch (const InvalidArgument& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("LaunchOptions::Recovery::kLive"), std::string::npos) << what;
+      EXPECT_NE(what.find("LaunchOptions::Recovery::kRestart"), std::string::npos) << what;
+      EXPECT_NE(what.find("start every node with the same value"), std::string::npos) << what;
+    }
+  }
+  // The same settings on both: the round forms.
+  RendezvousConfig other_run = live;
+  other_run.run_id = "other";
+  Agent e = agent(other_run, "e"), g = agent(other_run, "g");
+  auto fe = join_async(e), fg = join_async(g);
+  EXPECT_EQ(fe.get().num_nodes, 2);
+  EXPECT_EQ(fg.get().num_nodes, 2);
+}
+
 TEST_P(RendezvousTest, MinNodesCompleteOnceTheLastCallWindowExpires) {
   RendezvousConfig c = quick_config(2, 4);
   c.last_call_timeout = 400ms;
