@@ -21,6 +21,7 @@
 #include "dtrain/errors.h"
 #include "dtrain/launch.h"
 #include "launch/agent/worker_env.h"
+#include "launch/launch_options.h"
 #include "launch/launch_test_util.h"
 #include "launch/rendezvous/rendezvous.h"
 
@@ -342,6 +343,8 @@ TEST(LiveLaunch, ANodeLostWithoutAWordLeavesTheOtherNodesWorkersRunning) {
   c.local_world_size = 1;
   c.apply_conf(conf + ",is_host=false,timeout=10");
   c.workers_share_store = true;  // as node A's agent has it (a live job over c10d)
+  // What node A's launcher gives its rendezvous to agree on (--recovery).
+  c.settings = detail::rendezvous_config(a.options).settings;
   for (int i = 0; i < 200 && port_is_free(port); ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }

@@ -15,6 +15,7 @@
 #include "dtrain/errors.h"
 #include "dtrain/launch.h"
 #include "dtrain/store.h"
+#include "launch/launch_options.h"
 #include "launch/launch_test_util.h"
 #include "launch/rendezvous/rendezvous.h"
 
@@ -321,6 +322,8 @@ TEST(Restarts, WorkersFailingBecauseANodeWasLostDoNotSpendARestart) {
   c.min_nodes = 1;
   c.max_nodes = 2;
   c.apply_conf(conf + ",is_host=false,timeout=10");
+  // What node A's launcher gives its rendezvous to agree on (--recovery).
+  c.settings = detail::rendezvous_config(a.options).settings;
   // Join once the agent hosts the store, well within its last call.
   for (int i = 0; i < 200 && port_is_free(port); ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
