@@ -307,6 +307,53 @@ TEST(LiveLaunch, OverAC10dRendezvousTheWorkersShareItsStoreUnderTheRoundsPrefix)
                                    ", hosted by this node's agent: losing this node ends the job"));
 }
 
+// RendezvousConfig::settings: a node started with --recovery live and one
+// with --recovery restart would start workers that never meet. Both are
+// refused with one line naming the other node's value and their own; the
+// node that hosts the store keeps it until the other has read the round, so
+// that node says why too instead of losing the store.
+TEST(LiveLaunch, NodesStartedWithDifferentRecoveryAreBothRefusedNamingEachValue) {
+  TempDir dir_a, dir_b;
+  const int port = free_port();
+  ASSERT_GT(port, 0);
+  WorkerRun a(dir_a, 1, {"print", "started"}), b(dir_b, 1, {"print", "started"});
+  for (LaunchOptions* o : {&a.options, &b.options}) {
+    o->rdzv_backend = "c10d";
+    o->rdzv_endpoint = "127.0.0.1:" + std::to_string(port);
+    o->min_nodes = o->max_nodes = 2;
+    o->run_id = "mixed";
+  }
+  make_live(a.options, 0);
+  a.options.rdzv_conf = "join_timeout=20,is_host=true";
+  b.options.rdzv_conf = "join_timeout=20,is_host=false";
+  std::string error_a, error_b;
+  std::thread ta([&] {
+    try {
+      launch(a.options);
+    } catch (const InvalidArgument& e) {
+      error_a = e.what();
+    }
+  });
+  for (int i = 0; i < 500 && port_is_free(port); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  std::thread tb([&] {
+    try {
+      launch(b.options);
+    } catch (const InvalidArgument& e) {
+      error_b = e.what();
+    }
+  });
+  ta.join();
+  tb.join();
+  EXPECT_THAT(error_a, HasSubstr("was started with LaunchOptions::Recovery::kRestart and this "
+                                 "node"));
+  EXPECT_THAT(error_a, HasSubstr("with LaunchOptions::Recovery::kLive: start every node"));
+  EXPECT_THAT(error_b, HasSubstr("was started with LaunchOptions::Recovery::kLive and this node"));
+  EXPECT_THAT(error_b, HasSubstr("with LaunchOptions::Recovery::kRestart: start every node"));
+  EXPECT_THAT(a.out() + b.out(), ::testing::Not(HasSubstr("started")));
+}
+
 // A node that disappears without a word (its heartbeats stop) does not stop
 // the other node's workers, and the finished node does not wait out the exit
 // barrier (300 s) for it.

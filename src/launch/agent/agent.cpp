@@ -359,6 +359,13 @@ std::optional<RendezvousInfo> Agent::join_round() {
     result_.launcher_signal = pending_.poll();
     rdzv_->shutdown();
     return std::nullopt;
+  } catch (const InvalidArgument&) {
+    // A round every node refuses by itself (nodes started with different
+    // settings: RendezvousConfig::settings; static node ranks): if the store
+    // is ours, keep it up until the others have read the round and left, so
+    // that each says why instead of losing the store.
+    best_effort([&] { rdzv_->linger(o_.linger_timeout); });
+    throw;
   } catch (const Error&) {
     bool closed = false;
     best_effort([&] { closed = rdzv_->is_closed(); });
