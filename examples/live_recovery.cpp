@@ -194,11 +194,8 @@ int run(int argc, char** argv) {
 int main(int argc, char** argv) {
   try {
     return run(argc, argv);
-  } catch (const dtrain::InvalidArgument& e) {
-    std::fprintf(stderr, "live_recovery: error: %s\n", e.what());
-    return 2;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "live_recovery: error: %s\n", e.what());
-    return 1;
+    return dynamic_cast<const dtrain::InvalidArgument*>(&e) ? 2 : 1;
   }
 }

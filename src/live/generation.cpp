@@ -12,11 +12,10 @@
 //      that have the state first, in their previous order (so rank 0 has it
 //      and, for the first generation, RANK r is rank r; the state transfer
 //      goes from rank 0 to ranks with_state and up), then joiners in
-//      announcement order, at
-//      most W0 in all (more workers than logical ranks would idle). Expected
-//      members that did not announce are declared dead ("left
-//      generation"): when they come back they find their dead key and fence
-//      themselves. Then gen/current = g;
+//      announcement order, at most W0 in all (more workers than logical
+//      ranks would idle). Expected members that did not announce are
+//      declared dead ("left generation"): when they come back they find
+//      their dead key and fence themselves. Then gen/current = g;
 //   4. the others poll for gen/<g>/members; when the leader is declared
 //      dead first, everyone moves to g + 1 (each survivor sees the same
 //      death through the dead key).
@@ -158,7 +157,6 @@ Roster parse_roster(int64_t generation, const std::string& record) {
                         " (another program uses the same store keys?)"));
   }
   r.with_state = static_cast<int>(with_state);
-  r.transfer = r.with_state < static_cast<int>(r.members.size());
   return r;
 }
 

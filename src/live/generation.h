@@ -26,7 +26,8 @@ struct Roster {
   std::vector<std::string> members;  // in rank order; those with state first
   int64_t joined_upto = 0;           // joiners counter value admitted so far
   int with_state = 0;                // members[0, with_state) have the state
-  bool transfer = false;             // some member needs it (with_state < size)
+  /// Some member needs the state (a joiner was admitted).
+  bool transfer() const { return with_state < static_cast<int>(members.size()); }
 };
 
 /// Inputs of one formation attempt.
