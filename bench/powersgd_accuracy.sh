@@ -3,7 +3,7 @@
 # allreduce's test accuracy "within 1 point over several seeds". For each seed,
 # two runs of `dtrain run --nproc-per-node 2 -- dtrain train --model resnet18
 # --dataset fashion-mnist`, one with plain allreduce and one with
-# --comm-hook powersgd (rank --rank, compressing from iteration 10, error
+# --comm-hook powersgd (rank --rank, compressing from iteration --start-iter, default 10; error
 # feedback and warm start on), the same seed, data order and schedule; the
 # final epoch's test accuracy of each (from --metrics-file), their difference,
 # and the mean and largest difference over the seeds, as a Markdown table.
@@ -11,6 +11,11 @@
 #
 #   bench/powersgd_accuracy.sh [--build DIR] [--seeds "0 1 2"] [--epochs 1]
 #       [--rank 2] [--batch-size 64] [--lr 0.01] [--threads 1] [--out DIR]
+#       [--runs "allreduce powersgd"] [--start-iter 10]
+#
+# --start-iter is PowerSGD's start_powerSGD_iter (plain allreduce before it;
+# PyTorch's default is 1000). --runs powersgd redoes only the PowerSGD run of each seed (the table's
+# allreduce column is then "-"), e.g. to finish a seed whose run was cut off.
 #
 # Accuracy does not depend on the machine's load, so this may share the
 # machine; each run is bounded by `timeout` (--timeout, default 3600 s).
@@ -26,6 +31,8 @@ LR=0.01
 THREADS=1
 OUT=/tmp/dtrain-powersgd-accuracy
 TIMEOUT=3600
+RUNS="allreduce powersgd"
+START_ITER=10
 while (($#)); do
   case "$1" in
     --build) BUILD="$2" ;;
@@ -37,6 +44,8 @@ while (($#)); do
     --threads) THREADS="$2" ;;
     --out) OUT="$2" ;;
     --timeout) TIMEOUT="$2" ;;
+    --runs) RUNS="$2" ;;
+    --start-iter) START_ITER="$2" ;;
     -h | --help)
       sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'
       exit 0
@@ -47,6 +56,12 @@ while (($#)); do
       ;;
   esac
   shift 2
+done
+for r in $RUNS; do
+  [[ "$r" == allreduce || "$r" == powersgd ]] || {
+    echo "powersgd_accuracy.sh: --runs takes allreduce and/or powersgd, not '$r'" >&2
+    exit 2
+  }
 done
 DTRAIN="$BUILD/dtrain"
 [[ -x "$DTRAIN" ]] || {
@@ -76,7 +91,7 @@ print("%.4f" % rows[-1]["test_acc"])' "$metrics"
 
 {
   echo "ResNet-18, Fashion-MNIST (28 px), 2 processes x $THREADS thread(s), batch $BATCH per"
-  echo "process, SGD lr $LR, $EPOCHS epoch(s); PowerSGD rank $RANK from iteration 10;"
+  echo "process, SGD lr $LR, $EPOCHS epoch(s); PowerSGD rank $RANK from iteration $START_ITER;"
   echo "$("$DTRAIN" --version | head -1); $(date -u +%FT%TZ)"
   echo
   echo "| seed | allreduce test accuracy | PowerSGD rank $RANK | difference (points) |"
@@ -84,9 +99,10 @@ print("%.4f" % rows[-1]["test_acc"])' "$metrics"
 } >"$OUT/report.md"
 diffs=()
 for seed in $SEEDS; do
-  plain="$(train allreduce "$seed")"
-  compressed="$(train powersgd "$seed" --comm-hook powersgd --powersgd-rank "$RANK" \
-    --powersgd-start-iter 10)"
+  plain=- compressed=-
+  [[ " $RUNS " == *" allreduce "* ]] && plain="$(train allreduce "$seed")"
+  [[ " $RUNS " == *" powersgd "* ]] && compressed="$(train powersgd "$seed" --comm-hook powersgd \
+    --powersgd-rank "$RANK" --powersgd-start-iter "$START_ITER")"
   d="-"
   if [[ "$plain" != - && "$compressed" != - ]]; then
     d="$(python3 -c "print('%+.2f' % (100 * ($compressed - $plain)))")"

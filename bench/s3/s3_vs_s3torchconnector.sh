@@ -10,7 +10,12 @@
 #   bench/s3/s3_vs_s3torchconnector.sh [--build build] [--data DIR] [--images N]
 #                                      [--epochs E] [--repeat R] [--rate 1gbit]
 #                                      [--delay 5ms] [--peer-workers "1 8"]
-#                                      [--timeout SECS]
+#                                      [--timeout SECS] [--pairs N]
+#
+# --pairs N runs only dtrain: N pairs of local-disk and S3 runs, alternating,
+# and prints each pair's S3/local ratio and their median (the issue's "90% of
+# the local-disk rate", read off pairs run back to back rather than off two
+# bests); no peer runs, no raw GETs.
 #
 # Layout: two network namespaces (bench/netns/netns.sh: dtrainbench0, the
 # client, 10.213.0.1; dtrainbench1, the server, 10.213.0.2) joined by a veth
@@ -44,6 +49,7 @@ rate=1gbit
 delay=5ms
 limit=900
 port=39180
+pairs=0
 s3tc_version=1.5.0
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -56,12 +62,14 @@ while [[ $# -gt 0 ]]; do
     --delay) delay="$2"; shift 2 ;;
     --peer-workers) peer_workers="$2"; shift 2 ;;
     --timeout) limit="$2"; shift 2 ;;
+    --pairs) pairs="$2"; shift 2 ;;
     *) echo "unknown argument: $1" >&2; exit 2 ;;
   esac
 done
 bench="$build/bench/bench_loader"
 [[ -x "$bench" ]] || { echo "missing $bench; build with -DDTRAIN_BUILD_BENCH=ON" >&2; exit 1; }
 command -v nginx >/dev/null || { echo "nginx is missing: apt-get install nginx-light" >&2; exit 1; }
+[[ "$pairs" =~ ^[0-9]+$ ]] || { echo "--pairs takes a count, not '$pairs'" >&2; exit 2; }
 peer_select "$build/dtrain" || exit 1
 py=("${PEER_ENV[@]}" "$PEER_PY")
 if ! "${py[@]}" -c "import s3torchconnector" 2>/dev/null; then
@@ -118,6 +126,26 @@ cmd[local]="$bench $objects --threads 1 --epochs $epochs"
 cmd[s3]="$bench $uri --threads 1 --epochs $epochs"
 cmd[s3-nofetch]="$bench $uri --threads 1 --fetch-threads 0 --epochs $epochs"
 peer="${py[*]} $here/s3torchconnector_loader.py $uri/ --endpoint http://$server:$port --epochs $epochs"
+if ((pairs > 0)); then
+  echo "load before: $(uptime)"
+  ratios=()
+  for ((i = 1; i <= pairs; i++)); do
+    declare -A pair=()
+    for key in local s3; do
+      # shellcheck disable=SC2086
+      line=$(timeout "$limit" "${client[@]}" ${cmd[$key]})
+      pair[$key]=$(sed -n 's/.*images_per_sec=\([0-9.]*\).*/\1/p' <<<"$line")
+    done
+    ratio=$(awk -v s="${pair[s3]}" -v l="${pair[local]}" 'BEGIN { printf "%.3f", s / l }')
+    ratios+=("$ratio")
+    echo "pair $i: local ${pair[local]} images/s, s3 ${pair[s3]} images/s, s3/local $ratio"
+  done
+  echo "load after: $(uptime)"
+  printf '%s\n' "${ratios[@]}" | sort -n | awk '{ a[NR] = $1 } END {
+    m = NR % 2 ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2
+    printf "S3/local over %d pairs: median %.3f, range %.3f-%.3f\n", NR, m, a[1], a[NR] }'
+  exit 0
+fi
 # dtrain's two runs take seconds: three pairs a round, so that the local/S3
 # ratio is read off the least disturbed of six runs each.
 order=(local s3 local s3 local s3)
