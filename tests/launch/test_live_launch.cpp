@@ -354,6 +354,59 @@ TEST(LiveLaunch, NodesStartedWithDifferentRecoveryAreBothRefusedNamingEachValue)
   EXPECT_THAT(a.out() + b.out(), ::testing::Not(HasSubstr("started")));
 }
 
+// The same linger serves the static rendezvous's node-rank check, which
+// fails at the same place (a round every node refuses): three nodes, two of
+// them started with node rank 1 and none with 2, are all refused with one
+// line naming the clash. Node 0 hosts the store and keeps it until the
+// others have read the round, so that they say why too instead of losing
+// the store (without that linger, most runs end with the other nodes'
+// StoreError: "Connection was likely closed").
+TEST(LiveLaunch, StaticNodesWithADuplicateNodeRankAreAllRefusedNamingTheRanks) {
+  TempDir dir0, dir1, dir2;
+  const int port = free_port();
+  ASSERT_GT(port, 0);
+  WorkerRun n0(dir0, 1, {"print", "started"}), n1(dir1, 1, {"print", "started"}),
+      n1_again(dir2, 1, {"print", "started"});
+  WorkerRun* nodes[] = {&n0, &n1, &n1_again};
+  const int node_ranks[] = {0, 1, 1};
+  for (int i = 0; i < 3; ++i) {
+    LaunchOptions& o = nodes[i]->options;
+    o.rdzv_backend = "static";
+    o.master_addr = "127.0.0.1";
+    o.master_port = port;
+    o.min_nodes = o.max_nodes = 3;
+    o.node_rank = node_ranks[i];
+    o.run_id = "duplicate";
+    o.rdzv_conf = "join_timeout=20";
+  }
+  std::string errors[3];
+  auto run = [&](int i) {
+    return std::thread([&, i] {
+      try {
+        launch(nodes[i]->options);
+      } catch (const InvalidArgument& e) {
+        errors[i] = e.what();
+      } catch (const std::exception& e) {  // a node that lost the store: StoreError
+        errors[i] = std::string("not the refusal: ") + e.what();
+      }
+    });
+  };
+  std::thread t0 = run(0);  // node 0 first: it hosts the store
+  for (int i = 0; i < 500 && port_is_free(port); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  std::thread t1 = run(1), t2 = run(2);
+  t0.join();
+  t1.join();
+  t2.join();
+  for (const std::string& e : errors) {
+    EXPECT_THAT(e, HasSubstr("duplicate or missing LaunchOptions::node_rank")) << e;
+    EXPECT_THAT(e, HasSubstr("has node rank 1, expected 2 of 0..2")) << e;
+    EXPECT_THAT(e, HasSubstr("give every node a distinct LaunchOptions::node_rank")) << e;
+  }
+  EXPECT_THAT(n0.out() + n1.out() + n1_again.out(), ::testing::Not(HasSubstr("started")));
+}
+
 // A node that disappears without a word (its heartbeats stop) does not stop
 // the other node's workers, and the finished node does not wait out the exit
 // barrier (300 s) for it.
