@@ -11,10 +11,11 @@
 #
 #   bench/powersgd_accuracy.sh [--build DIR] [--seeds "0 1 2"] [--epochs 1]
 #       [--rank 2] [--batch-size 64] [--lr 0.01] [--threads 1] [--out DIR]
-#       [--runs "allreduce powersgd"] [--start-iter 10]
+#       [--runs "allreduce powersgd"] [--start-iter 10] [--schedule constant]
 #
 # --start-iter is PowerSGD's start_powerSGD_iter (plain allreduce before it;
-# PyTorch's default is 1000). --runs powersgd redoes only the PowerSGD run of each seed (the table's
+# PyTorch's default is 1000); --schedule is both runs' --lr-schedule (constant,
+# step, multistep, cosine). --runs powersgd redoes only the PowerSGD run of each seed (the table's
 # allreduce column is then "-"), e.g. to finish a seed whose run was cut off.
 #
 # Accuracy does not depend on the machine's load, so this may share the
@@ -33,6 +34,7 @@ OUT=/tmp/dtrain-powersgd-accuracy
 TIMEOUT=3600
 RUNS="allreduce powersgd"
 START_ITER=10
+SCHEDULE=constant
 while (($#)); do
   case "$1" in
     --build) BUILD="$2" ;;
@@ -46,6 +48,7 @@ while (($#)); do
     --timeout) TIMEOUT="$2" ;;
     --runs) RUNS="$2" ;;
     --start-iter) START_ITER="$2" ;;
+    --schedule) SCHEDULE="$2" ;;
     -h | --help)
       sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'
       exit 0
@@ -78,7 +81,7 @@ train() {
   rm -f "$metrics"
   timeout --kill-after=10 "$TIMEOUT" "$DTRAIN" run --nproc-per-node 2 -- "$DTRAIN" train \
     --model resnet18 --dataset fashion-mnist --epochs "$EPOCHS" --batch-size "$BATCH" \
-    --lr "$LR" --seed "$seed" --threads "$THREADS" --quiet --metrics-file "$metrics" "$@" \
+    --lr "$LR" --lr-schedule "$SCHEDULE" --seed "$seed" --threads "$THREADS" --quiet --metrics-file "$metrics" "$@" \
     >"$OUT/$name.seed$seed.log" 2>&1 || {
     echo "powersgd_accuracy.sh: $name seed $seed failed; see $OUT/$name.seed$seed.log" >&2
     echo "-"
@@ -91,7 +94,8 @@ print("%.4f" % rows[-1]["test_acc"])' "$metrics"
 
 {
   echo "ResNet-18, Fashion-MNIST (28 px), 2 processes x $THREADS thread(s), batch $BATCH per"
-  echo "process, SGD lr $LR, $EPOCHS epoch(s); PowerSGD rank $RANK from iteration $START_ITER;"
+  echo "process, SGD lr $LR ($SCHEDULE), $EPOCHS epoch(s); PowerSGD rank $RANK from iteration"
+  echo "$START_ITER;"
   echo "$("$DTRAIN" --version | head -1); $(date -u +%FT%TZ)"
   echo
   echo "| seed | allreduce test accuracy | PowerSGD rank $RANK | difference (points) |"
