@@ -3,8 +3,9 @@
 # allreduce's test accuracy "within 1 point over several seeds". For each seed,
 # two runs of `dtrain run --nproc-per-node 2 -- dtrain train --model resnet18
 # --dataset fashion-mnist`, one with plain allreduce and one with
-# --comm-hook powersgd (rank --rank, compressing from iteration --start-iter, default 10; error
-# feedback and warm start on), the same seed, data order and schedule; the
+# --comm-hook powersgd (rank --rank, compressing from iteration --start-iter,
+# default 10; error feedback and warm start on), the same seed, data order and
+# schedule; the
 # final epoch's test accuracy of each (from --metrics-file), their difference,
 # and the mean and largest difference over the seeds, as a Markdown table.
 # (The CNN's 3-epoch check is a test: PowerSGDAccuracy.*, label slow.)
@@ -15,8 +16,9 @@
 #
 # --start-iter is PowerSGD's start_powerSGD_iter (plain allreduce before it;
 # PyTorch's default is 1000); --schedule is both runs' --lr-schedule (constant,
-# step, multistep, cosine). --runs powersgd redoes only the PowerSGD run of each seed (the table's
-# allreduce column is then "-"), e.g. to finish a seed whose run was cut off.
+# step, multistep, cosine). --runs powersgd redoes only the PowerSGD run of
+# each seed (the table's allreduce column is then "-"), e.g. to finish a seed
+# whose run was cut off.
 #
 # Accuracy does not depend on the machine's load, so this may share the
 # machine; each run is bounded by `timeout` (--timeout, default 3600 s).
@@ -81,7 +83,8 @@ train() {
   rm -f "$metrics"
   timeout --kill-after=10 "$TIMEOUT" "$DTRAIN" run --nproc-per-node 2 -- "$DTRAIN" train \
     --model resnet18 --dataset fashion-mnist --epochs "$EPOCHS" --batch-size "$BATCH" \
-    --lr "$LR" --lr-schedule "$SCHEDULE" --seed "$seed" --threads "$THREADS" --quiet --metrics-file "$metrics" "$@" \
+    --lr "$LR" --lr-schedule "$SCHEDULE" --seed "$seed" --threads "$THREADS" --quiet \
+    --metrics-file "$metrics" "$@" \
     >"$OUT/$name.seed$seed.log" 2>&1 || {
     echo "powersgd_accuracy.sh: $name seed $seed failed; see $OUT/$name.seed$seed.log" >&2
     echo "-"

@@ -133,8 +133,12 @@ if ((pairs > 0)); then
     declare -A pair=()
     for key in local s3; do
       # shellcheck disable=SC2086
-      line=$(timeout "$limit" "${client[@]}" ${cmd[$key]})
+      line=$(timeout "$limit" "${client[@]}" ${cmd[$key]}) || true  # named below
       pair[$key]=$(sed -n 's/.*images_per_sec=\([0-9.]*\).*/\1/p' <<<"$line")
+      [[ -n "${pair[$key]}" ]] || {
+        echo "pair $i: the $key run (${cmd[$key]}) printed no images_per_sec; see its output above" >&2
+        exit 1
+      }
     done
     ratio=$(awk -v s="${pair[s3]}" -v l="${pair[local]}" 'BEGIN { printf "%.3f", s / l }')
     ratios+=("$ratio")
