@@ -19,8 +19,8 @@ constexpr const char* kFashionMnist = "/usr/share/datasets/fashion-mnist";
 // seconds on 2 cores); 80% is the bar.
 constexpr int64_t kSteps = 1000;
 
-struct MlpImpl : torch::nn::Module {
-  MlpImpl()
+struct FashionMlpImpl : torch::nn::Module {
+  FashionMlpImpl()
       : fc1(register_module("fc1", torch::nn::Linear(784, 128))),
         fc2(register_module("fc2", torch::nn::Linear(128, 10))) {}
   torch::Tensor forward(torch::Tensor x) {
@@ -28,7 +28,7 @@ struct MlpImpl : torch::nn::Module {
   }
   torch::nn::Linear fc1, fc2;
 };
-TORCH_MODULE(Mlp);
+TORCH_MODULE(FashionMlp);
 
 struct Result {
   double accuracy = 0;
@@ -48,7 +48,7 @@ Result train_fashion_mnist(c10::DeviceType device, at::ScalarType dtype, int64_t
   data.test.pad = false;
   DatasetSplits splits = open_dataset(data, ProcessGroup());
   torch::manual_seed(0);
-  Mlp model;
+  FashionMlp model;
   model->to(device);
   torch::optim::SGD opt(model->parameters(), 0.1);
   GradScalerOptions so;

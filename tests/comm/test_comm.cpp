@@ -20,21 +20,16 @@
 #include "dtrain/comm.h"
 #include "dtrain/errors.h"
 #include "dtrain/store.h"
+#include "support/env.h"
 #include "support/ranks.h"
+#include "support/shell.h"
 
 namespace dtrain {
 namespace {
 
+using testing::env_of;
 using testing::error_of;
 using testing::run_ranks;
-
-EnvLookup env_of(std::map<std::string, std::string> vars) {
-  return [vars](const std::string& name) -> std::optional<std::string> {
-    auto it = vars.find(name);
-    if (it == vars.end()) return std::nullopt;
-    return it->second;
-  };
-}
 
 TEST(ResolveInitOptions, NoDistributedVariablesMeansOneProcess) {
   InitOptions o = resolve_init_options({}, env_of({}));
@@ -236,29 +231,18 @@ TEST(InitProcessGroup, FileMethodOnASharedPath) {
   std::filesystem::remove(path);
 }
 
-// The output and exit status of `command` run by sh, stderr included.
-std::pair<int, std::string> run_shell(const std::string& command) {
-  std::string out;
-  FILE* p = ::popen((command + " 2>&1").c_str(), "r");
-  if (!p) return {-1, "popen failed"};
-  char buf[4096];
-  while (size_t n = std::fread(buf, 1, sizeof(buf), p)) out.append(buf, n);
-  int status = ::pclose(p);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
-}
-
 // As on a fresh container whose hostname is in no hosts file nor DNS: this
 // test binary runs the file:// test again in a UTS namespace with a made-up
 // hostname (root only: skipped where unshare is not permitted).
 TEST(InitProcessGroup, FileMethodWorksWhenTheHostnameDoesNotResolve) {
-  if (run_shell("unshare --uts true").first != 0) {
+  if (testing::run_shell("unshare --uts true 2>&1").code != 0) {
     GTEST_SKIP() << "unshare --uts is not permitted here (needs root)";
   }
   const std::string name = "dtrain-unresolvable-" + std::to_string(::getpid());
-  auto [code, out] =
-      run_shell("timeout 120 unshare --uts sh -c 'hostname " + name + " && getent hosts " + name +
-                "; exec /proc/" + std::to_string(::getpid()) +
-                "/exe --gtest_filter=InitProcessGroup.FileMethodOnASharedPath'");
+  const auto [code, out] =
+      testing::run_shell("timeout 120 unshare --uts sh -c 'hostname " + name + " && getent hosts " +
+                         name + "; exec /proc/" + std::to_string(::getpid()) +
+                         "/exe --gtest_filter=InitProcessGroup.FileMethodOnASharedPath' 2>&1");
   EXPECT_EQ(code, 0) << out;
   EXPECT_NE(out.find("[  PASSED  ] 1 test"), std::string::npos) << out;
   EXPECT_EQ(out.find(name + "\n"), std::string::npos) << "the made-up name resolves: " << out;

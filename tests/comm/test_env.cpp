@@ -15,22 +15,16 @@
 #include "dtrain/config.h"
 #include "dtrain/elastic.h"
 #include "dtrain/errors.h"
+#include "support/env.h"
 #include "support/ranks.h"
 
 namespace dtrain {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::env_of;
 using testing::error_of;
 using Vars = std::map<std::string, std::string>;
-
-EnvLookup env_of(Vars vars) {
-  return [vars](const std::string& name) -> std::optional<std::string> {
-    auto it = vars.find(name);
-    if (it == vars.end()) return std::nullopt;
-    return it->second;
-  };
-}
 
 InitOptions resolve(const Vars& vars) { return resolve_init_options({}, env_of(vars)); }
 std::string resolve_error(const Vars& vars) {

@@ -186,7 +186,7 @@ TEST(PowerSGD, EqualsPyTorch211HookStepAfterStep) {
 // Weights from a formula (the rank threads must not race on LibTorch's
 // process-wide generator). Tanh, not ReLU: a dead layer's all-zero bias
 // gradient has no direction to orthogonalize (NaN, as in PyTorch).
-torch::nn::Sequential make_net() {
+torch::nn::Sequential make_powersgd_net() {
   torch::nn::Sequential net(torch::nn::Linear(12, 16), torch::nn::Tanh(), torch::nn::Linear(16, 8),
                             torch::nn::Tanh(), torch::nn::Linear(8, 3));
   torch::NoGradGuard no_grad;
@@ -204,7 +204,7 @@ torch::nn::Sequential make_net() {
 // Gradients after `steps` DDP iterations of SGD on rank-dependent data.
 std::vector<torch::Tensor> train(const ProcessGroup& pg, std::shared_ptr<CommHook> hook,
                                  int steps) {
-  auto net = make_net();
+  auto net = make_powersgd_net();
   DistributedDataParallel<torch::nn::SequentialImpl> ddp(net.ptr(), pg,
                                                          DdpOptions()
                                                              .set_comm_hook(std::move(hook))

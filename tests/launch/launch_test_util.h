@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "dtrain/launch.h"
+#include "dtrain/store.h"
 
 namespace dtrain::testing {
 
@@ -51,6 +52,23 @@ inline bool process_alive(int pid) {
   std::string stat = read_file("/proc/" + std::to_string(pid) + "/stat");
   auto close = stat.rfind(')');
   return close == std::string::npos || close + 2 >= stat.size() || stat[close + 2] != 'Z';
+}
+
+/// `lines` joined by newlines (a launch result's summary, for a failure message).
+inline std::string joined(const std::vector<std::string>& lines) {
+  std::string text;
+  for (const auto& l : lines) text += l + "\n";
+  return text;
+}
+
+/// A port 127.0.0.1 can bind now, searched from `first` plus this process's
+/// pid modulo 800 in steps of `step` (each program its own range, so that
+/// programs running side by side rarely pick the same one); 0 when none is.
+inline int free_port_from(int first, int step) {
+  for (int port = first + (::getpid() % 800); port < 65000; port += step) {
+    if (port_is_free(port)) return port;
+  }
+  return 0;
 }
 
 /// Waits up to `timeout` for `pred`; returns its last value.

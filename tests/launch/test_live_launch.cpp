@@ -28,12 +28,17 @@
 namespace dtrain {
 namespace {
 
+using testing::free_port_from;
 using ::testing::HasSubstr;
+using testing::joined;
 using testing::process_alive;
 using testing::read_file;
 using testing::TempDir;
 using testing::WorkerRun;
 using Clock = std::chrono::steady_clock;
+
+// This file's ports: their own range (free_port_from).
+int live_launch_port() { return free_port_from(31700, 89); }
 
 void make_live(LaunchOptions& o, int max_restarts) {
   o.recovery = LaunchOptions::Recovery::kLive;
@@ -218,24 +223,11 @@ TEST(LiveLaunch, AParameterServerJobIsRefused) {
 
 // --- several nodes: agents as threads over one c10d rendezvous ---------------
 
-int free_port() {
-  for (int port = 31700 + (::getpid() % 800); port < 65000; port += 89) {
-    if (port_is_free(port)) return port;
-  }
-  return 0;
-}
-
-std::string joined(const std::vector<std::string>& lines) {
-  std::string text;
-  for (const auto& l : lines) text += l + "\n";
-  return text;
-}
-
 // 2 nodes x 2 workers: rank 3 (node 1) is SIGKILLed; its agent replaces it
 // alone, node 0's agent and workers notice nothing (no new round, same pids).
 TEST(LiveLaunch, OnTwoNodesAKilledWorkerIsReplacedAndTheOtherNodeKeepsItsWorkers) {
   TempDir dir_a, dir_b;
-  const int port = free_port();
+  const int port = live_launch_port();
   ASSERT_GT(port, 0);
   auto steps = [](const TempDir& d) {
     return std::vector<std::string>{"pidfile", d.path(), "join",  "0",    "rank",  "3",
@@ -286,7 +278,7 @@ TEST(LiveLaunch, OnTwoNodesAKilledWorkerIsReplacedAndTheOtherNodeKeepsItsWorkers
 // ends the job.
 TEST(LiveLaunch, OverAC10dRendezvousTheWorkersShareItsStoreUnderTheRoundsPrefix) {
   TempDir dir;
-  const int port = free_port();
+  const int port = live_launch_port();
   ASSERT_GT(port, 0);
   WorkerRun run(dir, 2, {"env", "MASTER_PORT", "env", "DTRAIN_LIVE_KEY_PREFIX"});
   run.options.rdzv_backend = "c10d";
@@ -314,7 +306,7 @@ TEST(LiveLaunch, OverAC10dRendezvousTheWorkersShareItsStoreUnderTheRoundsPrefix)
 // that node says why too instead of losing the store.
 TEST(LiveLaunch, NodesStartedWithDifferentRecoveryAreBothRefusedNamingEachValue) {
   TempDir dir_a, dir_b;
-  const int port = free_port();
+  const int port = live_launch_port();
   ASSERT_GT(port, 0);
   WorkerRun a(dir_a, 1, {"print", "started"}), b(dir_b, 1, {"print", "started"});
   for (LaunchOptions* o : {&a.options, &b.options}) {
@@ -363,7 +355,7 @@ TEST(LiveLaunch, NodesStartedWithDifferentRecoveryAreBothRefusedNamingEachValue)
 // StoreError: "Connection was likely closed").
 TEST(LiveLaunch, StaticNodesWithADuplicateNodeRankAreAllRefusedNamingTheRanks) {
   TempDir dir0, dir1, dir2;
-  const int port = free_port();
+  const int port = live_launch_port();
   ASSERT_GT(port, 0);
   WorkerRun n0(dir0, 1, {"print", "started"}), n1(dir1, 1, {"print", "started"}),
       n1_again(dir2, 1, {"print", "started"});
@@ -412,7 +404,7 @@ TEST(LiveLaunch, StaticNodesWithADuplicateNodeRankAreAllRefusedNamingTheRanks) {
 // barrier (300 s) for it.
 TEST(LiveLaunch, ANodeLostWithoutAWordLeavesTheOtherNodesWorkersRunning) {
   TempDir dir;
-  const int port = free_port();
+  const int port = live_launch_port();
   ASSERT_GT(port, 0);
   WorkerRun a(dir, 2, {"pidfile", dir.path(), "sleep", "2500", "print", "finished"});
   const std::string conf =

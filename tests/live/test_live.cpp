@@ -21,6 +21,7 @@
 #include "dtrain/errors.h"
 #include "dtrain/live.h"
 #include "live/detector.h"
+#include "support/env.h"
 #include "support/ranks.h"
 
 namespace dtrain {
@@ -44,13 +45,7 @@ TEST(LiveLogicalRanks, EachLogicalRankRunsOnExactlyOneLiveMember) {
   EXPECT_EQ(logical_ranks_of(0, 3, 4), (std::vector<int>{0, 3}));
 }
 
-EnvLookup env_of(std::map<std::string, std::string> vars) {
-  return [vars](const std::string& k) -> std::optional<std::string> {
-    auto it = vars.find(k);
-    if (it == vars.end()) return std::nullopt;
-    return it->second;
-  };
-}
+using testing::env_of;
 
 TEST(LiveOptions, FromEnvReadsWhatTheLauncherSets) {
   auto o = LiveOptions::from_env(env_of({{"WORLD_SIZE", "4"},

@@ -11,6 +11,7 @@
 
 #include "dtrain/object_store.h"
 #include "peer.h"
+#include "support/env.h"
 
 namespace dtrain {
 namespace {
@@ -38,13 +39,7 @@ struct Scratch {
   ~Scratch() { fs::remove_all(dir); }
 };
 
-EnvLookup lookup(std::map<std::string, std::string> vars) {
-  return [vars](const std::string& name) -> std::optional<std::string> {
-    auto it = vars.find(name);
-    if (it == vars.end()) return std::nullopt;
-    return it->second;
-  };
-}
+using testing::env_of;
 
 TEST(CredentialProviders, ContainerCredentialsSendTheTokenFromItsFile) {
   CredsServer server;
@@ -56,14 +51,14 @@ TEST(CredentialProviders, ContainerCredentialsSendTheTokenFromItsFile) {
       {"HOME", scratch.dir.string()},
       {"AWS_CONTAINER_CREDENTIALS_FULL_URI", server.url("/creds")},
       {"AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE", token.string()}};
-  Credentials c = s3_options_from_env(lookup(vars)).credentials->credentials();
+  Credentials c = s3_options_from_env(env_of(vars)).credentials->credentials();
   EXPECT_EQ(c.access_key_id, "CONTAINERKEY");
   EXPECT_EQ(c.session_token, "ctoken");
   EXPECT_TRUE(c.expiration);
 
   std::ofstream(token) << "Bearer stale\n";
   try {
-    s3_options_from_env(lookup(vars)).credentials->credentials();
+    s3_options_from_env(env_of(vars)).credentials->credentials();
     FAIL() << "a refused token gave credentials";
   } catch (const ObjectStoreError& e) {
     EXPECT_NE(std::string(e.what()).find("container credentials (" + server.url("/creds") +
@@ -74,14 +69,14 @@ TEST(CredentialProviders, ContainerCredentialsSendTheTokenFromItsFile) {
   // Keys in the environment come first: the container is not asked.
   vars["AWS_ACCESS_KEY_ID"] = "ENVKEY";
   vars["AWS_SECRET_ACCESS_KEY"] = "envsecret";
-  EXPECT_EQ(s3_options_from_env(lookup(vars)).credentials->credentials().access_key_id, "ENVKEY");
+  EXPECT_EQ(s3_options_from_env(env_of(vars)).credentials->credentials().access_key_id, "ENVKEY");
 }
 
 TEST(CredentialProviders, InstanceMetadataIsAskedWithAnImdsV2SessionToken) {
   CredsServer server;
   ASSERT_TRUE(testing::wait_for_port(server.port, 30));
   Scratch scratch;
-  auto env = lookup(
+  auto env = env_of(
       {{"HOME", scratch.dir.string()}, {"AWS_EC2_METADATA_SERVICE_ENDPOINT", server.url("/")}});
   Credentials c = s3_options_from_env(env).credentials->credentials();
   EXPECT_EQ(c.access_key_id, "IMDSKEY");
@@ -97,7 +92,7 @@ TEST(CredentialProviders, ABusyInstanceMetadataServiceIsARetryableErrorNotAConfi
   ASSERT_TRUE(testing::wait_for_port(server.port, 30));
   Scratch scratch;
   auto provider =
-      s3_options_from_env(lookup({{"HOME", scratch.dir.string()},
+      s3_options_from_env(env_of({{"HOME", scratch.dir.string()},
                                   {"AWS_EC2_METADATA_SERVICE_ENDPOINT", server.url("/")}}))
           .credentials;
   try {
@@ -115,7 +110,7 @@ TEST(CredentialProviders, NoInstanceMetadataEndsWithOneLineListingTheSources) {
   Scratch scratch;
   const int closed = testing::free_port();
   auto env =
-      lookup({{"HOME", scratch.dir.string()},
+      env_of({{"HOME", scratch.dir.string()},
               {"AWS_EC2_METADATA_SERVICE_ENDPOINT", "http://127.0.0.1:" + std::to_string(closed)}});
   try {
     s3_options_from_env(env).credentials->credentials();

@@ -22,24 +22,16 @@
 namespace dtrain {
 namespace {
 
+using testing::free_port_from;
 using ::testing::HasSubstr;
+using testing::joined;
 using testing::read_file;
 using testing::TempDir;
 using testing::WorkerRun;
 namespace fs = std::filesystem;
 
-std::string joined(const std::vector<std::string>& lines) {
-  std::string text;
-  for (const auto& l : lines) text += l + "\n";
-  return text;
-}
-
-int free_port() {
-  for (int port = 29700 + (::getpid() % 800); port < 65000; port += 97) {
-    if (port_is_free(port)) return port;
-  }
-  return 0;
-}
+// This file's ports: their own range (free_port_from).
+int restarts_port() { return free_port_from(29700, 97); }
 
 TEST(Restarts, WorkerFailingOnceIsRestartedAndTheRunSucceeds) {
   TempDir dir;
@@ -112,7 +104,7 @@ TEST(Restarts, ErrorFilesWithoutALogDirLiveInATemporaryDirectoryThatIsRemoved) {
 // global ranks and the shared store of the round.
 TEST(Restarts, TwoAgentsFormOneGroupOfFourRanks) {
   TempDir dir;
-  const int port = free_port();
+  const int port = restarts_port();
   ASSERT_GT(port, 0);
   std::vector<std::string> steps = {"env",    "RANK",       "env", "GROUP_RANK",
                                     "env",    "WORLD_SIZE", "env", "GROUP_WORLD_SIZE",
@@ -152,7 +144,7 @@ TEST(Restarts, TwoAgentsFormOneGroupOfFourRanks) {
 // 200 ms while node B's worker still sleeps, and both runs succeed.
 TEST(Restarts, AFinishedNodeWaitsAtTheExitBarrierOnlyForExitBarrierTimeout) {
   TempDir dir_a, dir_b;
-  const int port = free_port();
+  const int port = restarts_port();
   ASSERT_GT(port, 0);
   WorkerRun a(dir_a, 1, {"env", "RANK"});
   WorkerRun b(dir_b, 1, {"sleep", "3000", "env", "RANK"});
@@ -190,7 +182,7 @@ TEST(Restarts, AFinishedNodeWaitsAtTheExitBarrierOnlyForExitBarrierTimeout) {
 // healthy workers and fails naming that first failure.
 TEST(Restarts, ExhaustedRestartsOnOneNodeEndTheRunEverywhereNamingTheFirstFailure) {
   TempDir dir_a, dir_b;
-  const int port = free_port();
+  const int port = restarts_port();
   std::vector<std::string> steps = {"rank", "2",    "errorfile", "DataError: boom", "rank",
                                     "2",    "exit", "3",         "sleep",           "30000"};
   WorkerRun a(dir_a, 2, steps), b(dir_b, 2, steps);
@@ -234,7 +226,7 @@ TEST(Restarts, ExhaustedRestartsOnOneNodeEndTheRunEverywhereNamingTheFirstFailur
 
 TEST(Restarts, RendezvousThatCannotCompleteTimesOutNamingTheEndpoint) {
   TempDir dir;
-  const int port = free_port();
+  const int port = restarts_port();
   WorkerRun run(dir, 1, {"print", "never"});
   run.options.rdzv_backend = "c10d";
   run.options.rdzv_endpoint = "127.0.0.1:" + std::to_string(port);
@@ -289,7 +281,7 @@ TEST(Restarts, ElasticOptionsAreCheckedBeforeAnythingStarts) {
 // group, because the restart is not counted.
 TEST(Restarts, WorkersFailingBecauseANodeWasLostDoNotSpendARestart) {
   TempDir dir;
-  const int port = free_port();
+  const int port = restarts_port();
   ASSERT_GT(port, 0);
   WorkerRun a(dir, 1,
               {"world", "2", "errorfile",
