@@ -151,7 +151,7 @@ function(dtrain_test name)
   # helpers.
   target_include_directories(${name} PRIVATE ${DTRAIN_ROOT}/src ${DTRAIN_ROOT}/tests)
   target_compile_options(${name} PRIVATE ${DTRAIN_WARNINGS}
-    $<$<CONFIG:Release,RelWithDebInfo,MinSizeRel>:${DTRAIN_TEST_OPTIMIZE}>)
+    $<$<OR:$<CONFIG:Release>,$<CONFIG:RelWithDebInfo>,$<CONFIG:MinSizeRel>>:${DTRAIN_TEST_OPTIMIZE}>)
   # Note [Tests built cheaply]
   if(DTRAIN_UNITY_BUILD AND NOT A_NO_UNITY)
     set_target_properties(${name} PROPERTIES UNITY_BUILD ON UNITY_BUILD_BATCH_SIZE ${DTRAIN_UNITY_BATCH})
