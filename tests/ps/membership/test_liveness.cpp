@@ -19,7 +19,7 @@ using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 using testing::run_job;
 
-float grad_value(int rank, size_t i, int step) {
+float liveness_grad(int rank, size_t i, int step) {
   return static_cast<float>((rank + 1) * 5 + static_cast<int>(i % 11) + step);
 }
 
@@ -52,10 +52,10 @@ TEST(PsLiveness, AServerWhoseHandlerStallsForTwiceTheHeartbeatTimeoutIsNotDeclar
         for (int step = 0; step < 3; ++step) {
           for (size_t k = 0; k < sizes.size(); ++k) {
             std::vector<float> grad(sizes[k]), out(sizes[k], -1.0f);
-            for (size_t i = 0; i < grad.size(); ++i) grad[i] = grad_value(kv.rank(), i, step);
+            for (size_t i = 0; i < grad.size(); ++i) grad[i] = liveness_grad(kv.rank(), i, step);
             kv.pushpull(static_cast<int>(k), grad, out);
             for (size_t i = 0; i < out.size(); ++i) {
-              ASSERT_EQ(out[i], grad_value(0, i, step) + grad_value(1, i, step))
+              ASSERT_EQ(out[i], liveness_grad(0, i, step) + liveness_grad(1, i, step))
                   << "key " << k << " element " << i << " step " << step;
             }
           }

@@ -17,9 +17,9 @@ namespace {
 
 using namespace dtrain::testing;  // NOLINT: Job, Child, Env, read_file
 
-constexpr int kServers = 2;
-constexpr int kWorkers = 2;
-constexpr int kSteps = 40;
+constexpr int kRecoveryServers = 2;
+constexpr int kRecoveryWorkers = 2;
+constexpr int kRecoverySteps = 40;
 
 // A snapshot directory of its own, removed at the end of the test.
 struct TempDir {
@@ -34,13 +34,13 @@ struct TempDir {
 };
 
 Env recovery_env(const std::string& role, int port, int servers, const std::string& dir) {
-  Env env = job_env(role, port, servers, kWorkers);
+  Env env = job_env(role, port, servers, kRecoveryWorkers);
   env["DMLC_PS_SNAPSHOT_DIR"] = dir;
   env["PS_RECOVERY_TIMEOUT"] = "20";
   // Longer than test_failure.cpp's 3 s: a node of this busier job starved
   // of CPU for 3 s on a loaded machine must not be taken for dead.
   env["PS_HEARTBEAT_TIMEOUT"] = "5";
-  env["PS_NODE_STEPS"] = std::to_string(kSteps);
+  env["PS_NODE_STEPS"] = std::to_string(kRecoverySteps);
   env["PS_NODE_OPTIMIZER"] = "sgd lr=0.05 momentum=0.9 wd=0.01";
   env["PS_NODE_BIG"] = "3000";  // split over both servers
   env["MXNET_KVSTORE_BIGARRAY_BOUND"] = "1000";
@@ -55,7 +55,7 @@ std::map<int, std::string> finals(Job& job) {
   std::map<int, std::string> out;
   for (const auto& c : job.children()) {
     const std::string log = read_file(c.log);
-    for (int r = 0; r < kWorkers; ++r) {
+    for (int r = 0; r < kRecoveryWorkers; ++r) {
       const std::string tag = "ps_node: worker " + std::to_string(r) + " final";
       const auto at = log.find(tag);
       if (at != std::string::npos) out[r] = log.substr(at, log.find('\n', at) - at);
@@ -78,11 +78,11 @@ std::map<int, std::string> run(bool kill_server) {
   TempDir dir;
   const int port = testing::free_port();
   Job job;
-  job.spawn("scheduler", recovery_env("scheduler", port, kServers, dir.path));
-  Child& first = job.spawn("server_a", recovery_env("server", port, kServers, dir.path));
-  job.spawn("server_b", recovery_env("server", port, kServers, dir.path));
-  Child& worker = job.spawn("worker_a", recovery_env("worker", port, kServers, dir.path));
-  job.spawn("worker_b", recovery_env("worker", port, kServers, dir.path));
+  job.spawn("scheduler", recovery_env("scheduler", port, kRecoveryServers, dir.path));
+  Child& first = job.spawn("server_a", recovery_env("server", port, kRecoveryServers, dir.path));
+  job.spawn("server_b", recovery_env("server", port, kRecoveryServers, dir.path));
+  Child& worker = job.spawn("worker_a", recovery_env("worker", port, kRecoveryServers, dir.path));
+  job.spawn("worker_b", recovery_env("worker", port, kRecoveryServers, dir.path));
   if (kill_server) {
     EXPECT_TRUE(Job::wait_for_text(worker, " step 10", std::chrono::seconds(60)))
         << read_file(worker.log);
@@ -92,7 +92,7 @@ std::map<int, std::string> run(bool kill_server) {
     ::waitpid(first.pid, &first.status, 0);
     first.reaped = true;
     first.name = "killed";
-    job.spawn("replacement", recovery_env("server", port, kServers, dir.path));
+    job.spawn("replacement", recovery_env("server", port, kRecoveryServers, dir.path));
   }
   const bool ended = job.wait_all(std::chrono::seconds(90));
   EXPECT_TRUE(ended) << "the job did not end";
@@ -111,7 +111,7 @@ TEST(PsRecovery, ARestartedServerResumesFromItsSnapshotAndTheJobEndsAsAnUninterr
   const auto t0 = Clock::now();
   const auto reference = run(false);
   const auto t1 = Clock::now();
-  ASSERT_EQ(reference.size(), static_cast<size_t>(kWorkers));
+  ASSERT_EQ(reference.size(), static_cast<size_t>(kRecoveryWorkers));
   EXPECT_EQ(reference.at(0).substr(reference.at(0).find("final")),
             reference.at(1).substr(reference.at(1).find("final")));
   const auto recovered = run(true);
@@ -119,7 +119,7 @@ TEST(PsRecovery, ARestartedServerResumesFromItsSnapshotAndTheJobEndsAsAnUninterr
             << " s, with kill -9 and restart of a server "
             << std::chrono::duration<double>(Clock::now() - t1).count()
             << " s (heartbeat timeout 5 s)" << std::endl;
-  ASSERT_EQ(recovered.size(), static_cast<size_t>(kWorkers));
+  ASSERT_EQ(recovered.size(), static_cast<size_t>(kRecoveryWorkers));
   EXPECT_EQ(recovered, reference);
 }
 

@@ -18,17 +18,14 @@
 #include "ps/cluster.h"
 #include "ps/pslite/pslite_client.h"
 #include "ps/server/server.h"
+#include "ps/wire_bytes.h"
 
 namespace dtrain::ps {
 namespace {
 
 using dtrain::testing::node_options;
 
-std::string bytes(std::initializer_list<int> b) {
-  std::string s;
-  for (int x : b) s.push_back(static_cast<char>(x));
-  return s;
-}
+using dtrain::testing::bytes;
 
 template <typename T>
 std::string raw(const std::vector<T>& v) {

@@ -15,7 +15,7 @@ namespace {
 
 using testing::run_job;
 
-constexpr int kServers = 2, kWorkers = 2;
+constexpr int kStateServers = 2, kStateWorkers = 2;
 constexpr size_t kBound = 4;  // key 0 (8 values) is split over both servers
 const std::map<int, size_t> kKeys = {{0, 8}, {1, 3}, {2, 1}};
 const char* const kSpec = "sgd lr=0.1 momentum=0.9 wd=0.01";
@@ -41,7 +41,7 @@ struct Saved {
 Saved run(int first, int last, const Saved* from, bool restore) {
   Saved out;
   std::mutex mu;
-  run_job(kServers, kWorkers, true, kBound, [&](KVStore& kv) {
+  run_job(kStateServers, kStateWorkers, true, kBound, [&](KVStore& kv) {
     for (const auto& [key, n] : kKeys) {
       std::vector<float> w(n);
       for (size_t i = 0; i < n; ++i) w[i] = from ? from->weights.at(key)[i] : init_value(key, i);
@@ -84,7 +84,7 @@ TEST(PsOptimizerState, PulledStateIsTheReferenceSgdsMomentumAndUpdateCountAlsoFo
       float w = init_value(key, i), mom = 0;
       for (int step = 0; step < steps; ++step) {
         float g = 0;
-        for (int r = 0; r < kWorkers; ++r) g += grad_value(r, key, i, step);
+        for (int r = 0; r < kStateWorkers; ++r) g += grad_value(r, key, i, step);
         mom = static_cast<float>(o.momentum * mom -
                                  o.learning_rate * (o.rescale_grad * g + o.weight_decay * w));
         w += mom;

@@ -26,15 +26,15 @@ testing::WorkerSetup ssp_setup(int staleness, milliseconds timeout = std::chrono
 
 // Positive integers, so each SGD step (lr 0.5) is exact in float and the
 // weights only decrease.
-float grad_value(int rank, size_t i, int step) {
+float ssp_grad(int rank, size_t i, int step) {
   return static_cast<float>((rank + 1) * 2 + static_cast<int>(i % 5) + step);
 }
 
-constexpr int kWorkers = 3;
-constexpr int kSteps = 4;
+constexpr int kSspWorkers = 3;
+constexpr int kSspSteps = 4;
 constexpr size_t kSizes[2] = {6, 90};  // key 1 is split over the two servers (bound 50)
 
-// Trains kSteps of SGD; returns (each step's pulls, the final weights).
+// Trains kSspSteps of SGD; returns (each step's pulls, the final weights).
 using Runs =
     std::map<int, std::pair<std::vector<std::vector<float>>, std::vector<std::vector<float>>>>;
 
@@ -42,15 +42,15 @@ Runs train(bool sync, int staleness) {
   Runs runs;
   std::mutex mu;
   testing::run_job(
-      2, kWorkers, sync, 50,
+      2, kSspWorkers, sync, 50,
       [&](KVStore& kv) {
         std::vector<std::vector<float>> pulls, last;
         for (int key = 0; key < 2; ++key) kv.init(key, std::vector<float>(kSizes[key], 1000.0f));
         kv.set_optimizer(OptimizerSpec::parse("sgd lr=0.5"));
-        for (int step = 0; step < kSteps; ++step) {
+        for (int step = 0; step < kSspSteps; ++step) {
           for (int key = 0; key < 2; ++key) {
             std::vector<float> g(kSizes[key]), w(kSizes[key]);
-            for (size_t i = 0; i < g.size(); ++i) g[i] = grad_value(kv.rank(), i, step);
+            for (size_t i = 0; i < g.size(); ++i) g[i] = ssp_grad(kv.rank(), i, step);
             kv.pushpull(key, g, w);
             pulls.push_back(w);
           }
@@ -71,9 +71,9 @@ Runs train(bool sync, int staleness) {
 TEST(PsSsp, StalenessZeroAsyncEndsWithSyncsWeightsAndEveryPullSeesItsWholeStep) {
   const Runs sync = train(true, -1);
   const Runs ssp = train(false, 0);
-  ASSERT_EQ(sync.size(), static_cast<size_t>(kWorkers));
-  ASSERT_EQ(ssp.size(), static_cast<size_t>(kWorkers));
-  for (int r = 0; r < kWorkers; ++r) {
+  ASSERT_EQ(sync.size(), static_cast<size_t>(kSspWorkers));
+  ASSERT_EQ(ssp.size(), static_cast<size_t>(kSspWorkers));
+  for (int r = 0; r < kSspWorkers; ++r) {
     EXPECT_EQ(ssp.at(r).second, sync.at(r).second) << "final weights of rank " << r;
     // A pull at step c includes every worker's push of step c (weights only
     // decrease, so it is at most sync's value after step c); it may also

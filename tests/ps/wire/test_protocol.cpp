@@ -5,15 +5,12 @@
 #include <random>
 
 #include "ps/wire/protocol.h"
+#include "ps/wire_bytes.h"
 
 namespace dtrain::ps {
 namespace {
 
-std::string bytes(std::initializer_list<int> b) {
-  std::string s;
-  for (int x : b) s.push_back(static_cast<char>(x));
-  return s;
-}
+using dtrain::testing::bytes;
 
 // INT_MAX (ps-lite's kEmpty) as a varint.
 const std::string kEmptyVarint = bytes({0xff, 0xff, 0xff, 0xff, 0x07});

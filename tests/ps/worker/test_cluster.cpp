@@ -25,7 +25,7 @@ std::string cat_port(int port) { return "127.0.0.1:" + std::to_string(port); }
 
 // The value worker `rank` pushes for element i of a key at step `step`: small
 // integers, so float sums are exact.
-float grad_value(int rank, size_t i, int step) {
+float cluster_grad(int rank, size_t i, int step) {
   return static_cast<float>((rank + 1) * 3 + static_cast<int>(i % 7) + step);
 }
 
@@ -44,11 +44,11 @@ TEST(PsCluster, DistSyncSumsAreExactForOneToFourWorkersAndOneToThreeServers) {
         for (int step = 0; step < 3; ++step) {
           for (size_t k = 0; k < sizes.size(); ++k) {
             std::vector<float> grad(sizes[k]), out(sizes[k], -1.0f);
-            for (size_t i = 0; i < grad.size(); ++i) grad[i] = grad_value(kv.rank(), i, step);
+            for (size_t i = 0; i < grad.size(); ++i) grad[i] = cluster_grad(kv.rank(), i, step);
             kv.pushpull(static_cast<int>(k) * 7, grad, out);
             for (size_t i = 0; i < out.size(); ++i) {
               float want = 0;
-              for (int r = 0; r < workers; ++r) want += grad_value(r, i, step);
+              for (int r = 0; r < workers; ++r) want += cluster_grad(r, i, step);
               ASSERT_EQ(out[i], want) << "key " << k * 7 << " element " << i << " step " << step;
             }
           }
@@ -148,11 +148,11 @@ TEST(PsCluster, PartitionedArraysSumExactlyInSyncAsyncAndFloat16WithMorePartsTha
           for (int step = 0; step < 2; ++step) {
             for (size_t k = 0; k < sizes.size(); ++k) {
               std::vector<float> grad(sizes[k]), out(sizes[k], -1.0f);
-              for (size_t i = 0; i < grad.size(); ++i) grad[i] = grad_value(kv.rank(), i, step);
+              for (size_t i = 0; i < grad.size(); ++i) grad[i] = cluster_grad(kv.rank(), i, step);
               kv.pushpull(static_cast<int>(k), grad, out);
               for (size_t i = 0; i < out.size(); ++i) {
                 float want = 0;
-                for (int r = 0; r < workers; ++r) want += grad_value(r, i, step);
+                for (int r = 0; r < workers; ++r) want += cluster_grad(r, i, step);
                 ASSERT_EQ(out[i], want) << "key " << k << " element " << i << " step " << step;
               }
             }
