@@ -122,7 +122,7 @@ endfunction()
 #   of a program may define the same name in their anonymous namespaces;
 #   shared helpers live in tests/support/ or the component's test header.
 #   NO_UNITY keeps a program out (no program needs it today). test_ps's 15
-#   torch-free sources: 55 CPU-s one by one, 22 in three units.
+#   torch-free sources: 56 CPU-s one by one, 24 in three units with the link.
 # - -O1 instead of the build type's -O3 for the test programs' own code
 #   (DTRAIN_TEST_OPTIMIZE; test_launch: 81 -> 53 CPU-s): the code under test
 #   is the libraries', still built with the build type's flags. -O1 keeps
