@@ -2,8 +2,6 @@
 // for bad input, and a short end-to-end data-parallel run.
 #include <gtest/gtest.h>
 
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 #include <algorithm>
 
@@ -15,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "support/http.h"
 #include "support/tiny_idx.h"
 
 namespace {
@@ -209,22 +208,6 @@ TEST_F(Cli, AWorkerThatFailsMakesTheLauncherExitNonZeroNamingTheRank) {
   EXPECT_NE(r.output.find("does not exist"), std::string::npos) << r.output;
 }
 
-// A TCP port nobody listens on right now (the kernel's pick for port 0).
-int free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(a);
-  int port = -1;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 &&
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0) {
-    port = ntohs(a.sin_port);
-  }
-  ::close(fd);
-  return port;
-}
-
 TEST_F(Cli, AWorkerThatFailsAtRuntimeWritesTheTorchelasticErrorFile) {
   const fs::path error_file = dir_ / "errors" / "rank1.json";  // the folder does not exist yet
   Result r = run_bounded("env TORCHELASTIC_ERROR_FILE=" + error_file.string() +
@@ -263,7 +246,7 @@ TEST_F(Cli, MpirunStartsTwoWorkersThatTrainAsOneGroup) {
   if (std::system("command -v mpirun > /dev/null 2>&1") != 0) GTEST_SKIP() << "no mpirun";
   write_tiny_dataset(dir_ / "data", 256, 100);
   const fs::path metrics = dir_ / "metrics.jsonl";
-  const int port = free_port();
+  const int port = dtrain::testing::free_port();
   ASSERT_GT(port, 0);
   // Open MPI refuses root and more ranks than cores unless told; the store's
   // address travels with -x, as docs/clusters.md tells users.
@@ -305,20 +288,8 @@ std::string dmlc_env(int port, int servers, int workers) {
          " DMLC_NUM_WORKER=" + std::to_string(workers) + " ";
 }
 
-int free_tcp_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-  socklen_t len = sizeof(a);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
-
 TEST_F(Cli, PsSchedulerAndServerServeAJobAndExitZeroWhenItEnds) {
-  const int port = free_tcp_port();
+  const int port = dtrain::testing::free_port();
   const std::string env = dmlc_env(port, 1, 2);
   const std::string node = DTRAIN_BINARY_DIR "/tests/ps/ps_node";
   const std::string dtrain_bin = DTRAIN_BINARY_DIR "/dtrain";
@@ -333,7 +304,7 @@ TEST_F(Cli, PsSchedulerAndServerServeAJobAndExitZeroWhenItEnds) {
 }
 
 TEST_F(Cli, PsServerWithSnapshotDirWritesItsShardThere) {
-  const int port = free_tcp_port();
+  const int port = dtrain::testing::free_port();
   const std::string dir = ::testing::TempDir() + "cli_ps_snap_" + std::to_string(::getpid());
   std::filesystem::remove_all(dir);
   const std::string env = dmlc_env(port, 1, 2);
