@@ -7,11 +7,13 @@
 //
 //   bench_loader FOLDER_OR_PACKED [--packed] [--threads N] [--batch-size B]
 //                [--epochs E] [--uint8] [--no-dct] [--no-region]
-//                [--fetch-threads N] [--fetch-only]
+//                [--fetch-threads N] [--fetch-only] [--shuffle-block K]
 //
 // --fetch-threads: ImageLoaderOptions::fetch_threads (default -1: 16 for s3://).
 // --fetch-only: read every sample's bytes and decode nothing, on --fetch-threads
 // threads (16 when not given), to measure the client's own cost per byte.
+// --shuffle-block: LoaderOptions::shuffle_block (Note [Block order]); a packed
+// or WebDataset source then reads each block of K neighbours with one request.
 #include <sys/resource.h>
 
 #include <atomic>
@@ -59,7 +61,8 @@ int main(int argc, char** argv) {
   if (argc < 2) {
     std::fprintf(stderr,
                  "usage: %s DIR [--packed] [--threads N] [--batch-size B] [--epochs E] "
-                 "[--uint8] [--no-dct] [--no-region] [--fetch-threads N] [--fetch-only]\n",
+                 "[--uint8] [--no-dct] [--no-region] [--fetch-threads N] [--fetch-only] "
+                 "[--shuffle-block K]\n",
                  argv[0]);
     return 2;
   }
@@ -94,6 +97,8 @@ int main(int argc, char** argv) {
       io.fetch_threads = value();
     else if (a == "--fetch-only")
       fetch_only = true;
+    else if (a == "--shuffle-block")
+      lo.shuffle_block = value();
     else {
       std::fprintf(stderr, "unknown flag %s\n", a.c_str());
       return 2;

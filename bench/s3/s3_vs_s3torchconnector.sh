@@ -11,11 +11,18 @@
 #                                      [--epochs E] [--repeat R] [--rate 1gbit]
 #                                      [--delay 5ms] [--peer-workers "1 8"]
 #                                      [--timeout SECS] [--pairs N]
+#                                      [--layout folder|packed] [--shuffle-block K]
 #
 # --pairs N runs only dtrain: N pairs of local-disk and S3 runs, alternating,
 # and prints each pair's S3/local ratio and their median (the issue's "90% of
 # the local-disk rate", read off pairs run back to back rather than off two
 # bests); no peer runs, no raw GETs.
+#
+# --layout packed: dtrain's local and S3 runs read the JPEGs packed into
+# 16 MiB shards in a shuffled order (`dtrain data pack --shuffle`, as
+# s3://bench/packed), the peer's still read one object per image;
+# --shuffle-block K: dtrain's loader reads blocks of K neighbours (Note [Block
+# order]), so from a pack each block is one ranged GET. Default: folder, 1.
 #
 # Layout: two network namespaces (bench/netns/netns.sh: dtrainbench0, the
 # client, 10.213.0.1; dtrainbench1, the server, 10.213.0.2) joined by a veth
@@ -50,6 +57,8 @@ delay=5ms
 limit=900
 port=39180
 pairs=0
+layout=folder
+block=1
 s3tc_version=1.5.0
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -63,6 +72,8 @@ while [[ $# -gt 0 ]]; do
     --peer-workers) peer_workers="$2"; shift 2 ;;
     --timeout) limit="$2"; shift 2 ;;
     --pairs) pairs="$2"; shift 2 ;;
+    --layout) layout="$2"; shift 2 ;;
+    --shuffle-block) block="$2"; shift 2 ;;
     *) echo "unknown argument: $1" >&2; exit 2 ;;
   esac
 done
@@ -70,6 +81,9 @@ bench="$build/bench/bench_loader"
 [[ -x "$bench" ]] || { echo "missing $bench; build with -DDTRAIN_BUILD_BENCH=ON" >&2; exit 1; }
 command -v nginx >/dev/null || { echo "nginx is missing: apt-get install nginx-light" >&2; exit 1; }
 [[ "$pairs" =~ ^[0-9]+$ ]] || { echo "--pairs takes a count, not '$pairs'" >&2; exit 2; }
+[[ "$layout" == folder || "$layout" == packed ]] ||
+  { echo "--layout takes folder or packed, not '$layout'" >&2; exit 2; }
+[[ "$block" =~ ^[1-9][0-9]*$ ]] || { echo "--shuffle-block takes a count >= 1, not '$block'" >&2; exit 2; }
 peer_select "$build/dtrain" || exit 1
 py=("${PEER_ENV[@]}" "$PEER_PY")
 if ! "${py[@]}" -c "import s3torchconnector" 2>/dev/null; then
@@ -89,10 +103,19 @@ if [[ ! -f "$data/.complete-$images" ]]; then
     --per-class $((images / 10))
   touch "$data/.complete-$images"
 fi
+packed="$data/root/$bucket/packed"
+if [[ "$layout" == packed && ! -f "$data/.packed-$images" ]]; then
+  rm -rf "$packed"
+  "$build/dtrain" data pack "$objects" "$packed" --shuffle --shard-size-mb 16 >&2
+  touch "$data/.packed-$images"
+fi
 run="$data/run"
 mkdir -p "$run"
 server=10.213.0.2
-"${py[@]}" "$here/static_s3.py" "$data/root" "$bucket" "127.0.0.1:$((port + 1))" "$run/nginx.conf" train/
+prefixes=(train/)
+[[ "$layout" == packed ]] && prefixes+=(packed/)
+"${py[@]}" "$here/static_s3.py" "$data/root" "$bucket" "127.0.0.1:$((port + 1))" "$run/nginx.conf" \
+  "${prefixes[@]}"
 echo "dataset: $(find "$objects" -name '*.JPEG' | wc -l) JPEGs, $(du -sh "$objects" | cut -f1)"
 bytes_per_epoch=$(find "$objects" -name '*.JPEG' -printf '%s\n' | awk '{ s += $1 } END { print s }')
 
@@ -122,9 +145,17 @@ s3env=(env AWS_ACCESS_KEY_ID=bench AWS_SECRET_ACCESS_KEY=bench AWS_REGION=us-eas
 client=(ip netns exec dtrainbench0 taskset -c 0 "${s3env[@]}")
 uri="s3://$bucket/train"
 declare -A cmd r cpu
-cmd[local]="$bench $objects --threads 1 --epochs $epochs"
-cmd[s3]="$bench $uri --threads 1 --epochs $epochs"
-cmd[s3-nofetch]="$bench $uri --threads 1 --fetch-threads 0 --epochs $epochs"
+mine="--threads 1 --epochs $epochs --shuffle-block $block"
+if [[ "$layout" == packed ]]; then
+  echo "dtrain reads: $packed ($(find "$packed" -name 'shard-*' | wc -l) shards), as s3://$bucket/packed; shuffle block $block"
+  cmd[local]="$bench $packed --packed $mine"
+  cmd[s3]="$bench s3://$bucket/packed --packed $mine"
+else
+  echo "dtrain reads: one object per image; shuffle block $block"
+  cmd[local]="$bench $objects $mine"
+  cmd[s3]="$bench $uri $mine"
+fi
+cmd[s3-nofetch]="${cmd[s3]} --fetch-threads 0"
 peer="${py[*]} $here/s3torchconnector_loader.py $uri/ --endpoint http://$server:$port --epochs $epochs"
 if ((pairs > 0)); then
   echo "load before: $(uptime)"

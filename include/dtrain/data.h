@@ -195,6 +195,13 @@ struct LoaderOptions {
   /// empty (0 rows) when fewer than W samples are left. false: PyTorch's
   /// padded DistributedSampler.
   bool exact = false;
+  /// Samples read together (SamplerOptions::block, Note [Block order] in
+  /// dtrain/sampler.h): the order shuffles blocks of this many consecutive
+  /// samples and each rank takes whole blocks, so that an object-storage
+  /// source reads a block of a packed shard or WebDataset tar with one
+  /// range request instead of one per sample. Must divide batch_size. 1
+  /// (the default): PyTorch's order, one request per sample.
+  int64_t shuffle_block = 1;
 
   /// An evaluation split's defaults: dataset order, no padding (each sample
   /// exactly once), otherwise as LoaderOptions().
@@ -209,6 +216,7 @@ struct LoaderOptions {
   DTRAIN_SETTER(LoaderOptions, world_size)
   DTRAIN_SETTER(LoaderOptions, threads)
   DTRAIN_SETTER(LoaderOptions, exact)
+  DTRAIN_SETTER(LoaderOptions, shuffle_block)
 };
 
 /// The DistributedSampler settings a loader with these options uses. The
@@ -216,7 +224,7 @@ struct LoaderOptions {
 /// the loader's drop_last drops the last short batch, as with PyTorch.
 /// Throws InvalidArgument when the share is unset or out of range (the
 /// message names the fix: open_dataset(options, pg), or set rank and
-/// world_size).
+/// world_size), or when shuffle_block does not divide batch_size.
 SamplerOptions sampler_options(const LoaderOptions& options);
 
 /// The batches a loader with these options hands out from the sampler's

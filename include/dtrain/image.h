@@ -233,6 +233,21 @@ class ImageSource {
   virtual void read(int64_t i, SampleData& out) const = 0;
   /// Class names, index = label.
   virtual const std::vector<std::string>& classes() const = 0;
+  /// How many samples from i on (i, i + 1, ...; at most `max`, at least 1)
+  /// read_run() takes from one run of bytes with one request: a packed
+  /// shard's or a WebDataset tar's neighbours (Note [Block order] in
+  /// dtrain/sampler.h). Default: 1.
+  virtual int64_t run_length(int64_t i, int64_t max) const {
+    (void)i;
+    return max < 1 ? 0 : 1;
+  }
+  /// Fills out[0, count) with samples first, ..., first + count - 1, where
+  /// count <= run_length(first, count), as read() would each. Throws
+  /// DataError if the run cannot be read (the caller may then read() them
+  /// one by one to find which). Default: read() each.
+  virtual void read_run(int64_t first, int64_t count, SampleData* out) const {
+    for (int64_t k = 0; k < count; ++k) read(first + k, out[k]);
+  }
   /// Whether read() goes over the network (`s3://` data, even through a data
   /// cache): the loader then reads ahead on threads of its own
   /// (ImageLoaderOptions::fetch_threads). Default: false.
@@ -414,9 +429,15 @@ PrepareStats prepare_imagenet_val(const std::string& images_dir, const std::stri
 struct PackOptions {
   /// A shard is closed once it reaches this size.
   int64_t shard_size_bytes = int64_t{1} << 30;
+  /// Write the samples in seeded_permutation(N, seed, 0)'s order instead of
+  /// the folder's, so that neighbours -- what a shuffle block reads together
+  /// (LoaderOptions::shuffle_block) -- are not one class. Default: false.
+  bool shuffle = false;
+  uint64_t seed = 0;
 };
 
-/// Packs an ImageFolder (same order and labels as open_image_folder) into
+/// Packs an ImageFolder (same order and labels as open_image_folder, or its
+/// seeded shuffle: PackOptions::shuffle) into
 /// out_dir/shard-NNNNN.bin files plus out_dir/index.bin. Either may be an
 /// `s3://bucket/prefix`; a shard for S3 is uploaded as one object when it is
 /// complete (held in memory up to shard_size_bytes), index.bin last.

@@ -22,6 +22,26 @@
 // none skipped when the epoch is not padded (SamplerOptions::pad false,
 // LoaderOptions::exact).
 //
+// Note [Block order]
+// A sample read from object storage costs a request whatever its size, so
+// reading a few samples that lie back to back (a packed shard's, a
+// WebDataset tar's) in one range request is far cheaper per sample than one
+// request each -- but PyTorch's order gives a rank no two neighbours. With
+// SamplerOptions::block = K > 1 the order instead permutes blocks of K
+// consecutive dataset indices ([0, K), [K, 2K), ...; a last, shorter block
+// always stays last, so every other block starts at a multiple of K in the
+// order), and ranks take whole blocks: counting from the start position,
+// rank r of W takes the r-th block of each run of W blocks, i.e. its share's
+// element i is position start + (i / K) K W + r K + i % K. K = 1 is
+// PyTorch's order and sharding exactly. With K dividing the batch size B a
+// step still consumes the next B x W positions of the global order, so the
+// cursor (Note [Sample cursor]) stays world-size independent and an epoch
+// resumes exactly at any world size and any batch size that K divides. The
+// price is randomness: a batch holds B / K runs of K neighbours, the same
+// neighbours every epoch, as with MosaicML streaming's block shuffles or
+// WebDataset's shard order; pack the data in a shuffled order (`dtrain data
+// pack --shuffle`) so that neighbours are not one class.
+//
 /// Example:
 /// ```
 /// void iterate(int64_t dataset_size, int rank, int world, int64_t epochs) {
@@ -58,6 +78,10 @@ struct SamplerOptions {
   /// dropping, shares differ by at most one sample and cover the dataset
   /// exactly once (evaluation over a whole test set).
   bool pad = true;
+  /// Samples taken together (Note [Block order]): the order permutes blocks
+  /// of this many consecutive indices and each rank takes whole blocks.
+  /// 1 (the default) is PyTorch's order and sharding. >= 1.
+  int64_t block = 1;
 
   DTRAIN_SETTER(SamplerOptions, rank)
   DTRAIN_SETTER(SamplerOptions, world_size)
@@ -65,6 +89,7 @@ struct SamplerOptions {
   DTRAIN_SETTER(SamplerOptions, seed)
   DTRAIN_SETTER(SamplerOptions, drop_last)
   DTRAIN_SETTER(SamplerOptions, pad)
+  DTRAIN_SETTER(SamplerOptions, block)
 };
 
 /// Not thread-safe; cheap to copy.
@@ -74,7 +99,8 @@ struct SamplerOptions {
 /// differs between ranks.
 class DistributedSampler {
  public:
-  /// Throws InvalidArgument for a rank outside [0, world_size) or world_size < 1.
+  /// Throws InvalidArgument for a rank outside [0, world_size), world_size < 1
+  /// or block < 1.
   DistributedSampler(int64_t dataset_size, SamplerOptions options);
 
   /// Selects the permutation for `epoch` and starts it at position 0; call
@@ -87,7 +113,8 @@ class DistributedSampler {
 
   /// Resumes the current epoch after `consumed` positions of its global
   /// order (Note [Sample cursor]): indices() then holds this rank's share of
-  /// positions [consumed, end) -- positions consumed + rank + j x world_size.
+  /// positions [consumed, end) -- positions consumed + rank + j x world_size
+  /// (with a block: whole blocks, Note [Block order]).
   /// The end is dataset_size unpadded; padded, the share is padded from
   /// there to equal lengths (drop_last: cut). Throws InvalidArgument outside
   /// [0, dataset_size].
@@ -123,9 +150,21 @@ class DistributedSampler {
 /// every platform and library version.
 std::vector<int64_t> seeded_permutation(int64_t n, uint64_t seed, int64_t epoch);
 
+/// seeded_permutation's order of blocks of `block` consecutive indices
+/// (Note [Block order]): the n / block whole blocks permuted, each kept in
+/// order, then the shorter last block. block 1: seeded_permutation(n, ...).
+std::vector<int64_t> block_permutation(int64_t n, int64_t block, uint64_t seed, int64_t epoch);
+
+/// Position, relative to the start, of element i of rank `rank`'s share on
+/// `world_size` ranks taking blocks of `block` (Note [Block order]):
+/// (i / block) x block x world_size + rank x block + i % block.
+inline int64_t share_position(int64_t i, int rank, int world_size, int64_t block) {
+  return (i / block) * block * world_size + rank * block + i % block;
+}
+
 /// Where an epoch stands, independent of world size and batch size (Note
-/// [Sample cursor]): the global order is seeded_permutation(dataset_size,
-/// seed, epoch) (the identity without shuffle) and its positions
+/// [Sample cursor]): the global order is block_permutation(dataset_size,
+/// block, seed, epoch) (the identity without shuffle) and its positions
 /// [0, consumed) are done. A small value meant to be saved with a
 /// checkpoint (to_state/from_state) and shared by the loaders and live
 /// recovery: logical rank r of W takes the positions step_indices() names.
@@ -136,6 +175,8 @@ struct SampleCursor {
   /// Positions of the epoch's global order consumed, in [0, dataset_size].
   int64_t consumed = 0;
   bool shuffle = true;
+  /// SamplerOptions::block (Note [Block order]).
+  int64_t block = 1;
 
   /// The epoch's global order (dataset indices by position).
   std::vector<int64_t> order() const;
@@ -147,7 +188,8 @@ struct SampleCursor {
   /// world_size per step, at most to the epoch's end).
   SampleCursor advanced(int64_t steps, int world_size, int64_t batch_size) const;
   /// Checkpoint state: {"seed", "epoch", "dataset_size", "consumed",
-  /// "shuffle"} as integers, in this order (format version 1).
+  /// "shuffle", "block"} as integers, in this order (format version 1;
+  /// "block" was added later and reads as 1 where it is missing).
   std::vector<std::pair<std::string, int64_t>> to_state() const;
   /// Inverse of to_state(); throws InvalidArgument naming the missing or
   /// out-of-range field.
@@ -156,11 +198,14 @@ struct SampleCursor {
 
 /// The dataset indices that logical rank `rank` of `world_size` takes at
 /// step `step` counted from `cursor` with `batch_size` per rank: positions
-/// consumed + step x batch_size x world_size + rank + j x world_size for
-/// j < batch_size, those below dataset_size (the last step's batches may be
-/// short or empty; nothing is padded). `order` is cursor.order() (passed in
-/// so a caller computes it once per epoch). Equal to DistributedSampler's
-/// unpadded share from set_start(consumed), batched by batch_size.
+/// consumed + share_position(step x batch_size + j, rank, world_size,
+/// cursor.block) for j < batch_size (consumed + step x batch_size x
+/// world_size + rank + j x world_size for block 1), those below
+/// dataset_size (the last step's batches may be short or empty; nothing is
+/// padded). `order` is cursor.order() (passed in so a caller computes it
+/// once per epoch). Equal to DistributedSampler's unpadded share from
+/// set_start(consumed), batched by batch_size. Throws InvalidArgument when
+/// cursor.block does not divide batch_size.
 std::vector<int64_t> step_indices(const SampleCursor& cursor, const std::vector<int64_t>& order,
                                   int rank, int world_size, int64_t batch_size, int64_t step);
 

@@ -2,7 +2,7 @@
 //
 //   dtrain data imagenet-train ARCHIVE OUT_DIR
 //   dtrain data imagenet-val IMAGES_DIR LABELS_FILE OUT_DIR [--synsets FILE]
-//   dtrain data pack IMAGEFOLDER OUT_DIR [--shard-size-mb N]
+//   dtrain data pack IMAGEFOLDER OUT_DIR [--shard-size-mb N] [--shuffle [--seed N]]
 #include <functional>
 #include <iostream>
 #include <memory>
@@ -22,6 +22,8 @@ namespace {
 struct DataFlags {
   std::string archive, images_dir, labels_file, synsets, folder, out_dir;
   int64_t shard_size_mb = 1024;
+  bool shuffle = false;
+  uint64_t seed = 0;
 };
 
 // Runs one preparation step; errors become messages and exit codes.
@@ -90,10 +92,16 @@ void add_data_command(CLI::App& root, int* exit_code) {
   pack->add_option("--shard-size-mb", f->shard_size_mb, "Shard size in MiB")
       ->capture_default_str()
       ->check(positive());
+  pack->add_flag("--shuffle", f->shuffle,
+                 "Write the images in a seeded random order, so that a training run's "
+                 "--shuffle-block reads mixed classes");
+  pack->add_option("--seed", f->seed, "Seed of --shuffle's order")->capture_default_str();
   pack->callback([f, exit_code] {
     *exit_code = run_step("pack", [&] {
       PackOptions o;
       o.shard_size_bytes = f->shard_size_mb << 20;
+      o.shuffle = f->shuffle;
+      o.seed = f->seed;
       return pack_image_folder(f->folder, f->out_dir, o);
     });
   });

@@ -291,6 +291,12 @@ void add_train_command(CLI::App& root, int* exit_code) {
   cmd->add_flag("--exactly-once", o.dataset.train.exact,
                 "Every training sample once per epoch, also when resumed at another world size: "
                 "no padding, the last step's batches are short");
+  cmd->add_option("--shuffle-block", o.dataset.train.shuffle_block,
+                  "Shuffle blocks of this many consecutive samples, each read with one request "
+                  "from a packed or WebDataset shard (it must divide --batch-size; 1: PyTorch's "
+                  "order)")
+      ->capture_default_str()
+      ->check(positive());
   // Optimizer.
   cmd->add_option("--optimizer", flags->optimizer, "Optimizer: " + join(optimizer_names(), ", "))
       ->capture_default_str();

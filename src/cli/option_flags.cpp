@@ -22,6 +22,7 @@ const FieldFlags& train_field_flags() {
       {"TrainOptions::model", "--model"},
       {"TrainOptions::epochs", "--epochs"},
       {"TrainOptions::batch_size", "--batch-size"},
+      {"TrainOptions::dataset.train.shuffle_block", "--shuffle-block"},
       {"TrainOptions::eval_batch_size", "--eval-batch-size"},
       {"TrainOptions::accumulation_steps", "--accumulation-steps"},
       {"TrainOptions::ddp.bucket_cap_mb", "--bucket-cap-mb"},

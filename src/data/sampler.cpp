@@ -1,6 +1,8 @@
 #include "dtrain/sampler.h"
 
 #include <algorithm>
+#include <numeric>
+#include <optional>
 
 #include "dtrain/data.h"
 
@@ -23,6 +25,10 @@ DistributedSampler::DistributedSampler(int64_t dataset_size, SamplerOptions opti
   if (dataset_size_ < 0) {
     throw InvalidArgument(cat("DistributedSampler: dataset size ", dataset_size_, " is negative"));
   }
+  if (options_.block < 1) {
+    throw InvalidArgument(
+        cat("DistributedSampler: block must be >= 1 (1: PyTorch's order), got ", options_.block));
+  }
   set_start(0);
 }
 
@@ -32,12 +38,19 @@ void DistributedSampler::set_start(int64_t consumed) {
                               " is outside [0, dataset size ", dataset_size_, "]"));
   }
   start_ = consumed;
-  const int64_t w = options_.world_size, m = dataset_size_ - start_;
-  // PyTorch (start 0): with drop_last, floor(N / W); otherwise ceil(N / W), padded.
+  const int64_t w = options_.world_size, k = options_.block, m = dataset_size_ - start_;
+  // Rank r's share of the m positions left, in blocks of k (Note [Block
+  // order]): k per whole run of w blocks, and its part of the last run. With
+  // k = 1, m / w plus one for the first m % w ranks -- PyTorch's counts:
+  // padded, every rank takes rank 0's (ceil(m / w)); dropped, the last
+  // rank's (floor(m / w)).
+  auto share = [&](int64_t r) {
+    return m / (k * w) * k + std::clamp(m % (k * w) - r * k, int64_t{0}, k);
+  };
   if (!options_.pad && !options_.drop_last) {
-    num_samples_ = m / w + (options_.rank < m % w ? 1 : 0);
+    num_samples_ = share(options_.rank);
   } else {
-    num_samples_ = options_.drop_last ? m / w : (m + w - 1) / w;
+    num_samples_ = options_.drop_last ? share(w - 1) : share(0);
   }
 }
 
@@ -47,20 +60,23 @@ int64_t DistributedSampler::total_size() const {
 }
 
 std::vector<int64_t> DistributedSampler::indices() const {
-  const SampleCursor c{options_.seed, epoch_, dataset_size_, start_, options_.shuffle};
+  const SampleCursor c{options_.seed, epoch_,           dataset_size_,
+                       start_,        options_.shuffle, options_.block};
   const std::vector<int64_t> order = c.order();
-  const int64_t n = dataset_size_, total = total_size();
+  const int64_t n = dataset_size_;
   std::vector<int64_t> mine;
   mine.reserve(num_samples_);
-  for (int64_t i = start_ + options_.rank; i < total; i += options_.world_size) {
+  for (int64_t i = 0; i < num_samples_; ++i) {
+    const int64_t p =
+        start_ + share_position(i, options_.rank, options_.world_size, options_.block);
     // Padding wraps around (repeatedly if the dataset is smaller than W).
-    mine.push_back(order[i < n ? i : i % n]);
+    mine.push_back(order[p < n ? p : p % n]);
   }
   return mine;
 }
 
 std::vector<int64_t> SampleCursor::order() const {
-  if (shuffle) return seeded_permutation(dataset_size, seed, epoch);
+  if (shuffle) return block_permutation(dataset_size, block, seed, epoch);
   std::vector<int64_t> p(dataset_size);
   for (int64_t i = 0; i < dataset_size; ++i) p[i] = i;
   return p;
@@ -94,18 +110,17 @@ SampleCursor SampleCursor::advanced(int64_t steps, int world_size, int64_t batch
 }
 
 std::vector<std::pair<std::string, int64_t>> SampleCursor::to_state() const {
-  return {{"seed", static_cast<int64_t>(seed)},
-          {"epoch", epoch},
-          {"dataset_size", dataset_size},
-          {"consumed", consumed},
-          {"shuffle", shuffle ? 1 : 0}};
+  return {{"seed", static_cast<int64_t>(seed)}, {"epoch", epoch},
+          {"dataset_size", dataset_size},       {"consumed", consumed},
+          {"shuffle", shuffle ? 1 : 0},         {"block", block}};
 }
 
 SampleCursor SampleCursor::from_state(const std::vector<std::pair<std::string, int64_t>>& state) {
-  auto field = [&](const char* name) {
+  auto field = [&](const char* name, std::optional<int64_t> missing = std::nullopt) {
     for (const auto& [k, v] : state) {
       if (k == name) return v;
     }
+    if (missing) return *missing;
     throw InvalidArgument(cat("sample cursor state has no '", name,
                               "' field; it was not written by SampleCursor::to_state()"));
   };
@@ -115,9 +130,12 @@ SampleCursor SampleCursor::from_state(const std::vector<std::pair<std::string, i
   c.dataset_size = field("dataset_size");
   c.consumed = field("consumed");
   c.shuffle = field("shuffle") != 0;
-  if (c.epoch < 0 || c.dataset_size < 0 || c.consumed < 0 || c.consumed > c.dataset_size) {
+  c.block = field("block", 1);  // older states: PyTorch's order
+  if (c.epoch < 0 || c.dataset_size < 0 || c.consumed < 0 || c.consumed > c.dataset_size ||
+      c.block < 1) {
     throw InvalidArgument(cat("sample cursor state is out of range: epoch ", c.epoch, ", consumed ",
-                              c.consumed, " of dataset size ", c.dataset_size));
+                              c.consumed, " of dataset size ", c.dataset_size, ", block ",
+                              c.block));
   }
   return c;
 }
@@ -134,11 +152,17 @@ std::vector<int64_t> step_indices(const SampleCursor& cursor, const std::vector<
                               " positions but the cursor's dataset has ", cursor.dataset_size,
                               "; pass cursor.order()"));
   }
+  if (cursor.block < 1 || batch_size % cursor.block != 0) {
+    throw InvalidArgument(cat("step_indices: the cursor's block ", cursor.block,
+                              " does not divide the batch size ", batch_size,
+                              "; a step then consumes no whole run of positions (Note [Block "
+                              "order]): use a block that divides the batch size"));
+  }
   std::vector<int64_t> out;
-  const int64_t first = cursor.consumed + step * batch_size * world_size + rank;
   for (int64_t j = 0; j < batch_size; ++j) {
-    const int64_t p = first + j * world_size;
-    if (p >= cursor.dataset_size) break;
+    const int64_t p =
+        cursor.consumed + share_position(step * batch_size + j, rank, world_size, cursor.block);
+    if (p >= cursor.dataset_size) break;  // positions grow with j
     out.push_back(order[p]);
   }
   return out;
@@ -159,6 +183,13 @@ SamplerOptions sampler_options(const LoaderOptions& o) {
   s.seed = o.seed;
   s.drop_last = false;
   s.pad = o.pad && !o.exact;
+  s.block = o.shuffle_block;
+  if (o.shuffle_block < 1 || o.batch_size % o.shuffle_block != 0) {
+    throw InvalidArgument(cat("loader: shuffle block ", o.shuffle_block,
+                              " must be >= 1 and divide the batch size ", o.batch_size,
+                              " (Note [Block order]); pick a block such as ",
+                              std::gcd(std::max<int64_t>(o.batch_size, 1), int64_t{16})));
+  }
   return s;
 }
 
@@ -189,6 +220,20 @@ std::vector<int64_t> seeded_permutation(int64_t n, uint64_t seed, int64_t epoch)
     int64_t j = static_cast<int64_t>(rng.below(static_cast<uint64_t>(i) + 1));
     std::swap(p[i], p[j]);
   }
+  return p;
+}
+
+std::vector<int64_t> block_permutation(int64_t n, int64_t block, uint64_t seed, int64_t epoch) {
+  if (block <= 1) return seeded_permutation(n, seed, epoch);
+  // Note [Block order]: whole blocks permuted, the short one last, so that
+  // every block but that one starts at a multiple of `block` in the order.
+  const std::vector<int64_t> blocks = seeded_permutation(n / block, seed, epoch);
+  std::vector<int64_t> p;
+  p.reserve(static_cast<size_t>(n));
+  for (int64_t b : blocks) {
+    for (int64_t i = b * block; i < (b + 1) * block; ++i) p.push_back(i);
+  }
+  for (int64_t i = n / block * block; i < n; ++i) p.push_back(i);
   return p;
 }
 

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <numeric>
 
 #include <nlohmann/json.hpp>
 
@@ -76,6 +77,12 @@ void validate(const TrainOptions& o) {
     TrainOptions epochs_only = o;
     epochs_only.lr_warmup_steps = 0;
     validate(lr_schedule_for(epochs_only, 1, 1));
+  }
+  if (o.dataset.train.shuffle_block < 1 || o.batch_size % o.dataset.train.shuffle_block != 0) {
+    throw InvalidArgument(
+        cat("TrainOptions::dataset.train.shuffle_block ", o.dataset.train.shuffle_block,
+            " must divide TrainOptions::batch_size ", o.batch_size,
+            " (Note [Block order]): use a divisor such as ", std::gcd(o.batch_size, int64_t{16})));
   }
   if (!(o.label_smoothing >= 0 && o.label_smoothing < 1)) {
     throw InvalidArgument(

@@ -37,6 +37,7 @@ LoaderOptions loader_options(const TrainOptions& o, bool train) {
   l.shuffle = train;
   l.pad = train;                             // evaluation sees every test sample exactly once
   l.exact = train && o.dataset.train.exact;  // --exactly-once
+  l.shuffle_block = train ? o.dataset.train.shuffle_block : 1;  // --shuffle-block
   l.seed = o.seed;
   l.threads = o.loader_threads;
   return l;

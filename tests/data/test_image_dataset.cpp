@@ -99,6 +99,44 @@ TEST(Packed, PackThenReadYieldsTheFolderSamplesAndLabels) {
   EXPECT_NE(packed->name(0).find("a/a_0.jpg"), std::string::npos) << packed->name(0);
 }
 
+// Note [Block order]: a shuffled pack holds the folder's samples in
+// seeded_permutation's order, so that neighbours are not one class.
+TEST(Packed, APackWrittenShuffledHoldsTheFolderSamplesInTheSeededOrder) {
+  TempDir dir;
+  testing::make_image_folder(dir / "folder", {"b", "a", "c"}, 4);
+  PackOptions options;
+  options.shard_size_bytes = 3000;
+  options.shuffle = true;
+  options.seed = 7;
+  EXPECT_EQ(pack_image_folder(dir / "folder", dir / "packed", options).images, 12);
+  auto folder = open_image_folder(dir / "folder");
+  auto packed = open_packed(dir / "packed");
+  ASSERT_EQ(packed->size(), 12);
+  const std::vector<int64_t> order = seeded_permutation(12, 7, 0);
+  SampleData a, b;
+  for (int64_t i = 0; i < 12; ++i) {
+    folder->read(order[i], a);
+    packed->read(i, b);
+    EXPECT_EQ(a.bytes, b.bytes) << i;
+    EXPECT_EQ(folder->label(order[i]), packed->label(i)) << i;
+  }
+  EXPECT_NE(order, seeded_permutation(12, 8, 0));
+  // Neighbours of one shard come as one run; a run never crosses a shard.
+  std::vector<SampleData> run(4);
+  for (int64_t i = 0; i < 12; i += packed->run_length(i, 4)) {
+    const int64_t n = packed->run_length(i, 4);
+    ASSERT_GE(n, 1);
+    packed->read_run(i, n, run.data());
+    for (int64_t k = 0; k < n; ++k) {
+      packed->read(i + k, b);
+      EXPECT_EQ(run[k].bytes, b.bytes) << i + k;
+      EXPECT_EQ(packed->name(i + k).substr(0, packed->name(i + k).find('@')),
+                packed->name(i).substr(0, packed->name(i).find('@')))
+          << "one shard";
+    }
+  }
+}
+
 TEST(Registry, ImagefolderAndPackedDatasetsYieldTheSameBatchesAtTheRequestedSize) {
   TempDir dir;
   testing::make_image_folder(dir / "folder/train", {"b", "a"}, 3);

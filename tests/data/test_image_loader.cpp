@@ -47,6 +47,20 @@ class CountingSource : public ImageSource {
       out.image.pixels[p] = static_cast<uint8_t>(p % 3 == 0 ? i % 256 : p % 3 == 1 ? i / 256 : p);
     }
   }
+  // Runs of run_ neighbours (aligned to multiples of run_) when run_ > 1,
+  // as a packed shard's (Note [Runs of neighbours]); a run with a bad
+  // sample fails whole.
+  int64_t run_length(int64_t i, int64_t max) const override {
+    return run_ > 1 ? std::min(max, run_ - i % run_) : ImageSource::run_length(i, max);
+  }
+  void read_run(int64_t first, int64_t count, SampleData* out) const override {
+    ++runs_;
+    for (int64_t k = 0; k < count; ++k) {
+      if (bad_.count(first + k)) throw DataError("a run with a bad sample");
+    }
+    run_samples_ += count;
+    for (int64_t k = 0; k < count; ++k) read(first + k, out[k]);
+  }
   const std::vector<std::string>& classes() const override { return classes_; }
   bool remote() const override { return remote_; }
   size_t readers() const {
@@ -57,6 +71,8 @@ class CountingSource : public ImageSource {
   bool remote_ = false;
   mutable std::atomic<int> in_flight_{0}, most_in_flight_{0};
   mutable std::atomic<int64_t> reads_{0};
+  int64_t run_ = 0;
+  mutable std::atomic<int64_t> runs_{0}, run_samples_{0};
 
  private:
   int64_t n_;
@@ -175,11 +191,13 @@ TEST(ImageLoader, AnExactLoaderResumedAtAnotherWorldSizeSeesEverySampleOnce) {
 // Samples 3 and 11 of 20 fail to read (`remote`: on the fetch threads,
 // Note [Fetch ahead]): each is counted, named in a warning and replaced by the
 // next good sample of its batch.
-void expect_corrupt_samples_replaced(bool remote) {
+void expect_corrupt_samples_replaced(bool remote, int64_t run = 0) {
   auto source = std::make_shared<CountingSource>(20, std::set<int64_t>{3, 11});
   source->remote_ = remote;
+  source->run_ = run;
   LoaderOptions o = loader_options(2);
   o.shuffle = false;
+  o.shuffle_block = std::max<int64_t>(run, 1);
   ImageLoader loader(source, o, raw_transform(), {});
   loader.start_epoch(0);
   ::testing::internal::CaptureStderr();
@@ -198,6 +216,12 @@ void expect_corrupt_samples_replaced(bool remote) {
 
 TEST(ImageLoader, CorruptSamplesAreReplacedCountedAndNamed) {
   expect_corrupt_samples_replaced(/*remote=*/false);
+}
+
+// Note [Runs of neighbours]: the fetch threads read each failed run's
+// samples alone, so only the bad ones are lost.
+TEST(ImageLoader, CorruptSamplesInARunOfNeighboursAreReplacedCountedAndNamedAlone) {
+  expect_corrupt_samples_replaced(/*remote=*/true, /*run=*/4);
 }
 
 TEST(ImageLoader, StrictModeFailsOnTheFirstCorruptSample) {
@@ -303,6 +327,33 @@ TEST(ImageLoader, ARemoteSourceIsReadAheadOnFetchThreadsAndGivesTheSameBatches) 
   EXPECT_GT(remote->most_in_flight_.load(), 1);
   EXPECT_LE(remote->most_in_flight_.load(), 16 + 1);  // 16 fetch threads, 1 decode thread
   EXPECT_EQ(remote->reads_.load(), 240);              // each sample read once per epoch
+}
+
+// Note [Block order] (dtrain/sampler.h) with Note [Runs of neighbours]: a
+// block's samples are read with one request, and the batches are those of a
+// loader reading every sample alone in the same block order.
+TEST(ImageLoader, AShuffleBlockOfNeighboursIsFetchedWithOneRequestAndGivesTheSameBatches) {
+  auto local = std::make_shared<CountingSource>(160);
+  auto remote = std::make_shared<CountingSource>(160);
+  remote->remote_ = true;
+  remote->run_ = 8;
+  remote->delay_ = std::chrono::milliseconds(2);
+  LoaderOptions o = loader_options(1);
+  o.shuffle_block = 8;
+  ImageLoader reference(local, o, raw_transform(), {});
+  ImageLoader fetching(remote, o, raw_transform(), {});
+  for (int64_t epoch : {0, 1}) {
+    const auto a = epoch_inputs(reference, epoch);
+    const auto b = epoch_inputs(fetching, epoch);
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(at::equal(a[i], b[i])) << epoch << " " << i;
+  }
+  EXPECT_EQ(remote->reads_.load(), 320);  // each sample once per epoch
+  // Requests: a run each, plus any sample a decoder read alone.
+  const int64_t requests = remote->runs_.load() + (320 - remote->run_samples_.load());
+  EXPECT_GE(remote->run_samples_.load(), 320 / 2) << "most samples come in runs";
+  EXPECT_LE(requests, 320 / 4) << remote->runs_.load() << " runs";
+  EXPECT_EQ(local->runs_.load(), 0) << "a local source is read by the decode thread, one by one";
 }
 
 TEST(ImageLoader, ReadAheadStaysWithinItsThreadsAndItsWindowWhileTheConsumerWaits) {

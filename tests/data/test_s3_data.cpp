@@ -86,7 +86,7 @@ class S3Data : public ::testing::Test {
 
   // Every batch of two epochs of both splits, 2 ranks of batch 4, 2 loader threads.
   static std::vector<at::Tensor> batches(const std::string& dataset, const std::string& data_dir,
-                                         const DataCacheOptions& cache = {}) {
+                                         const DataCacheOptions& cache = {}, int64_t block = 1) {
     std::vector<at::Tensor> out;
     for (int rank = 0; rank < 2; ++rank) {
       DatasetOptions o;
@@ -95,7 +95,7 @@ class S3Data : public ::testing::Test {
       o.cache = cache;
       o.image_size = 28;
       o.train = LoaderOptions().set_batch_size(4).set_seed(5).set_threads(2);
-      o.train.set_rank(rank).set_world_size(2);
+      o.train.set_rank(rank).set_world_size(2).set_shuffle_block(block);
       o.test = LoaderOptions::evaluation().set_batch_size(4).set_rank(rank).set_world_size(2);
       DatasetSplits s = open_dataset(o);
       for (at::Tensor& t : epochs_of(s)) out.push_back(std::move(t));
@@ -315,6 +315,38 @@ TEST_F(S3Data, DtrainPacksIntoS3AndThePackGivesTheLocalPacksBatches) {
     EXPECT_EQ(got["size"].get<size_t>(), mine.size()) << k;
   }
   expect_equal(batches("packed", "s3://data/packed"), batches("packed", *dir_ / "packed"));
+}
+
+// Note [Block order] and Note [Runs of neighbours]: with a shuffle block,
+// each block of a shuffled pack's or a tar's neighbours is one ranged GET,
+// and the batches are those of the same data on local disk.
+TEST_F(S3Data, AShuffleBlockIsReadWithOneRangedGetAndGivesTheLocalBatches) {
+  PackOptions shuffled;
+  shuffled.shuffle = true;
+  for (const char* split : {"train", "val"}) {
+    pack_image_folder(*dir_ / "folder/" + split, *dir_ / "shuffled/" + split, shuffled);
+  }
+  upload(*moto_, "data", *dir_ / "shuffled", "shuffled");
+  ASSERT_NO_FATAL_FAILURE(write_webdataset("wds-block"));
+  upload(*moto_, "data", *dir_ / "wds-block", "wds-block");
+  for (const auto& [dataset, dir] :
+       {std::pair<std::string, std::string>{"packed", "shuffled"}, {"webdataset", "wds-block"}}) {
+    SCOPED_TRACE(dataset);
+    object_gets(dir);  // forget the uploads
+    const auto one_by_one = batches(dataset, "s3://data/" + dir);
+    const int gets_one_by_one = object_gets(dir);
+    const auto blocks = batches(dataset, "s3://data/" + dir, {}, /*block=*/2);
+    const int gets_blocks = object_gets(dir);
+    expect_equal(blocks, batches(dataset, *dir_ / dir, {}, 2));
+    ASSERT_EQ(blocks.size(), one_by_one.size());
+    bool reordered = false;
+    for (size_t i = 0; i < blocks.size(); ++i) reordered |= !at::equal(blocks[i], one_by_one[i]);
+    EXPECT_TRUE(reordered) << "a block order is another order";
+    // 18 training samples x 2 epochs; the test split and the opening reads
+    // are the same in both.
+    EXPECT_LE(gets_blocks, gets_one_by_one - 36 / 2 + 4)
+        << gets_one_by_one << " GETs one by one, " << gets_blocks << " with blocks of 2";
+  }
 }
 
 TEST_F(S3Data, WebDatasetShardsInS3GiveTheBatchesOfTheLocalShards) {

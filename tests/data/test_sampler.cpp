@@ -219,6 +219,146 @@ TEST(DistributedSampler, APaddedShareFromAStartPositionIsPaddedFromThere) {
   EXPECT_THROW(s.set_start(11), InvalidArgument);
 }
 
+// ---- Block order (Note [Block order]) ----------------------------------------------
+
+TEST(BlockOrder, PermutesWholeBlocksKeepsEachInOrderAndTheShortOneLast) {
+  EXPECT_EQ(block_permutation(53, 1, 9, 2), seeded_permutation(53, 9, 2));
+  const std::vector<int64_t> p = block_permutation(53, 8, 9, 2);
+  std::vector<int64_t> sorted = p;
+  std::sort(sorted.begin(), sorted.end());
+  for (int64_t i = 0; i < 53; ++i) ASSERT_EQ(sorted[i], i);
+  for (int64_t c = 0; c < 6; ++c) {  // the six whole blocks, each at a multiple of 8
+    EXPECT_EQ(p[c * 8] % 8, 0) << "block " << c;
+    for (int64_t k = 1; k < 8; ++k) EXPECT_EQ(p[c * 8 + k], p[c * 8] + k);
+  }
+  for (int64_t i = 48; i < 53; ++i) EXPECT_EQ(p[i], i) << "the short block stays last";
+  EXPECT_NE(block_permutation(53, 8, 9, 3), p) << "another epoch, another order";
+  EXPECT_EQ(block_permutation(53, 8, 9, 2), p);
+}
+
+TEST(BlockOrder, RanksTakeWholeBlocksAndUnpaddedSharesCoverEveryIndexOnce) {
+  for (int64_t n : {7, 53, 64, 100}) {
+    for (int world : {1, 2, 3, 5}) {
+      std::multiset<int64_t> seen;
+      std::vector<int64_t> padded_lengths, dropped_lengths;
+      for (int r = 0; r < world; ++r) {
+        const auto options = SamplerOptions().set_rank(r).set_world_size(world).set_block(4);
+        DistributedSampler unpadded(n, SamplerOptions(options).set_pad(false));
+        DistributedSampler padded(n, options);
+        DistributedSampler dropped(n, SamplerOptions(options).set_drop_last(true));
+        for (DistributedSampler* s : {&unpadded, &padded, &dropped}) s->set_epoch(1);
+        const auto mine = unpadded.indices();
+        seen.insert(mine.begin(), mine.end());
+        for (size_t i = 0; i + 4 <= mine.size(); i += 4) {  // whole blocks of neighbours
+          for (size_t k = 1; k < 4; ++k) {
+            if (mine[i] < n / 4 * 4) EXPECT_EQ(mine[i + k], mine[i] + int64_t(k)) << n << " " << r;
+          }
+        }
+        padded_lengths.push_back(static_cast<int64_t>(padded.indices().size()));
+        dropped_lengths.push_back(static_cast<int64_t>(dropped.indices().size()));
+        const auto p = padded.indices();
+        EXPECT_TRUE(std::equal(mine.begin(), mine.end(), p.begin())) << "padding only at the end";
+      }
+      EXPECT_EQ(seen.size(), static_cast<size_t>(n)) << n << " on " << world;
+      for (int64_t i = 0; i < n; ++i) EXPECT_EQ(seen.count(i), 1u) << "sample " << i;
+      for (int64_t len : padded_lengths) EXPECT_EQ(len, padded_lengths[0]) << n << " " << world;
+      for (int64_t len : dropped_lengths) EXPECT_EQ(len, dropped_lengths.back());
+      EXPECT_GE(padded_lengths[0] * world, n);
+      EXPECT_LE(dropped_lengths[0] * world, n);
+    }
+  }
+}
+
+TEST(BlockOrder, StepIndicesAreTheUnpaddedSamplersShareFromTheCursorBatched) {
+  for (int64_t consumed : {0, 24, 48, 50}) {
+    const SampleCursor c{5, 2, 50, consumed, true, 4};
+    const std::vector<int64_t> order = c.order();
+    for (int world : {1, 2, 3}) {
+      for (int rank = 0; rank < world; ++rank) {
+        DistributedSampler s(50, SamplerOptions()
+                                     .set_rank(rank)
+                                     .set_world_size(world)
+                                     .set_seed(5)
+                                     .set_pad(false)
+                                     .set_block(4));
+        s.set_epoch(2);
+        s.set_start(consumed);
+        std::vector<int64_t> batched;
+        for (int64_t step = 0; step < c.steps_left(world, 8); ++step) {
+          const auto part = step_indices(c, order, rank, world, 8, step);
+          batched.insert(batched.end(), part.begin(), part.end());
+        }
+        EXPECT_EQ(batched, s.indices())
+            << "consumed " << consumed << ", rank " << rank << " of " << world;
+      }
+    }
+  }
+}
+
+TEST(BlockOrder, ResumingAtAnotherWorldSizeAndBatchSeesEverySampleOfTheEpochExactlyOnce) {
+  // Two ranks of batch 8 take 3 steps, then other world sizes and batches
+  // (multiples of the block, 4) finish the epoch from the cursor.
+  const SampleCursor start{17, 1, 203, 0, true, 4};
+  const std::vector<int64_t> order = start.order();
+  for (auto [world, batch] : {std::pair<int, int64_t>{3, 4}, {1, 12}, {5, 8}}) {
+    std::multiset<int64_t> seen;
+    SampleCursor c = start;
+    for (int64_t step = 0; step < 3; ++step) {
+      for (int r = 0; r < 2; ++r) {
+        const auto part = step_indices(c, order, r, 2, 8, step);
+        EXPECT_EQ(part.size(), 8u);
+        for (size_t k = 1; k < part.size(); ++k) {  // two whole blocks of neighbours
+          if (k % 4 != 0) EXPECT_EQ(part[k], part[k - 1] + 1);
+        }
+        seen.insert(part.begin(), part.end());
+      }
+    }
+    c = SampleCursor::from_state(c.advanced(3, 2, 8).to_state());  // through a checkpoint
+    EXPECT_EQ(c.consumed, 48);
+    EXPECT_EQ(c.block, 4);
+    for (int64_t step = 0; step < c.steps_left(world, batch); ++step) {
+      for (int r = 0; r < world; ++r) {
+        for (int64_t i : step_indices(c, order, r, world, batch, step)) seen.insert(i);
+      }
+    }
+    EXPECT_EQ(seen.size(), 203u) << world;
+    for (int64_t i = 0; i < 203; ++i) EXPECT_EQ(seen.count(i), 1u) << "sample " << i;
+  }
+}
+
+TEST(BlockOrder, ABlockThatDoesNotDivideTheBatchIsRefusedNamingBoth) {
+  LoaderOptions o;
+  o.rank = 0;
+  o.world_size = 1;
+  o.batch_size = 12;
+  o.shuffle_block = 8;
+  try {
+    sampler_options(o);
+    FAIL() << "block 8 with batch 12 accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(
+        std::string(e.what()).find("shuffle block 8 must be >= 1 and divide the batch size 12"),
+        std::string::npos)
+        << e.what();
+  }
+  o.shuffle_block = 4;
+  EXPECT_EQ(sampler_options(o).block, 4);
+  const SampleCursor c{0, 0, 40, 0, true, 8};
+  EXPECT_THROW(step_indices(c, c.order(), 0, 1, 12, 0), InvalidArgument);
+  EXPECT_THROW(DistributedSampler(10, SamplerOptions().set_block(0)), InvalidArgument);
+}
+
+TEST(BlockOrder, ACursorStateWithoutABlockReadsAsPyTorchsOrder) {
+  const SampleCursor c{3, 1, 100, 40, true, 16};
+  EXPECT_EQ(SampleCursor::from_state(c.to_state()).block, 16);
+  auto state = c.to_state();
+  state.pop_back();  // a state written before "block" existed
+  EXPECT_EQ(SampleCursor::from_state(state).block, 1);
+  state = c.to_state();
+  state.back().second = 0;
+  EXPECT_THROW(SampleCursor::from_state(state), InvalidArgument);
+}
+
 TEST(SeededPermutation, IsAPermutation) {
   auto p = seeded_permutation(1000, 42, 0);
   std::sort(p.begin(), p.end());

@@ -392,6 +392,29 @@ TEST_F(Resume, ExactlyOnceResumesAtFiveRanksWhereSomeRanksLastBatchIsEmpty) {
   EXPECT_EQ(latest("run").step, 4 + 2 + 4);
 }
 
+// Note [Block order]: with a shuffle block a step still consumes B x W
+// positions, so an exactly-once epoch resumes at another world size and batch.
+TEST_F(Resume, ExactlyOnceWithAShuffleBlockResumesAtFourRanksOfAnotherBatch) {
+  TrainOptions o = options("run", 2);
+  o.dataset.train.exact = true;
+  o.dataset.train.shuffle_block = 4;
+  o.checkpoint_every_steps = 4;
+  o.keep_checkpoints = 10;
+  run(o, 2);
+  crash_after("run", 4);  // 4 x 8 x 2 = 64 of 96 samples consumed
+  // Four ranks of batch 12 (three blocks each) take 48 a step: 1 step for
+  // the 32 left, then 2 in epoch 2.
+  TrainOptions four = o;
+  four.batch_size = 12;
+  std::vector<EpochMetrics> history;
+  const std::string log = run(four, 4, &history);
+  EXPECT_NE(log.find("epoch 1 continues after sample 64 of its global order"), std::string::npos)
+      << log;
+  ASSERT_EQ(history.size(), 2u);
+  for (const EpochMetrics& m : history) EXPECT_TRUE(std::isfinite(m.train_loss)) << m.epoch;
+  EXPECT_EQ(latest("run").step, 4 + 1 + 2);
+}
+
 TEST_F(Resume, ACorruptNewestCheckpointIsSkippedWithALogLineAndMetricsAreAppended) {
   TrainOptions o = options("run", 1);
   o.checkpoint_every_steps = 6;

@@ -94,6 +94,18 @@ TEST_F(TrainCli, ABadOptionNamesTheFieldInTheLibraryAndTheFlagOnTheCommandLine) 
             "warm-up takes epochs or steps, not both\n");
 
   o = TrainOptions();
+  o.batch_size = 12;
+  o.dataset.train.shuffle_block = 8;
+  EXPECT_EQ(testing::error_of([&] { validate(o); }),
+            "TrainOptions::dataset.train.shuffle_block 8 must divide TrainOptions::batch_size 12 "
+            "(Note [Block order]): use a divisor such as 4");
+  r = dtrain_cli("train " + data_ + " --shuffle-block 3");  // batch 8
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.output,
+            "dtrain train: error: --shuffle-block 3 must divide --batch-size 8 (Note [Block "
+            "order]): use a divisor such as 8\n");
+
+  o = TrainOptions();
   o.metrics_port = 70000;
   EXPECT_EQ(testing::error_of([&] { validate(o); }),
             "TrainOptions::metrics_port must be -1 (off), 0 (a free port) or up to 65535, got "

@@ -12,8 +12,9 @@
 //
 // Bounds: the fetch threads have at most `threads` requests open at a time
 // (a decode thread reading inline adds its own one); memory is `max_bytes`
-// plus two samples per thread (one being read, one kept for reuse: Note
-// [Recycled sample buffers]). A decoder that
+// plus, per thread, the run being read (one sample, or up to max_run
+// neighbours: Note [Runs of neighbours]) and one sample kept for reuse
+// (Note [Recycled sample buffers]). A decoder that
 // reaches a position no fetch thread has started (the fetchers are behind,
 // or stopped at a bound) reads it itself, so a decoder never waits on a
 // fetch that a bound keeps from starting, and there is no deadlock between
@@ -65,37 +66,79 @@ bool Fetcher::can_start() const {
 }
 
 void Fetcher::run() {
+  std::vector<SampleData> run;  // a run's samples, when it has several
   while (true) {
-    int64_t pos;
-    Entry* entry;
+    int64_t pos, count;
+    std::vector<Entry*> entries;
     {
       std::unique_lock<std::mutex> lock(mu_);
       space_cv_.wait(lock, [&] {
         return stop_ || next_ >= static_cast<int64_t>(order_.size()) || can_start();
       });
       if (stop_ || !can_start()) return;  // stopped, or every position started
-      pos = next_++;
-      entry = &entries_[pos];  // references into an unordered_map stay valid
+      pos = next_;
+      count = run_at(pos);
+      next_ += count;
+      for (int64_t k = 0; k < count; ++k) {
+        entries.push_back(&entries_[pos + k]);  // references into an unordered_map stay valid
+      }
       // Note [One wake-up a position]: room for more wakes one more fetcher.
       if (can_start()) space_cv_.notify_one();
     }
-    SampleData data;
-    data.bytes = reuse_buffer();
-    std::exception_ptr error;
-    try {
-      source_.read(order_[pos], data);
-    } catch (...) {
-      error = std::current_exception();
+    run.resize(static_cast<size_t>(count));
+    std::vector<std::exception_ptr> errors(static_cast<size_t>(count));
+    for (SampleData& d : run) d.bytes = reuse_buffer();
+    if (count == 1) {
+      try {
+        source_.read(order_[pos], run[0]);
+      } catch (...) {
+        errors[0] = std::current_exception();
+      }
+    } else {
+      try {
+        source_.read_run(order_[pos], count, run.data());  // Note [Runs of neighbours]
+      } catch (...) {
+        // Each sample alone, so that a bad one is named and the good ones
+        // are kept (the corrupt-data policy applies per sample).
+        for (int64_t k = 0; k < count; ++k) {
+          try {
+            source_.read(order_[pos + k], run[k]);
+          } catch (...) {
+            errors[k] = std::current_exception();
+          }
+        }
+      }
     }
     {
       std::lock_guard<std::mutex> lock(mu_);
-      entry->data = std::move(data);
-      entry->error = error;
-      entry->done = true;
-      bytes_ += held_bytes(entry->data);
+      for (int64_t k = 0; k < count; ++k) {
+        Entry* entry = entries[k];
+        entry->data = std::move(run[k]);
+        entry->error = errors[k];
+        entry->done = true;
+        bytes_ += held_bytes(entry->data);
+      }
     }
     done_cv_.notify_all();  // only decode threads wait there
   }
+}
+
+// Note [Runs of neighbours] (the fetcher's side; the sources' is in
+// runs.h): with a block order (Note [Block order] in dtrain/sampler.h)
+// consecutive positions of a rank's order are often consecutive samples
+// that lie back to back in one shard. A fetch thread then takes them all
+// -- up to max_run positions -- and reads them with
+// one request (ImageSource::read_run): a request's fixed cost (its round
+// trip, the kernel's and libcurl's work per transfer) is paid once per run
+// instead of once per sample.
+int64_t Fetcher::run_at(int64_t pos) const {
+  // Not cut at the window's edge: the window moves a position per take, so
+  // a run cut there would mostly be one sample. A run may end past the edge
+  // by less than max_run positions.
+  const int64_t limit = std::min(options_.max_run, static_cast<int64_t>(order_.size()) - pos);
+  int64_t n = 1;
+  while (n < limit && order_[pos + n] == order_[pos] + n) ++n;
+  return n == 1 ? 1 : std::max<int64_t>(1, source_.run_length(order_[pos], n));
 }
 
 // Note [One wake-up a position]

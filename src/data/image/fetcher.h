@@ -23,8 +23,12 @@ struct FetchOptions {
   /// Positions fetched at most this far past the highest one taken.
   int64_t max_ahead = 256;
   /// No new fetch starts while the fetched, untaken samples hold this many
-  /// bytes (so memory is bounded by it plus two samples per thread).
+  /// bytes (so memory is bounded by it plus a run and a sample per thread).
   int64_t max_bytes = int64_t{64} << 20;
+  /// A thread reads up to this many positions with one request when they
+  /// are neighbours in the source (Note [Runs of neighbours]), even past
+  /// max_ahead by less than this; >= 1.
+  int64_t max_run = 64;
 };
 
 class Fetcher {
@@ -54,6 +58,7 @@ class Fetcher {
   void run();
   void stop_and_join();
   bool can_start() const;               // under mu_: a fetch may start now
+  int64_t run_at(int64_t pos) const;    // under mu_: positions a fetch from pos takes
   std::vector<uint8_t> reuse_buffer();  // Note [Recycled sample buffers]
   void keep_buffer(std::vector<uint8_t> buffer);
 

@@ -12,8 +12,10 @@
 #include "data/image/folder.h"
 #include "data/image/io.h"
 #include "data/image/location.h"
+#include "data/image/runs.h"
 #include "dtrain/errors.h"
 #include "dtrain/image.h"
+#include "dtrain/sampler.h"
 
 namespace dtrain {
 namespace image {
@@ -106,6 +108,14 @@ class PackedSource : public ImageSource {
     out.bytes.resize(e.size);
     shards_[e.shard]->pread_exact(out.bytes.data(), e.size, static_cast<int64_t>(e.offset));
   }
+  int64_t run_length(int64_t i, int64_t max) const override {
+    return image::run_length([this](int64_t j) { return extent(j); }, size(), i, max);
+  }
+  void read_run(int64_t first, int64_t count, SampleData* out) const override {
+    image::read_run(
+        *shards_[entries_[first].shard], [this](int64_t j) { return extent(j); }, first, count,
+        out);
+  }
   const std::vector<std::string>& classes() const override { return classes_; }
   bool remote() const override { return Storage::is_s3(dir_); }
   // Note [Dataset fingerprints]: the index's entries, the shards' sizes and ETags.
@@ -186,6 +196,11 @@ class PackedSource : public ImageSource {
     if (entries_.empty()) throw DataError(cat("packed dataset '", dir_, "' has no samples"));
   }
 
+  Extent extent(int64_t i) const {
+    const Entry& e = entries_[i];
+    return Extent{e.shard, static_cast<int64_t>(e.offset), e.size};
+  }
+
   std::shared_ptr<Storage> storage_;
   std::string dir_;
   std::vector<std::string> classes_;
@@ -244,7 +259,12 @@ PrepareStats pack_image_folder(const std::string& folder, const std::string& out
   };
   std::vector<uint8_t> bytes;
   PrepareStats stats;
-  for (size_t i = 0; i < index.files.size(); ++i) {
+  const int64_t n = static_cast<int64_t>(index.files.size());
+  const std::vector<int64_t> written =  // the folder's sample of each packed one
+      options.shuffle ? seeded_permutation(n, options.seed, 0)
+                      : SampleCursor{0, 0, n, 0, false}.order();
+  for (const int64_t f : written) {
+    const auto i = static_cast<size_t>(f);
     if (shard_bytes >= options.shard_size_bytes) {
       close_shard();
       ++shard;

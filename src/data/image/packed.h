@@ -5,8 +5,11 @@
 //
 //   DIR/shard-00000.bin, shard-00001.bin, ...
 //       The original JPEG/PNG bytes of each image, unchanged, back to back in
-//       the folder's sample order; a shard is closed once it reaches the
-//       shard size (an image never spans two shards).
+//       the folder's sample order (or its seeded shuffle: PackOptions::
+//       shuffle); a shard is closed once it reaches the shard size (an image
+//       never spans two shards). The index lists the samples in the order
+//       they were written, so neighbours in it are neighbours in a shard
+//       (Note [Runs of neighbours] in runs.h).
 //   DIR/index.bin, all integers little-endian:
 //       char[8]  magic "DTRPACK1"
 //       u32      version (1)

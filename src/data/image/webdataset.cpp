@@ -20,6 +20,7 @@
 #include "data/fingerprint.h"
 #include "data/image/listing_codec.h"
 #include "data/image/location.h"
+#include "data/image/runs.h"
 #include "data/image/tar.h"
 #include "dtrain/errors.h"
 #include "dtrain/image.h"
@@ -186,6 +187,14 @@ class WebDatasetSource : public ImageSource {
     out.bytes.resize(static_cast<size_t>(s.size));
     shards_[shard]->pread_exact(out.bytes.data(), out.bytes.size(), s.offset);
   }
+  int64_t run_length(int64_t i, int64_t max) const override {
+    return image::run_length([this](int64_t j) { return extent(j); }, size(), i, max);
+  }
+  void read_run(int64_t first, int64_t count, SampleData* out) const override {
+    image::read_run(
+        *shards_[samples_[first].first], [this](int64_t j) { return extent(j); }, first, count,
+        out);
+  }
   const std::vector<std::string>& classes() const override { return classes_; }
   bool remote() const override { return remote_; }
   // Note [Dataset fingerprints]: each shard's file name, size and ETag, then
@@ -210,6 +219,11 @@ class WebDatasetSource : public ImageSource {
   }
 
  private:
+  Extent extent(int64_t i) const {
+    const auto& [shard, s] = samples_[i];
+    return Extent{shard, s.offset, s.size};
+  }
+
   std::shared_ptr<Storage> storage_;
   std::vector<std::unique_ptr<ByteSource>> shards_;
   std::vector<std::pair<uint32_t, WebDatasetSample>> samples_;
