@@ -11,11 +11,13 @@
 //
 // --fetch-threads: ImageLoaderOptions::fetch_threads (default -1: 16 for s3://).
 // --fetch-only: read every sample's bytes and decode nothing, on --fetch-threads
-// threads (16 when not given), to measure the client's own cost per byte.
+// threads (16 when not given), to measure the client's own cost per byte;
+// with --shuffle-block K, K neighbours a request where the source allows.
 // --shuffle-block: LoaderOptions::shuffle_block (Note [Block order]); a packed
 // or WebDataset source then reads each block of K neighbours with one request.
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -37,17 +39,23 @@ double cpu_seconds() {
 }
 
 // Every sample's bytes read once per epoch, by `threads` threads taking
-// indices in turn; returns the bytes read.
-int64_t fetch_epochs(const dtrain::ImageSource& source, int threads, int epochs) {
+// runs of up to `block` neighbours in turn (ImageSource::run_length and
+// read_run: one request a run; block 1, one a sample); returns the bytes read.
+int64_t fetch_epochs(const dtrain::ImageSource& source, int threads, int epochs, int64_t block) {
   std::atomic<int64_t> next{0}, bytes{0};
-  const int64_t total = source.size() * epochs;
+  const int64_t n = source.size(), blocks = (n + block - 1) / block, total = blocks * epochs;
   std::vector<std::thread> pool;
   for (int t = 0; t < threads; ++t) {
     pool.emplace_back([&] {
-      dtrain::SampleData d;
-      for (int64_t i; (i = next++) < total;) {
-        source.read(i % source.size(), d);
-        bytes += static_cast<int64_t>(d.bytes.size());
+      std::vector<dtrain::SampleData> run(static_cast<size_t>(block));
+      for (int64_t b; (b = next++) < total;) {
+        const int64_t first = b % blocks * block, end = std::min(n, first + block);
+        for (int64_t i = first; i < end;) {
+          const int64_t count = source.run_length(i, end - i);
+          source.read_run(i, count, run.data());
+          for (int64_t k = 0; k < count; ++k) bytes += static_cast<int64_t>(run[k].bytes.size());
+          i += count;
+        }
       }
     });
   }
@@ -108,10 +116,10 @@ int main(int argc, char** argv) {
     auto source = packed ? dtrain::open_packed(dir) : dtrain::open_image_folder(dir);
     if (fetch_only) {
       const int threads = io.fetch_threads > 0 ? io.fetch_threads : 16;
-      fetch_epochs(*source, threads, 1);  // warm-up: connections
+      fetch_epochs(*source, threads, 1, lo.shuffle_block);  // warm-up: connections
       const double cpu0 = cpu_seconds();
       const auto start = std::chrono::steady_clock::now();
-      const int64_t bytes = fetch_epochs(*source, threads, epochs);
+      const int64_t bytes = fetch_epochs(*source, threads, epochs, lo.shuffle_block);
       const double s =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       const int64_t n = source->size() * epochs;

@@ -148,24 +148,28 @@ declare -A cmd r cpu
 mine="--threads 1 --epochs $epochs --shuffle-block $block"
 if [[ "$layout" == packed ]]; then
   echo "dtrain reads: $packed ($(find "$packed" -name 'shard-*' | wc -l) shards), as s3://$bucket/packed; shuffle block $block"
+  s3src="s3://$bucket/packed --packed"
   cmd[local]="$bench $packed --packed $mine"
-  cmd[s3]="$bench s3://$bucket/packed --packed $mine"
 else
   echo "dtrain reads: one object per image; shuffle block $block"
+  s3src=$uri
   cmd[local]="$bench $objects $mine"
-  cmd[s3]="$bench $uri $mine"
 fi
+cmd[s3]="$bench $s3src $mine"
 cmd[s3-nofetch]="${cmd[s3]} --fetch-threads 0"
 peer="${py[*]} $here/s3torchconnector_loader.py $uri/ --endpoint http://$server:$port --epochs $epochs"
 if ((pairs > 0)); then
   echo "load before: $(uptime)"
   ratios=()
   for ((i = 1; i <= pairs; i++)); do
-    declare -A pair=()
+    declare -A pair=() busy=()
     for key in local s3; do
       # shellcheck disable=SC2086
       line=$(timeout "$limit" "${client[@]}" ${cmd[$key]}) || true  # named below
       pair[$key]=$(sed -n 's/.*images_per_sec=\([0-9.]*\).*/\1/p' <<<"$line")
+      # How busy the client's core was: its CPU seconds over the timed seconds.
+      busy[$key]=$(awk '{ for (i = 1; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] } }
+        END { if (v["seconds"] > 0) printf "%.0f%%", 100 * v["cpu_seconds"] / v["seconds"] }' <<<"$line")
       [[ -n "${pair[$key]}" ]] || {
         echo "pair $i: the $key run (${cmd[$key]}) printed no images_per_sec; see its output above" >&2
         exit 1
@@ -173,7 +177,7 @@ if ((pairs > 0)); then
     done
     ratio=$(awk -v s="${pair[s3]}" -v l="${pair[local]}" 'BEGIN { printf "%.3f", s / l }')
     ratios+=("$ratio")
-    echo "pair $i: local ${pair[local]} images/s, s3 ${pair[s3]} images/s, s3/local $ratio"
+    echo "pair $i: local ${pair[local]} images/s (core ${busy[local]} busy), s3 ${pair[s3]} images/s (core ${busy[s3]} busy), s3/local $ratio"
   done
   echo "load after: $(uptime)"
   printf '%s\n' "${ratios[@]}" | sort -n | awk '{ a[NR] = $1 } END {
@@ -190,7 +194,7 @@ for w in $peer_workers; do
   order+=("s3tc-map-w$w" "s3tc-iterable-w$w")
 done
 last_w=${peer_workers##* }
-cmd[raw-dtrain]="$bench $uri --fetch-only --epochs $epochs"
+cmd[raw-dtrain]="$bench $s3src --fetch-only --epochs $epochs --shuffle-block $block"
 cmd[raw-s3tc]="$peer --raw --workers $last_w"
 order+=(s3-nofetch raw-dtrain raw-s3tc)
 echo "load before: $(uptime)"

@@ -329,12 +329,15 @@ struct ImageLoaderOptions {
   /// src/data/image/fetcher.cpp). -1 (default): 16 when the source is
   /// remote (ImageSource::remote(): `s3://` data), else 0. 0: each decode
   /// thread reads its own samples. At most 256. Samples are fetched at most
-  /// prefetch_batches batches past the highest position being decoded; a
-  /// decode thread that gets ahead of them reads its sample itself (so a
-  /// loader has at most fetch_threads + threads requests open).
+  /// prefetch_batches batches past the highest position being decoded (a
+  /// run of neighbours read with one request, LoaderOptions::shuffle_block,
+  /// may end up to 64 positions past that); a decode thread that gets ahead
+  /// of them reads its sample itself (so a loader has at most fetch_threads
+  /// + threads requests open).
   int fetch_threads = -1;
   /// No new read ahead starts while the samples read and not yet decoded
-  /// hold this many bytes (memory: this plus two samples per fetch thread).
+  /// hold this many bytes (memory: this plus, per fetch thread, the run it
+  /// reads -- one sample, or up to 64 neighbours and 16 MiB -- and a sample).
   int64_t fetch_bytes = int64_t{64} << 20;
 
   DTRAIN_SETTER(ImageLoaderOptions, prefetch_batches)

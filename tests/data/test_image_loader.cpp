@@ -11,6 +11,7 @@
 #include <set>
 #include <thread>
 
+#include "data/image/fetcher.h"
 #include "dtrain/errors.h"
 #include "dtrain/image.h"
 #include "image_fixtures.h"
@@ -354,6 +355,29 @@ TEST(ImageLoader, AShuffleBlockOfNeighboursIsFetchedWithOneRequestAndGivesTheSam
   EXPECT_GE(remote->run_samples_.load(), 320 / 2) << "most samples come in runs";
   EXPECT_LE(requests, 320 / 4) << remote->runs_.load() << " runs";
   EXPECT_EQ(local->runs_.load(), 0) << "a local source is read by the decode thread, one by one";
+}
+
+// Note [Window opens with the epoch]: first_window positions at the start,
+// one more for each position taken, never past max_ahead.
+TEST(Fetcher, TheWindowOpensAtItsFirstSizeAndWidensByOneForEachPositionTaken) {
+  CountingSource source(400);
+  std::vector<int64_t> order(400);
+  for (int64_t i = 0; i < 400; ++i) order[i] = i;
+  image::FetchOptions f;
+  f.threads = 4;
+  f.max_ahead = 64;
+  f.first_window = 8;
+  image::Fetcher fetcher(source, order, 0, f);
+  auto settled_reads = [&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    return source.reads_.load();
+  };
+  EXPECT_EQ(settled_reads(), 8);
+  SampleData d;
+  for (int64_t pos = 0; pos < 16; ++pos) fetcher.take(pos, d);
+  EXPECT_EQ(settled_reads(), 16 + 8 + 16);  // taken 16; window 8 + 16
+  for (int64_t pos = 16; pos < 100; ++pos) fetcher.take(pos, d);
+  EXPECT_EQ(settled_reads(), 100 + 64);  // the window at max_ahead
 }
 
 TEST(ImageLoader, ReadAheadStaysWithinItsThreadsAndItsWindowWhileTheConsumerWaits) {

@@ -29,6 +29,10 @@ struct FetchOptions {
   /// are neighbours in the source (Note [Runs of neighbours]), even past
   /// max_ahead by less than this; >= 1.
   int64_t max_run = 64;
+  /// The window at the start: first_window positions, widened by one for
+  /// each position taken, up to max_ahead (Note [Window opens with the
+  /// epoch]). <= 0: max_ahead from the start.
+  int64_t first_window = 0;
 };
 
 class Fetcher {
@@ -57,6 +61,7 @@ class Fetcher {
   };
   void run();
   void stop_and_join();
+  int64_t window() const;               // under mu_: positions fetched past frontier_
   bool can_start() const;               // under mu_: a fetch may start now
   int64_t run_at(int64_t pos) const;    // under mu_: positions a fetch from pos takes
   std::vector<uint8_t> reuse_buffer();  // Note [Recycled sample buffers]
@@ -70,6 +75,7 @@ class Fetcher {
   std::condition_variable space_cv_;  // fetch threads: room to start one, or stop
   std::condition_variable done_cv_;   // decode threads: an entry done
   std::unordered_map<int64_t, Entry> entries_;
+  const int64_t begin_;   // the first position
   int64_t next_ = 0;      // the next position to fetch (or to read inline)
   int64_t frontier_ = 0;  // one past the highest position taken
   int64_t bytes_ = 0;     // bytes of done, untaken entries

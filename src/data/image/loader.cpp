@@ -136,6 +136,7 @@ class ImageLoader::Impl {
       f.threads = fetch_threads_;
       f.max_ahead = static_cast<int64_t>(slots_.size()) * loader_.batch_size;
       f.max_bytes = options_.fetch_bytes;
+      f.first_window = loader_.batch_size;  // Note [Window opens with the epoch]
       fetcher_ = std::make_unique<image::Fetcher>(
           *source_, std::vector<int64_t>(order_.begin(), order_.begin() + end_pos_), next_pos_, f);
     }
