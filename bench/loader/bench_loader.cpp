@@ -106,7 +106,7 @@ int main(int argc, char** argv) {
     else if (a == "--fetch-only")
       fetch_only = true;
     else if (a == "--shuffle-block")
-      lo.shuffle_block = value();
+      lo.shuffle_block = std::max(1, value());
     else {
       std::fprintf(stderr, "unknown flag %s\n", a.c_str());
       return 2;

@@ -38,6 +38,8 @@
 //   "samples_in_epoch": samples of `epoch` consumed by all ranks together
 //                       (the DistributedSampler position)
 //   "world_size", "batch_size", "seed": of the run that saved it
+//   "shuffle_block":    its LoaderOptions::shuffle_block (absent before it
+//                       existed: 1)
 //   "rng_state":        torch.get_rng_state() (uint8, the CPU generator)
 //   "scaler":           GradScaler.state_dict() under fp16 loss scaling
 //                       ({"scale", "growth_factor", "backoff_factor",
@@ -175,6 +177,9 @@ struct Checkpoint {
   int world_size = 1;
   int64_t batch_size = 0;
   uint64_t seed = 0;
+  /// The training loader's shuffle block (Note [Block order]): the order
+  /// samples_in_epoch counts positions of.
+  int64_t shuffle_block = 1;
   /// The CPU generator's state (cpu_rng_state()); may be undefined.
   at::Tensor rng_state;
   /// The fp16 loss scaler's state; nullopt without loss scaling.

@@ -200,7 +200,8 @@ struct LoaderOptions {
   /// samples and each rank takes whole blocks, so that an object-storage
   /// source reads a block of a packed shard or WebDataset tar with one
   /// range request instead of one per sample. Must divide batch_size. 1
-  /// (the default): PyTorch's order, one request per sample.
+  /// (the default): PyTorch's order, where a rank's neighbours are read
+  /// together only when its order has them (one rank, no shuffle).
   int64_t shuffle_block = 1;
 
   /// An evaluation split's defaults: dataset order, no padding (each sample

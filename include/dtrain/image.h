@@ -236,7 +236,9 @@ class ImageSource {
   /// How many samples from i on (i, i + 1, ...; at most `max`, at least 1)
   /// read_run() takes from one run of bytes with one request: a packed
   /// shard's or a WebDataset tar's neighbours (Note [Block order] in
-  /// dtrain/sampler.h). Default: 1.
+  /// dtrain/sampler.h). Called with the fetcher's lock held: it must be
+  /// cheap and do no I/O (the built-in sources look at their index).
+  /// Default: 1.
   virtual int64_t run_length(int64_t i, int64_t max) const {
     (void)i;
     return max < 1 ? 0 : 1;

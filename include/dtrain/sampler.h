@@ -7,7 +7,9 @@
 // (0 unless set_start() resumes the epoch after s samples). Unless
 // drop_last, the permutation is padded by wrapping around to a multiple of W
 // so that every rank gets the same number of samples (ceil((N - s) / W)); with
-// drop_last the tail is dropped instead (floor((N - s) / W) each).
+// drop_last the tail is dropped instead (floor((N - s) / W) each). With a
+// block (Note [Block order]) ranks take whole blocks and the counts are
+// rank 0's share (padded) or the last rank's (dropped).
 //
 // Note [Sample cursor]
 // Because the global order depends only on (seed, epoch) and rank r of W
@@ -121,7 +123,9 @@ class DistributedSampler {
   void set_start(int64_t consumed);
   int64_t start() const { return start_; }
   /// Positions of the global order left from start() to the end of the
-  /// epoch, all ranks together (padding included).
+  /// epoch, all ranks together (padding included): num_samples() x W (with
+  /// a block and padding or drop_last, the count of positions the shares
+  /// take, not where the last one lies).
   int64_t remaining() const { return total_size() - start_; }
 
   /// Number of samples this rank gets per epoch (identical on every rank

@@ -375,6 +375,7 @@ std::vector<char> encode_checkpoint(const Checkpoint& c) {
   root.insert("world_size", static_cast<int64_t>(c.world_size));
   root.insert("batch_size", c.batch_size);
   root.insert("seed", static_cast<int64_t>(c.seed));  // Python ints are signed
+  root.insert("shuffle_block", c.shuffle_block);
   if (c.rng_state.defined()) {
     root.insert("rng_state", cpu_copy(c.rng_state));
   } else {
@@ -458,6 +459,9 @@ Checkpoint decode_checkpoint(const std::vector<char>& bytes, const std::string& 
   c.world_size = static_cast<int>(int_field(root, "world_size", origin));
   c.batch_size = int_field(root, "batch_size", origin);
   c.seed = static_cast<uint64_t>(int_field(root, "seed", origin));
+  if (root.find("shuffle_block") != root.end()) {  // absent before shuffle blocks: 1
+    c.shuffle_block = int_field(root, "shuffle_block", origin);
+  }
   const IValue rng = field(root, "rng_state", origin);
   if (!rng.isNone()) c.rng_state = tensor_value(rng, cat(origin, ": rng_state"));
   auto scaler = root.find("scaler");  // absent before mixed precision

@@ -272,6 +272,17 @@ void Trainer::optimizer_step() {  // Note [Mixed precision step]
 // continues at exactly that position, so nothing is re-read or skipped
 // (with LoaderOptions::exact, also none of the padding).
 void Trainer::resume_epoch(Loader& loader) const {
+  // The count is of positions of the saving run's order; another shuffle
+  // block is another order (Note [Block order]), so samples would be seen
+  // twice and others never.
+  if (resume_->shuffle_block != o_.dataset.train.shuffle_block) {
+    throw InvalidArgument(cat("TrainOptions::dataset.train.shuffle_block ",
+                              o_.dataset.train.shuffle_block, " differs from the ",
+                              resume_->shuffle_block, " of ", origin_, ", saved mid-epoch after ",
+                              resume_->samples_in_epoch,
+                              " samples: resume with the checkpoint's block (or after an epoch's "
+                              "end, when any block may change)"));
+  }
   const int64_t per_step = o_.batch_size * pg_.size();
   if (resume_sample_ % per_step == 0 || resume_sample_ / per_step >= loader.batches_per_epoch()) {
     loader.skip_to(std::min(resume_sample_ / per_step, loader.batches_per_epoch()));
@@ -483,6 +494,7 @@ void Trainer::checkpoint(int64_t epoch, int64_t samples_in_epoch) {
   c.world_size = pg_.size();
   c.batch_size = o_.batch_size;
   c.seed = o_.seed;
+  c.shuffle_block = o_.dataset.train.shuffle_block;
   c.rng_state = cpu_rng_state();
   if (state_.scaler->is_enabled()) {
     const c10::impl::GenericDict d = state_.scaler->state_dict();

@@ -368,16 +368,22 @@ TEST(Fetcher, TheWindowOpensAtItsFirstSizeAndWidensByOneForEachPositionTaken) {
   f.max_ahead = 64;
   f.first_window = 8;
   image::Fetcher fetcher(source, order, 0, f);
-  auto settled_reads = [&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  // The reads once the fetch threads have started all they may: waits for
+  // `expected` (bounded), then a little longer for any read past it.
+  auto settled_reads = [&](int64_t expected) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (source.reads_.load() < expected && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
     return source.reads_.load();
   };
-  EXPECT_EQ(settled_reads(), 8);
+  EXPECT_EQ(settled_reads(8), 8);
   SampleData d;
   for (int64_t pos = 0; pos < 16; ++pos) fetcher.take(pos, d);
-  EXPECT_EQ(settled_reads(), 16 + 8 + 16);  // taken 16; window 8 + 16
+  EXPECT_EQ(settled_reads(40), 16 + 8 + 16);  // taken 16; window 8 + 16
   for (int64_t pos = 16; pos < 100; ++pos) fetcher.take(pos, d);
-  EXPECT_EQ(settled_reads(), 100 + 64);  // the window at max_ahead
+  EXPECT_EQ(settled_reads(164), 100 + 64);  // the window at max_ahead
 }
 
 TEST(ImageLoader, ReadAheadStaysWithinItsThreadsAndItsWindowWhileTheConsumerWaits) {

@@ -402,6 +402,7 @@ TEST_F(Resume, ExactlyOnceWithAShuffleBlockResumesAtFourRanksOfAnotherBatch) {
   o.keep_checkpoints = 10;
   run(o, 2);
   crash_after("run", 4);  // 4 x 8 x 2 = 64 of 96 samples consumed
+  fs::copy(dir_ / "run", dir_ / "other");
   // Four ranks of batch 12 (three blocks each) take 48 a step: 1 step for
   // the 32 left, then 2 in epoch 2.
   TrainOptions four = o;
@@ -413,6 +414,18 @@ TEST_F(Resume, ExactlyOnceWithAShuffleBlockResumesAtFourRanksOfAnotherBatch) {
   ASSERT_EQ(history.size(), 2u);
   for (const EpochMetrics& m : history) EXPECT_TRUE(std::isfinite(m.train_loss)) << m.epoch;
   EXPECT_EQ(latest("run").step, 4 + 1 + 2);
+  EXPECT_EQ(latest("run").shuffle_block, 4);
+
+  // Mid-epoch, another block is another order: refused, naming both.
+  TrainOptions other = o;
+  other.checkpoint_dir = (dir_ / "other").string();
+  other.dataset.train.shuffle_block = 8;
+  const std::string error = testing::error_of([&] { run(other); });
+  EXPECT_NE(error.find("TrainOptions::dataset.train.shuffle_block 8 differs from the 4 of " +
+                       (dir_ / "other" / "checkpoint-00000004.pt").string() +
+                       ", saved mid-epoch after 64 samples"),
+            std::string::npos)
+      << error;
 }
 
 TEST_F(Resume, ACorruptNewestCheckpointIsSkippedWithALogLineAndMetricsAreAppended) {

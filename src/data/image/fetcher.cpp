@@ -26,6 +26,8 @@
 
 #include <algorithm>
 
+#include "dtrain/errors.h"
+
 namespace dtrain::image {
 namespace {
 
@@ -80,6 +82,11 @@ int64_t Fetcher::window() const {
   return std::min(options_.max_ahead, options_.first_window + (frontier_ - begin_));
 }
 
+bool Fetcher::stopping() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stop_;
+}
+
 bool Fetcher::can_start() const {
   return next_ < static_cast<int64_t>(order_.size()) && next_ < frontier_ + window() &&
          bytes_ < options_.max_bytes;
@@ -121,6 +128,10 @@ void Fetcher::run() {
         // Each sample alone, so that a bad one is named and the good ones
         // are kept (the corrupt-data policy applies per sample).
         for (int64_t k = 0; k < count; ++k) {
+          if (stopping()) {  // the rest fail as stopped; nobody takes them
+            errors[k] = std::make_exception_ptr(DataError("fetch stopped"));
+            continue;
+          }
           try {
             source_.read(order_[pos + k], run[k]);
           } catch (...) {

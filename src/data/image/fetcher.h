@@ -63,6 +63,7 @@ class Fetcher {
   void stop_and_join();
   int64_t window() const;               // under mu_: positions fetched past frontier_
   bool can_start() const;               // under mu_: a fetch may start now
+  bool stopping();                      // takes mu_: stop_and_join() has begun
   int64_t run_at(int64_t pos) const;    // under mu_: positions a fetch from pos takes
   std::vector<uint8_t> reuse_buffer();  // Note [Recycled sample buffers]
   void keep_buffer(std::vector<uint8_t> buffer);

@@ -4,6 +4,7 @@
 // sources (Note [Block order] in dtrain/sampler.h).
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "data/image/io.h"
@@ -22,7 +23,7 @@ struct Extent {
 // Samples i, i + 1, ... form a run while each lies in i's shard and starts
 // at most kMaxRunGap bytes after the previous one ends: 0 in a packed shard;
 // in a WebDataset tar the .cls member and three 512-byte headers, about
-// 1.5 KB, read and dropped. A run ends before kMaxRunBytes, so that one
+// 1.5 KB, read and dropped. A run spans at most kMaxRunBytes, so that one
 // request, and the memory it needs, stays bounded whatever the caller asks.
 constexpr int64_t kMaxRunGap = int64_t{16} << 10;
 constexpr int64_t kMaxRunBytes = int64_t{16} << 20;
@@ -48,16 +49,18 @@ int64_t run_length(const ExtentOf& extent_of, int64_t size, int64_t i, int64_t m
 }
 
 /// ImageSource::read_run: the run's bytes with one pread_exact of `shard`
-/// (extent_of(first).shard's), then each sample's slice into out[k].
+/// (extent_of(first).shard's), then each sample's slice into out[k]: while
+/// it runs, twice the run's bytes (at most 2 x kMaxRunBytes).
 template <typename ExtentOf>
 void read_run(const ByteSource& shard, const ExtentOf& extent_of, int64_t first, int64_t count,
               SampleData* out) {
   const Extent a = extent_of(first), z = extent_of(first + count - 1);
-  std::vector<uint8_t> run(static_cast<size_t>(z.offset + z.size - a.offset));
-  shard.pread_exact(run.data(), run.size(), a.offset);
+  const auto length = static_cast<size_t>(z.offset + z.size - a.offset);
+  const std::unique_ptr<uint8_t[]> run(new uint8_t[length]);  // not zero-filled
+  shard.pread_exact(run.get(), length, a.offset);
   for (int64_t k = 0; k < count; ++k) {
     const Extent e = extent_of(first + k);
-    const auto from = run.begin() + (e.offset - a.offset);
+    const uint8_t* from = run.get() + (e.offset - a.offset);
     out[k].encoded = true;
     out[k].bytes.assign(from, from + e.size);
   }
