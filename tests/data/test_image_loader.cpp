@@ -336,6 +336,7 @@ TEST(ImageLoader, ARemoteSourceIsReadAheadOnFetchThreadsAndGivesTheSameBatches) 
 TEST(ImageLoader, AShuffleBlockOfNeighboursIsFetchedWithOneRequestAndGivesTheSameBatches) {
   auto local = std::make_shared<CountingSource>(160);
   auto remote = std::make_shared<CountingSource>(160);
+  local->run_ = 8;  // runs allowed, but a local source has no fetch threads
   remote->remote_ = true;
   remote->run_ = 8;
   remote->delay_ = std::chrono::milliseconds(2);

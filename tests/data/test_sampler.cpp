@@ -123,25 +123,32 @@ TEST(SamplerOptions, LoadersPadForTrainingAndCoverExactlyOnceForEvaluation) {
 
 // ---- The sample cursor (Note [Sample cursor]) ----------------------------------------
 
+// With a block (Note [Block order]) too: whole blocks of 4, the batch 4.
 TEST(SampleCursor, StepIndicesAreTheUnpaddedSamplersShareFromTheCursorBatched) {
-  for (int64_t consumed : {0, 7, 24, 49, 50}) {
-    const SampleCursor c{5, 2, 50, consumed, true};
-    const std::vector<int64_t> order = c.order();
-    for (int world : {1, 2, 3}) {
-      for (int rank = 0; rank < world; ++rank) {
-        DistributedSampler s(
-            50, SamplerOptions().set_rank(rank).set_world_size(world).set_seed(5).set_pad(false));
-        s.set_epoch(2);
-        s.set_start(consumed);
-        std::vector<int64_t> batched;
-        for (int64_t step = 0; step < c.steps_left(world, 4); ++step) {
-          const auto part = step_indices(c, order, rank, world, 4, step);
-          EXPECT_LE(part.size(), 4u);
-          batched.insert(batched.end(), part.begin(), part.end());
+  for (int64_t block : {1, 4}) {
+    for (int64_t consumed : {0, 7, 24, 48, 49, 50}) {
+      const SampleCursor c{5, 2, 50, consumed, true, block};
+      const std::vector<int64_t> order = c.order();
+      for (int world : {1, 2, 3}) {
+        for (int rank = 0; rank < world; ++rank) {
+          DistributedSampler s(50, SamplerOptions()
+                                       .set_rank(rank)
+                                       .set_world_size(world)
+                                       .set_seed(5)
+                                       .set_pad(false)
+                                       .set_block(block));
+          s.set_epoch(2);
+          s.set_start(consumed);
+          std::vector<int64_t> batched;
+          for (int64_t step = 0; step < c.steps_left(world, 4); ++step) {
+            const auto part = step_indices(c, order, rank, world, 4, step);
+            EXPECT_LE(part.size(), 4u);
+            batched.insert(batched.end(), part.begin(), part.end());
+          }
+          EXPECT_EQ(batched, s.indices()) << "block " << block << ", consumed " << consumed
+                                          << ", rank " << rank << " of " << world;
+          EXPECT_TRUE(step_indices(c, order, rank, world, 4, c.steps_left(world, 4)).empty());
         }
-        EXPECT_EQ(batched, s.indices())
-            << "consumed " << consumed << ", rank " << rank << " of " << world;
-        EXPECT_TRUE(step_indices(c, order, rank, world, 4, c.steps_left(world, 4)).empty());
       }
     }
   }
@@ -265,32 +272,6 @@ TEST(BlockOrder, RanksTakeWholeBlocksAndUnpaddedSharesCoverEveryIndexOnce) {
       for (int64_t len : dropped_lengths) EXPECT_EQ(len, dropped_lengths.back());
       EXPECT_GE(padded_lengths[0] * world, n);
       EXPECT_LE(dropped_lengths[0] * world, n);
-    }
-  }
-}
-
-TEST(BlockOrder, StepIndicesAreTheUnpaddedSamplersShareFromTheCursorBatched) {
-  for (int64_t consumed : {0, 24, 48, 50}) {
-    const SampleCursor c{5, 2, 50, consumed, true, 4};
-    const std::vector<int64_t> order = c.order();
-    for (int world : {1, 2, 3}) {
-      for (int rank = 0; rank < world; ++rank) {
-        DistributedSampler s(50, SamplerOptions()
-                                     .set_rank(rank)
-                                     .set_world_size(world)
-                                     .set_seed(5)
-                                     .set_pad(false)
-                                     .set_block(4));
-        s.set_epoch(2);
-        s.set_start(consumed);
-        std::vector<int64_t> batched;
-        for (int64_t step = 0; step < c.steps_left(world, 8); ++step) {
-          const auto part = step_indices(c, order, rank, world, 8, step);
-          batched.insert(batched.end(), part.begin(), part.end());
-        }
-        EXPECT_EQ(batched, s.indices())
-            << "consumed " << consumed << ", rank " << rank << " of " << world;
-      }
     }
   }
 }

@@ -93,10 +93,14 @@ bool Fetcher::can_start() const {
 }
 
 void Fetcher::run() {
-  std::vector<SampleData> run;  // a run's samples, when it has several
+  // Reused from one fetch to the next (a sample a fetch with one object
+  // per image): cleared, not allocated again.
+  std::vector<SampleData> run;
+  std::vector<Entry*> entries;
+  std::vector<std::exception_ptr> errors;
   while (true) {
     int64_t pos, count;
-    std::vector<Entry*> entries;
+    entries.clear();
     {
       std::unique_lock<std::mutex> lock(mu_);
       space_cv_.wait(lock, [&] {
@@ -113,7 +117,7 @@ void Fetcher::run() {
       if (can_start()) space_cv_.notify_one();
     }
     run.resize(static_cast<size_t>(count));
-    std::vector<std::exception_ptr> errors(static_cast<size_t>(count));
+    errors.assign(static_cast<size_t>(count), nullptr);
     for (SampleData& d : run) d.bytes = reuse_buffer();
     if (count == 1) {
       try {
