@@ -9,6 +9,7 @@ include(${DTRAIN_ROOT}/src/data/image/sources.cmake)  # DTRAIN_IMAGE_LIBS
 add_library(fuzz_data_parsers STATIC
   ${DTRAIN_ROOT}/src/data/idx.cpp
   ${DTRAIN_ROOT}/src/data/fingerprint.cpp
+  ${DTRAIN_ROOT}/src/data/sampler.cpp  # packed.cpp: `dtrain data pack --shuffle`
   ${DTRAIN_ROOT}/src/data/image/io.cpp
   ${DTRAIN_ROOT}/src/data/image/decode.cpp
   ${DTRAIN_ROOT}/src/data/image/transform.cpp
