@@ -335,7 +335,9 @@ struct ImageLoaderOptions {
   /// run of neighbours read with one request, LoaderOptions::shuffle_block,
   /// may end up to 64 positions past that); a decode thread that gets ahead
   /// of them reads its sample itself (so a loader has at most fetch_threads
-  /// + threads requests open).
+  /// + threads requests open). As an epoch ends they read the next epoch's
+  /// first batch, which start_epoch(epoch + 1) then takes without reading
+  /// it again (Note [Across the epoch boundary]).
   int fetch_threads = -1;
   /// No new read ahead starts while the samples read and not yet decoded
   /// hold this many bytes (memory: this plus, per fetch thread, the run it

@@ -237,6 +237,13 @@ struct GetResult {
   uint64_t object_size = 0;
 };
 
+/// Part of a GET's body (S3Client::get_object into spans): `length` bytes
+/// to `dst`; with dst null they are received and dropped.
+struct GetSpan {
+  void* dst = nullptr;
+  uint64_t length = 0;
+};
+
 struct PutOptions {
   /// Sent as If-None-Match: * : fails with PreconditionFailedError when the
   /// key already exists, so a writer never replaces an object.
@@ -286,6 +293,12 @@ class S3Client {
   /// than asked when the object ends first.
   GetResult get_object(const std::string& bucket, const std::string& key, const GetOptions& options,
                        void* dst);
+  /// The same into `spans`, back to back from options.offset: one GET
+  /// scattered into the caller's buffers (a run of neighbouring samples
+  /// into each sample's own, for instance). options.length, when set, must
+  /// be the spans' total (InvalidArgument otherwise).
+  GetResult get_object(const std::string& bucket, const std::string& key, const GetOptions& options,
+                       const std::vector<GetSpan>& spans);
   /// PutObject with Content-MD5; a multipart upload (each part with its
   /// Content-MD5) at or above options().multipart_threshold, aborted when
   /// any step fails.

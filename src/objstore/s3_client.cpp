@@ -225,17 +225,36 @@ class GrowingSink final : public RangeSink {
   Buffer& out_;
 };
 
-class FixedSink final : public RangeSink {
+// The range's bytes back to back into the caller's spans (a span with a
+// null dst receives and drops its bytes). `at` only grows within a body, so
+// the span it falls in is found by walking forward from the last one.
+class SpansSink final : public RangeSink {
  public:
-  FixedSink(const GetOptions& options, bool ranged, void* dst, uint64_t capacity)
-      : RangeSink(options, ranged), dst_(static_cast<char*>(dst)), capacity_(capacity) {}
+  SpansSink(const GetOptions& options, bool ranged, const std::vector<GetSpan>& spans)
+      : RangeSink(options, ranged), spans_(spans) {
+    for (const GetSpan& s : spans_) capacity_ += s.length;
+  }
 
  private:
   uint64_t capacity() const override { return capacity_; }
-  void begin(uint64_t) override {}
-  void store(uint64_t at, const char* data, size_t n) override { std::memcpy(dst_ + at, data, n); }
-  char* dst_;
-  uint64_t capacity_;
+  void begin(uint64_t) override {
+    span_ = 0;
+    span_at_ = 0;
+  }
+  void store(uint64_t at, const char* data, size_t n) override {
+    while (n > 0) {  // at + n <= capacity_ (RangeSink keeps no more)
+      while (at >= span_at_ + spans_[span_].length) span_at_ += spans_[span_++].length;
+      const GetSpan& s = spans_[span_];
+      const uint64_t into = at - span_at_;
+      const auto take = static_cast<size_t>(std::min<uint64_t>(n, s.length - into));
+      if (s.dst != nullptr) std::memcpy(static_cast<char*>(s.dst) + into, data, take);
+      at += take, data += take, n -= take;
+    }
+  }
+  const std::vector<GetSpan>& spans_;
+  uint64_t capacity_ = 0;
+  size_t span_ = 0;       // the span holding byte span_at_ ..
+  uint64_t span_at_ = 0;  // .. its first byte's place in the range
 };
 
 }  // namespace
@@ -314,9 +333,22 @@ GetResult S3Client::get_object(const std::string& bucket, const std::string& key
     throw InvalidArgument(cat("S3 GetObject s3://", bucket, "/", key,
                               ": reading into fixed memory needs GetOptions::length"));
   }
-  if (*options.length == 0) return {};
-  FixedSink sink(options, true, dst, *options.length);
-  return get_into(bucket, key, options, sink);
+  return get_object(bucket, key, options, std::vector<GetSpan>{{dst, *options.length}});
+}
+
+GetResult S3Client::get_object(const std::string& bucket, const std::string& key,
+                               const GetOptions& options, const std::vector<GetSpan>& spans) {
+  uint64_t total = 0;
+  for (const GetSpan& s : spans) total += s.length;
+  if (options.length && *options.length != total) {
+    throw InvalidArgument(cat("S3 GetObject s3://", bucket, "/", key, ": GetOptions::length ",
+                              *options.length, " is not the spans' total, ", total));
+  }
+  if (total == 0) return {};
+  GetOptions ranged = options;
+  ranged.length = total;
+  SpansSink sink(ranged, true, spans);
+  return get_into(bucket, key, ranged, sink);
 }
 
 PutResult S3Client::put_object(const std::string& bucket, const std::string& key,

@@ -6,6 +6,7 @@
 
 #include <ATen/ATen.h>
 
+#include "data/image/io.h"
 #include "data/registry.h"
 #include "dtrain/comm.h"
 #include "dtrain/data.h"
@@ -134,6 +135,51 @@ TEST(Packed, APackWrittenShuffledHoldsTheFolderSamplesInTheSeededOrder) {
                 packed->name(i).substr(0, packed->name(i).find('@')))
           << "one shard";
     }
+  }
+}
+
+// ByteSource::pread_spans (a run of a shard's neighbours read straight into
+// each sample's buffer): File's preadv and the default's one buffer and
+// copies place the same bytes, drop the gaps, and name a short file.
+class OnlyPread : public image::ByteSource {  // the default pread_spans
+ public:
+  explicit OnlyPread(const image::File& f) : f_(f) {}
+  int64_t size() const override { return f_.size(); }
+  void pread_exact(void* dst, size_t length, int64_t offset) const override {
+    f_.pread_exact(dst, length, offset);
+  }
+  const std::string& path() const override { return f_.path(); }
+
+ private:
+  const image::File& f_;
+};
+
+TEST(ReadSpans, EachSpanGetsItsBytesTheGapsAreDroppedAndAShortFileIsNamed) {
+  TempDir dir;
+  std::string bytes;
+  for (int i = 0; i < 5000; ++i) bytes += static_cast<char>(i * 7 % 251);
+  write_file(dir / "shard.bin", std::vector<uint8_t>(bytes.begin(), bytes.end()));
+  const image::File file = image::File::open_read(dir / "shard.bin");
+  const OnlyPread plain(file);
+  for (const image::ByteSource* source : {static_cast<const image::ByteSource*>(&file),
+                                          static_cast<const image::ByteSource*>(&plain)}) {
+    std::string a(1000, 'x'), b(10, 'x'), c(2000, 'x');
+    // a, a 500-byte gap, b, an empty span, c: bytes 100..3610.
+    source->pread_spans({{a.data(), a.size()},
+                         {nullptr, 500},
+                         {b.data(), b.size()},
+                         {nullptr, 0},
+                         {c.data(), c.size()}},
+                        100);
+    EXPECT_EQ(a, bytes.substr(100, 1000));
+    EXPECT_EQ(b, bytes.substr(1600, 10));
+    EXPECT_EQ(c, bytes.substr(1610, 2000));
+    std::string past(1000, 'x');
+    const std::string e = error_of([&] {
+      source->pread_spans({{past.data(), past.size()}}, 4500);
+    });
+    EXPECT_NE(e.find("shard.bin' ends early: 500 bytes missing at offset 5000"), std::string::npos)
+        << e;
   }
 }
 

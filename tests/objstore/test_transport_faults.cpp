@@ -90,6 +90,27 @@ TEST(S3TransportFaults, ARangeFromAStoreThatIgnoresRangeIsCutOutInEachForm) {
   EXPECT_EQ(tail.substr(0, 240), expected_body().substr(10000));
 }
 
+// One GET scattered into spans (a run of samples into each sample's
+// buffer): each span gets its bytes and a gap is dropped, also when the
+// store ignores Range, and a truncated answer's bytes are placed again from
+// the retry's start.
+TEST(S3TransportFaults, ARangeIntoSpansFillsEachSpanAlsoFromAWholeObjectAndAfterATruncation) {
+  FaultServer server("truncate");
+  ASSERT_TRUE(testing::wait_for_port(server.port, 30));
+  S3Client s3(options_for(server, 3));
+  GetOptions range;
+  range.offset = 1000;
+  std::string a(700, 'x'), b(2000, 'x');
+  const GetResult got =
+      s3.get_object("bucket", "k", range, {{a.data(), 700}, {nullptr, 300}, {b.data(), 2000}});
+  EXPECT_EQ(server.requests(), 2);
+  EXPECT_EQ(got.bytes, 3000u);
+  EXPECT_EQ(a, expected_body().substr(1000, 700));
+  EXPECT_EQ(b, expected_body().substr(2000, 2000));
+  range.length = 10;
+  EXPECT_THROW(s3.get_object("bucket", "k", range, {{a.data(), 700}}), InvalidArgument);
+}
+
 TEST(S3TransportFaults, AStalledServerEndsAfterTheBoundedAttemptsNamingTheTimeout) {
   FaultServer server("stall,stall,stall");
   ASSERT_TRUE(testing::wait_for_port(server.port, 30));

@@ -2,11 +2,15 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <cstring>
 #include <filesystem>
+#include <memory>
 #include <utility>
 
 #include "common/strings.h"
@@ -71,6 +75,53 @@ void File::pread_exact(void* dst, size_t length, int64_t offset) const {
                           " (truncated file?)"));
     }
     p += n, length -= static_cast<size_t>(n), offset += n;
+  }
+}
+
+void ByteSource::pread_spans(const std::vector<ReadSpan>& spans, int64_t offset) const {
+  size_t total = 0;
+  for (const ReadSpan& s : spans) total += s.length;
+  const std::unique_ptr<uint8_t[]> all(new uint8_t[total]);  // not zero-filled
+  pread_exact(all.get(), total, offset);
+  const uint8_t* from = all.get();
+  for (const ReadSpan& s : spans) {
+    if (s.dst != nullptr) std::memcpy(s.dst, from, s.length);
+    from += s.length;
+  }
+}
+
+void File::pread_spans(const std::vector<ReadSpan>& spans, int64_t offset) const {
+  // Dropped spans all land in one scratch buffer of the largest one's size.
+  size_t dropped = 0;
+  for (const ReadSpan& s : spans) {
+    if (s.dst == nullptr) dropped = std::max(dropped, s.length);
+  }
+  std::vector<uint8_t> scratch(dropped);
+  std::vector<iovec> iov;
+  iov.reserve(spans.size());
+  for (const ReadSpan& s : spans) {
+    if (s.length > 0) iov.push_back({s.dst != nullptr ? s.dst : scratch.data(), s.length});
+  }
+  size_t first = 0;  // iov[first..] still to read; a short read trims iov[first]
+  while (first < iov.size()) {
+    const int count = static_cast<int>(std::min<size_t>(iov.size() - first, IOV_MAX));
+    const ssize_t n = ::preadv(fd_, iov.data() + first, count, offset);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw DataError(cat("cannot read '", path_, "' at ", offset, ": ", errno_text()));
+    if (n == 0) {
+      size_t missing = 0;
+      for (size_t k = first; k < iov.size(); ++k) missing += iov[k].iov_len;
+      throw DataError(cat("'", path_, "' ends early: ", missing, " bytes missing at offset ",
+                          offset, " (truncated file?)"));
+    }
+    offset += n;
+    for (auto left = static_cast<size_t>(n); left > 0;) {
+      const size_t take = std::min(left, iov[first].iov_len);
+      iov[first].iov_base = static_cast<char*>(iov[first].iov_base) + take;
+      iov[first].iov_len -= take;
+      left -= take;
+      if (iov[first].iov_len == 0) ++first;
+    }
   }
 }
 

@@ -8,6 +8,13 @@
 
 namespace dtrain::image {
 
+/// Part of a read (ByteSource::pread_spans): `length` bytes to `dst`; with
+/// dst null they are read and dropped.
+struct ReadSpan {
+  void* dst = nullptr;
+  size_t length = 0;
+};
+
 /// Bytes readable at any offset -- a local file (File) or an object in an
 /// object store -- so readers of containers (tar) work over either.
 /// pread_exact() is safe to call from many threads at once.
@@ -19,6 +26,11 @@ class ByteSource {
   /// Reads exactly `length` bytes at `offset`; throws DataError naming
   /// path() on a short read.
   virtual void pread_exact(void* dst, size_t length, int64_t offset) const = 0;
+  /// Reads the spans' bytes back to back from `offset` (span k's follow
+  /// span k - 1's), with the errors of pread_exact. This default reads
+  /// them all into one buffer and copies each span out; File (preadv) and
+  /// S3 objects (from the receive buffer) place each byte once.
+  virtual void pread_spans(const std::vector<ReadSpan>& spans, int64_t offset) const;
   /// Where the bytes come from, for messages.
   virtual const std::string& path() const = 0;
   /// The object's ETag (reads are pinned to it); "" for local files.
@@ -47,6 +59,8 @@ class File : public ByteSource {
   int64_t size() const override;
   /// Reads exactly `length` bytes at `offset`; throws DataError on a short read.
   void pread_exact(void* dst, size_t length, int64_t offset) const override;
+  /// With preadv(2): each byte straight into its span.
+  void pread_spans(const std::vector<ReadSpan>& spans, int64_t offset) const override;
   /// Appends all of `length` bytes; throws DataError on failure.
   void write_all(const void* src, size_t length);
   const std::string& path() const override { return path_; }

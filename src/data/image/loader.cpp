@@ -137,9 +137,23 @@ class ImageLoader::Impl {
       f.max_ahead = static_cast<int64_t>(slots_.size()) * loader_.batch_size;
       f.max_bytes = options_.fetch_bytes;
       f.first_window = loader_.batch_size;  // Note [Window opens with the epoch]
+      // Note [Across the epoch boundary] (fetcher.cpp): the samples the last
+      // fetcher read for this epoch's first positions, where they are this
+      // order's; and this epoch's fetcher reads the next one's first batch.
+      size_t n = 0;
+      while (n < carried_.size() && next_pos_ + static_cast<int64_t>(n) < end_pos_ &&
+             carried_for_[n] == order_[next_pos_ + n]) {
+        ++n;
+      }
+      carried_.resize(n);
+      std::vector<int64_t> then = next_epoch_head();
       fetcher_ = std::make_unique<image::Fetcher>(
-          *source_, std::vector<int64_t>(order_.begin(), order_.begin() + end_pos_), next_pos_, f);
+          *source_, std::vector<int64_t>(order_.begin(), order_.begin() + end_pos_), next_pos_, f,
+          then, std::move(carried_));
+      fetching_then_ = std::move(then);
     }
+    carried_.clear();
+    carried_for_.clear();
     for (int t = 0; t < loader_.threads; ++t) workers_.emplace_back([this] { work(); });
   }
 
@@ -192,12 +206,26 @@ class ImageLoader::Impl {
     work_cv_.notify_all();
     for (std::thread& t : workers_) t.join();
     workers_.clear();
-    fetcher_.reset();  // after the workers: none is waiting on it
+    if (fetcher_) {  // after the workers: none is waiting on it
+      carried_ = fetcher_->release_then();
+      carried_for_ = std::move(fetching_then_);
+      fetcher_.reset();
+    }
   }
 
  private:
   int64_t batch_rows(int64_t b) const {
     return std::clamp<int64_t>(end_pos_ - b * loader_.batch_size, 0, loader_.batch_size);
+  }
+
+  // The first batch of the epoch after this one, started at its beginning.
+  std::vector<int64_t> next_epoch_head() const {
+    DistributedSampler next = sampler_;
+    next.set_epoch(epoch_ + 1);
+    next.set_start(0);
+    std::vector<int64_t> order = next.indices();
+    order.resize(std::min(order.size(), static_cast<size_t>(loader_.batch_size)));
+    return order;
   }
 
   // Under mu_: the slot batch b goes to, claimed (buffers ready) if free; null
@@ -336,6 +364,9 @@ class ImageLoader::Impl {
   static constexpr int kMaxFetchThreads = 256;
   int fetch_threads_ = 0;
   std::unique_ptr<image::Fetcher> fetcher_;  // this epoch's, when fetch_threads_ > 0
+  std::vector<int64_t> fetching_then_;       // the samples fetcher_ reads for the next epoch
+  std::vector<image::Fetched> carried_;      // read by the last fetcher (Note [Across the
+  std::vector<int64_t> carried_for_;         // epoch boundary]): these samples' data
 
   int64_t epoch_ = 0;
   std::vector<int64_t> order_;  // this rank's sample indices for the epoch

@@ -47,25 +47,49 @@ class S3Object : public ByteSource {
   int64_t size() const override { return size_; }
   void pread_exact(void* dst, size_t length, int64_t offset) const override {
     if (length == 0) return;
-    if (offset < 0 || offset + static_cast<int64_t>(length) > size_) {
-      throw DataError(cat("'", path_, "' ends early: ", length, " bytes wanted at offset ", offset,
-                          " of ", size_, " (truncated object?)"));
-    }
+    check_range(length, offset);
     GetOptions g;
     g.offset = static_cast<uint64_t>(offset);
     g.length = length;
     g.if_match = etag_;
     // Straight into dst (Note [Body into place] in src/http/http.cpp).
     const GetResult r = s3_->get_object(uri_.bucket, uri_.key, g, dst);
-    if (r.bytes != length) {
-      throw DataError(cat("'", path_, "': a ranged GET at offset ", offset, " returned ", r.bytes,
-                          " of ", length, " bytes (truncated object?)"));
+    check_got(r.bytes, length, offset);
+  }
+  void pread_spans(const std::vector<ReadSpan>& spans, int64_t offset) const override {
+    std::vector<GetSpan> into;
+    into.reserve(spans.size());
+    uint64_t length = 0;
+    for (const ReadSpan& s : spans) {
+      into.push_back({s.dst, s.length});
+      length += s.length;
     }
+    check_range(length, offset);
+    if (length == 0) return;
+    GetOptions g;
+    g.offset = static_cast<uint64_t>(offset);
+    g.if_match = etag_;
+    // From the receive buffer into each span (Note [Body into place]).
+    const GetResult r = s3_->get_object(uri_.bucket, uri_.key, g, into);
+    check_got(r.bytes, length, offset);
   }
   const std::string& path() const override { return path_; }
   std::string etag() const override { return etag_; }
 
  private:
+  void check_range(uint64_t length, int64_t offset) const {
+    if (offset < 0 || offset + static_cast<int64_t>(length) > size_) {
+      throw DataError(cat("'", path_, "' ends early: ", length, " bytes wanted at offset ", offset,
+                          " of ", size_, " (truncated object?)"));
+    }
+  }
+  void check_got(uint64_t got, uint64_t length, int64_t offset) const {
+    if (got != length) {
+      throw DataError(cat("'", path_, "': a ranged GET at offset ", offset, " returned ", got,
+                          " of ", length, " bytes (truncated object?)"));
+    }
+  }
+
   std::shared_ptr<S3Client> s3_;
   S3Uri uri_;
   std::string path_;
@@ -86,6 +110,10 @@ class CachedObject : public ByteSource {
   void pread_exact(void* dst, size_t length, int64_t offset) const override {
     if (const File* f = local()) return f->pread_exact(dst, length, offset);
     remote_->pread_exact(dst, length, offset);
+  }
+  void pread_spans(const std::vector<ReadSpan>& spans, int64_t offset) const override {
+    if (const File* f = local()) return f->pread_spans(spans, offset);
+    remote_->pread_spans(spans, offset);
   }
   const std::string& path() const override { return remote_->path(); }
   std::string etag() const override { return remote_->etag(); }

@@ -4,7 +4,6 @@
 // sources (Note [Block order] in dtrain/sampler.h).
 
 #include <cstdint>
-#include <memory>
 #include <vector>
 
 #include "data/image/io.h"
@@ -48,22 +47,27 @@ int64_t run_length(const ExtentOf& extent_of, int64_t size, int64_t i, int64_t m
   return n;
 }
 
-/// ImageSource::read_run: the run's bytes with one pread_exact of `shard`
-/// (extent_of(first).shard's), then each sample's slice into out[k]: while
-/// it runs, twice the run's bytes (at most 2 x kMaxRunBytes).
+/// ImageSource::read_run: the run's bytes with one read of `shard`
+/// (extent_of(first).shard's), each sample's straight into out[k].bytes
+/// (ByteSource::pread_spans; the gaps between samples are read and dropped).
 template <typename ExtentOf>
 void read_run(const ByteSource& shard, const ExtentOf& extent_of, int64_t first, int64_t count,
               SampleData* out) {
-  const Extent a = extent_of(first), z = extent_of(first + count - 1);
-  const auto length = static_cast<size_t>(z.offset + z.size - a.offset);
-  const std::unique_ptr<uint8_t[]> run(new uint8_t[length]);  // not zero-filled
-  shard.pread_exact(run.get(), length, a.offset);
+  std::vector<ReadSpan> spans;
+  spans.reserve(static_cast<size_t>(2 * count));
+  const int64_t start = extent_of(first).offset;
+  int64_t at = start;
   for (int64_t k = 0; k < count; ++k) {
     const Extent e = extent_of(first + k);
-    const uint8_t* from = run.get() + (e.offset - a.offset);
+    if (e.offset > at) spans.push_back({nullptr, static_cast<size_t>(e.offset - at)});
+    // A recycled buffer keeps its size (Note [Recycled sample buffers]): only
+    // what grows is zero-filled.
     out[k].encoded = true;
-    out[k].bytes.assign(from, from + e.size);
+    out[k].bytes.resize(static_cast<size_t>(e.size));
+    spans.push_back({out[k].bytes.data(), static_cast<size_t>(e.size)});
+    at = e.offset + e.size;
   }
+  shard.pread_spans(spans, start);
 }
 
 }  // namespace dtrain::image
