@@ -357,8 +357,11 @@ TEST(ImageLoader, TheNextEpochsFirstBatchIsReadWhileThisOneEndsAndNotReadAgain) 
     const auto b = epoch_inputs(fetching, epoch);
     ASSERT_EQ(a.size(), b.size());
     for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(at::equal(a[i], b[i])) << i;
-    if (epoch == 0) EXPECT_EQ(settled_reads(50 + 8), 50 + 8) << "epoch 1's first batch";
-    if (epoch == 1) EXPECT_EQ(settled_reads(100 + 8), 100 + 8) << "none read twice";
+    if (epoch == 0) {
+      EXPECT_EQ(settled_reads(50 + 8), 50 + 8) << "epoch 1's first batch";
+    } else if (epoch == 1) {
+      EXPECT_EQ(settled_reads(100 + 8), 100 + 8) << "none read twice";
+    }
   }
   // Epoch 5 in place of 2: epoch 2's first batch dropped, epoch 5's read.
   EXPECT_EQ(settled_reads(150 + 16), 150 + 16);
