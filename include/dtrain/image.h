@@ -337,7 +337,10 @@ struct ImageLoaderOptions {
   /// of them reads its sample itself (so a loader has at most fetch_threads
   /// + threads requests open). As an epoch ends they read the next epoch's
   /// first batch, which start_epoch(epoch + 1) then takes without reading
-  /// it again (Note [Across the epoch boundary]).
+  /// it again (Note [Across the epoch boundary]); start_epoch and the
+  /// destructor wait for those reads in flight (each bounded by the
+  /// source's deadlines), and after a loader's last epoch they were one
+  /// batch read for nothing.
   int fetch_threads = -1;
   /// No new read ahead starts while the samples read and not yet decoded
   /// hold this many bytes (memory: this plus, per fetch thread, the run it

@@ -32,8 +32,12 @@
 namespace dtrain::image {
 namespace {
 
-int64_t held_bytes(const SampleData& d) {
-  return static_cast<int64_t>(d.bytes.size() + d.image.pixels.size());
+// What a done entry holds against max_bytes: a failed read holds nothing,
+// and a decoded sample's byte buffer is a recycled one's stale contents
+// (Note [Recycled sample buffers]).
+int64_t held_bytes(const SampleData& d, const std::exception_ptr& error) {
+  if (error) return 0;
+  return static_cast<int64_t>((d.encoded ? d.bytes.size() : 0) + d.image.pixels.size());
 }
 
 std::vector<int64_t> joined(std::vector<int64_t> order, const std::vector<int64_t>& then) {
@@ -62,7 +66,7 @@ Fetcher::Fetcher(const ImageSource& source, std::vector<int64_t> order, int64_t 
     e.done = true;
     e.data = std::move(ready[k].data);
     e.error = ready[k].error;
-    bytes_ += held_bytes(e.data);
+    bytes_ += held_bytes(e.data, e.error);
   }
   next_ = begin + n_ready;
   const int threads = std::max(1, options_.threads);
@@ -84,13 +88,16 @@ Fetcher::~Fetcher() { stop_and_join(); }
 // nothing at ImageNet's 1.28 million). So once every read of its epoch
 // has ended, a fetcher reads on, within the same window and byte bounds,
 // the samples of the next epoch's first batch that the loader named
-// (`then`). Ended, not only started: a sample at both this epoch's end and
-// the next one's start (an unshuffled order smaller than the window) is
-// then not read twice at once, and with a data cache the second read finds
-// the copy the first made instead of a GET of its own. The loader hands
-// them to the next epoch's fetcher
-// (release_then(), `ready`) if its order starts with them (start_epoch of
-// the next epoch, or an unshuffled order again), and drops them otherwise.
+// (`then`). Ended, not only started (own_in_flight_ counts the fetch
+// threads' reads and a decode thread's own): a sample at both this epoch's
+// end and the next one's start (an unshuffled order smaller than the
+// window) is then not read twice at once, and with a data cache the second
+// read finds the copy the first made instead of a GET of its own. The
+// loader hands them to the next epoch's fetcher (release_then(), `ready`):
+// the longest prefix of them that the new order has at the position it
+// starts from (start_epoch of the next epoch, or an unshuffled order again),
+// dropping the rest. release_then() waits for those reads in flight, each
+// bounded by the source's deadlines, as the fetcher's destructor does.
 // A sample's bytes do not depend on the epoch, so the handover is exact; a
 // failed read is handed over as a failure, one given up at the stop is not.
 std::vector<Fetched> Fetcher::release_then() {
@@ -205,7 +212,7 @@ void Fetcher::run() {
         entry->error = errors[k];
         entry->unread = unread[k] != 0;
         entry->done = true;
-        bytes_ += held_bytes(entry->data);
+        bytes_ += held_bytes(entry->data, entry->error);
       }
       // The last of the epoch's own reads lets the next epoch's start.
       if (pos < then_at_ && --own_in_flight_ == 0 && can_start()) space_cv_.notify_one();
@@ -245,12 +252,25 @@ void Fetcher::take(int64_t pos, SampleData& out) {
   frontier_ = std::max(frontier_, pos + 1);
   auto it = entries_.find(pos);
   if (it == entries_.end()) {
-    // Not started by a fetch thread: read it here (Note [Fetch ahead]).
+    // Not started by a fetch thread: read it here (Note [Fetch ahead]),
+    // counted as one of the epoch's reads in flight (Note [Across the epoch
+    // boundary]).
     next_ = std::max(next_, pos + 1);
+    ++own_in_flight_;
     const bool room = can_start();
     lock.unlock();
     if (room) space_cv_.notify_one();
-    source_.read(order_[pos], out);
+    std::exception_ptr error;
+    try {
+      source_.read(order_[pos], out);
+    } catch (...) {
+      error = std::current_exception();
+    }
+    lock.lock();
+    const bool last = --own_in_flight_ == 0 && can_start();
+    lock.unlock();
+    if (last) space_cv_.notify_one();
+    if (error) std::rethrow_exception(error);
     return;
   }
   Entry* waited = &it->second;  // a reference survives rehashing, an iterator does not
@@ -258,7 +278,7 @@ void Fetcher::take(int64_t pos, SampleData& out) {
   done_cv_.wait(lock, [&] { return waited->done; });
   Entry entry = std::move(*waited);
   entries_.erase(pos);
-  bytes_ -= held_bytes(entry.data);
+  bytes_ -= held_bytes(entry.data, entry.error);
   const bool room = can_start();
   lock.unlock();
   if (room) space_cv_.notify_one();

@@ -100,7 +100,7 @@ class Fetcher {
   int64_t next_ = 0;       // the next position to fetch (or to read inline)
   int64_t frontier_ = 0;   // one past the highest position taken
   int64_t bytes_ = 0;      // bytes of done, untaken entries
-  int own_in_flight_ = 0;  // fetches running of positions before then_at_
+  int own_in_flight_ = 0;  // reads running of positions before then_at_
   bool stop_ = false;
   std::vector<std::thread> threads_;
   std::mutex spare_mu_;  // only for spare_: never held with mu_

@@ -6,7 +6,9 @@
 #include <cstdint>
 #include <vector>
 
+#include "common/strings.h"
 #include "data/image/io.h"
+#include "dtrain/errors.h"
 #include "dtrain/image.h"
 
 namespace dtrain::image {
@@ -59,6 +61,11 @@ void read_run(const ByteSource& shard, const ExtentOf& extent_of, int64_t first,
   int64_t at = start;
   for (int64_t k = 0; k < count; ++k) {
     const Extent e = extent_of(first + k);
+    if (e.offset < at || (k > 0 && e.shard != extent_of(first).shard)) {
+      // Not a run (run_length's contract broken): the caller reads each alone.
+      throw DataError(
+          cat("samples ", first, "..", first + count - 1, " are not back to back in one shard"));
+    }
     if (e.offset > at) spans.push_back({nullptr, static_cast<size_t>(e.offset - at)});
     // A recycled buffer keeps its size (Note [Recycled sample buffers]): only
     // what grows is zero-filled.
