@@ -258,7 +258,9 @@ TEST(BlockOrder, RanksTakeWholeBlocksAndUnpaddedSharesCoverEveryIndexOnce) {
         seen.insert(mine.begin(), mine.end());
         for (size_t i = 0; i + 4 <= mine.size(); i += 4) {  // whole blocks of neighbours
           for (size_t k = 1; k < 4; ++k) {
-            if (mine[i] < n / 4 * 4) EXPECT_EQ(mine[i + k], mine[i] + int64_t(k)) << n << " " << r;
+            if (mine[i] < n / 4 * 4) {
+              EXPECT_EQ(mine[i + k], mine[i] + int64_t(k)) << n << " " << r;
+            }
           }
         }
         padded_lengths.push_back(static_cast<int64_t>(padded.indices().size()));
@@ -289,7 +291,9 @@ TEST(BlockOrder, ResumingAtAnotherWorldSizeAndBatchSeesEverySampleOfTheEpochExac
         const auto part = step_indices(c, order, r, 2, 8, step);
         EXPECT_EQ(part.size(), 8u);
         for (size_t k = 1; k < part.size(); ++k) {  // two whole blocks of neighbours
-          if (k % 4 != 0) EXPECT_EQ(part[k], part[k - 1] + 1);
+          if (k % 4 != 0) {
+            EXPECT_EQ(part[k], part[k - 1] + 1);
+          }
         }
         seen.insert(part.begin(), part.end());
       }
