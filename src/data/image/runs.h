@@ -63,8 +63,9 @@ void read_run(const ByteSource& shard, const ExtentOf& extent_of, int64_t first,
     const Extent e = extent_of(first + k);
     if (e.offset < at || (k > 0 && e.shard != extent_of(first).shard)) {
       // Not a run (run_length's contract broken): the caller reads each alone.
-      throw DataError(
-          cat("samples ", first, "..", first + count - 1, " are not back to back in one shard"));
+      throw DataError(cat(
+          "'", shard.path(), "': samples ", first, "..", first + count - 1,
+          " are not back to back in it; fix: read them one by one (a source's run_length bug)"));
     }
     if (e.offset > at) spans.push_back({nullptr, static_cast<size_t>(e.offset - at)});
     // A recycled buffer keeps its size (Note [Recycled sample buffers]): only
