@@ -67,7 +67,10 @@ PY=/usr/bin/python3  # the stamper and the report: standard library only
 
 # Internal: recovery.sh --torchft-job PYTHONPATH NPROC PORT PEER_LD_LIBRARY_PATH
 # PEER_PY NODE -- WORKER ARGS...: torchft's lighthouse on 127.0.0.1:PORT
-# (--min_replicas NPROC-1, its other settings the defaults) and NPROC replica
+# (--min_replicas NPROC-1, its other settings the defaults of the
+# torchft_lighthouse command: a 60 s join timeout, where the Python binding's
+# default of 100 ms forms each quorum without a replica that arrives later,
+# which then heals and sits out every other step) and NPROC replica
 # groups of one process; a replica that fails is started again once (as
 # --max-restarts 1 would). Ends when every replica has ended. NODE is - on
 # one host; with --netns, node NODE (0 or 1, run in its namespace) starts
@@ -91,15 +94,21 @@ if [[ ${1:-} == --torchft-job ]]; then
     if [[ $node == - || $node == 0 ]]; then
         "$py" -c 'import sys, time
 from torchft.coordination import LighthouseServer
-s = LighthouseServer(bind=sys.argv[1], min_replicas=int(sys.argv[2]))
+# the defaults of the torchft_lighthouse command (the binding joins for 100 ms)
+s = LighthouseServer(bind=sys.argv[1], min_replicas=int(sys.argv[2]),
+                     join_timeout_ms=60000, quorum_tick_ms=100, heartbeat_timeout_ms=5000)
 print("lighthouse at", s.address(), flush=True)
-time.sleep(1e6)' "$host:$port" $((n - 1)) &
+time.sleep(1e6)' "$host:$port" $((n - 1)) > >(sed -u '') 2> >(sed -u '' >&2) &
         lighthouse=$!
     fi
     export TORCHFT_LIGHTHOUSE=http://$host:$port MASTER_ADDR=127.0.0.1 MASTER_PORT=0
     replicas=()
     for ((r = first; r < last; r++)); do
-        (export REPLICA_GROUP_ID=$r; "${wrap[@]}" "$py" "$@" || "${wrap[@]}" "$py" "$@") &
+        # each process's output through a sed of its own, which writes whole
+        # lines: torchft's logger writes a line in pieces, so into the one
+        # shared log a progress line could be glued to another process's piece
+        (export REPLICA_GROUP_ID=$r; "${wrap[@]}" "$py" "$@" || "${wrap[@]}" "$py" "$@") \
+            > >(sed -u '') 2> >(sed -u '' >&2) &
         replicas+=($!)
     done
     rc=0

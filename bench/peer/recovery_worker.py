@@ -11,8 +11,11 @@ cross-entropy, SGD with momentum, one progress line per committed step.
   --mode torchft  torchft 0.2: one replica group of one process per worker
                   (REPLICA_GROUP_ID, TORCHFT_LIGHTHOUSE, MASTER_PORT of its own
                   store), torchft.Manager + torchft.DistributedDataParallel +
-                  torchft.Optimizer on ProcessGroupGloo; a replacement heals
-                  from a live replica (torchft's HTTP checkpoint transport).
+                  torchft.Optimizer on ProcessGroupGloo (5 s timeout, as in
+                  torchft's train_ddp.py), the DDP comm hook mended so that a
+                  failed allreduce does not raise (_torchft_comm_hook); a
+                  replacement heals from a live replica (torchft's HTTP
+                  checkpoint transport).
 
 Rank/replica r's batch at step s is batch (s * W + r) of a fixed pool made
 from --seed, so a resumed run reads the same batches. Rank 0 prints
@@ -104,9 +107,33 @@ def run_ddp(a, model):
     dist.destroy_process_group()
 
 
+def _torchft_comm_hook(state, bucket):
+    """torchft.DistributedDataParallel's hook, save that a failed allreduce
+    gives the bucket back unreduced. torchft 0.2.0's own hook asserts that the
+    work's future wraps another, which holds only while no allreduce of the
+    step has failed: a failed one leaves the wrapped future empty (its
+    _ManagedWork.wait has reported the error to the Manager), and once the
+    Manager has an error allreduce returns a _DummyWork, whose future is a
+    plain one. So every survivor of a peer's death raised in backward; with
+    this hook should_commit() refuses that step and they go on, as torchft
+    intends."""
+    work = state.allreduce(bucket.buffer())
+    work.wait()
+    fut = work.get_future()
+    if not hasattr(fut, "_fut"):
+        return fut  # a _DummyWork's: the bucket, completed
+    if fut._fut:
+        return fut._fut
+    done = torch.futures.Future()
+    done.set_result(bucket.buffer())
+    return done
+
+
 def run_torchft(a, model):
+    import torchft.ddp
     from torchft import DistributedDataParallel, Manager, Optimizer, ProcessGroupGloo
 
+    torchft.ddp.DistributedDataParallel._comm_hook = staticmethod(_torchft_comm_hook)
     replica = int(os.environ["REPLICA_GROUP_ID"])
     world = a.world
     opt_inner = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=a.momentum)
@@ -125,7 +152,8 @@ def run_torchft(a, model):
     host = socket.gethostname()
     store = dist.TCPStore(host, int(os.environ["MASTER_PORT"]), is_master=True,
                           wait_for_workers=False)
-    manager = Manager(pg=ProcessGroupGloo(timeout=timedelta(seconds=10)),
+    # the Gloo timeout of torchft's train_ddp.py on the CPU
+    manager = Manager(pg=ProcessGroupGloo(timeout=timedelta(seconds=5)),
                       load_state_dict=load_state_dict, state_dict=state_dict,
                       min_replica_size=1, replica_id=f"replica{replica}",
                       store_addr=host, store_port=store.port, rank=0, world_size=1,
