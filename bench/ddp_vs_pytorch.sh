@@ -1,20 +1,20 @@
 #!/usr/bin/env bash
 # Issue 3's benchmark: DDP step time of `dtrain bench ddp` vs PyTorch DDP
-# (bench/peer/pytorch_ddp_step.py), 2 processes, Gloo, synthetic data, for the
-# demo CNN, ResNet-18 and VGG-16 on small images, with each of --hooks (issue
-# 20: the same DDP comm hook on both sides),
+# (bench/peer/pytorch_ddp_step.py), --hosts processes (default 2), Gloo,
+# synthetic data, for the demo CNN, ResNet-18 and VGG-16 on small images, with
+# each of --hooks (issue 20: the same DDP comm hook on both sides),
 #   (a) loopback: dtrain under `dtrain run`, the peer started with env vars;
-#   (b) netns:    rank 0 in namespace dtrainbench0 (10.213.0.1), rank 1 in
-#                 dtrainbench1 (10.213.0.2), joined by a veth pair shaped to
-#                 1 Gbit/s with tc (bench/netns/netns.sh). Both dtrain and the
-#                 peer are started with RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT
-#                 set by hand (rank 0 hosts the store).
+#   (b) netns:    rank r in namespace dtrainbench<r> (10.213.0.<r+1>): with 2
+#                 hosts a veth pair, with more a switch, every link shaped to
+#                 --rate each way with tc (bench/netns/netns.sh). Both dtrain
+#                 and the peer are started with RANK/WORLD_SIZE/MASTER_ADDR/
+#                 MASTER_PORT set by hand (rank 0 hosts the store).
 #
 #   bench/ddp_vs_pytorch.sh [--models "cnn resnet18"] [--modes "loopback netns"]
 #       [--hooks "allreduce"] [--powersgd-start-iter 2] [--rounds 1]
 #       [--batch-size 64] [--image-size 32] [--steps 20] [--warmup 3]
 #       [--threads 1] [--bucket-cap-mb 25] [--find-unused-parameters]
-#       [--rate 1gbit] [--build DIR]
+#       [--rate 1gbit] [--hosts 2] [--build DIR]
 #       [--out DIR] [--timeout SECS] [--only dtrain|peer] [--keep-netns]
 #
 # Models: cnn, resnet18, vgg16. Hooks: allreduce (DDP's own), noop (no
@@ -34,7 +34,7 @@ ROOT=$(cd "$HERE/.." && pwd)
 # shellcheck source=bench/peer_python.sh
 source "$HERE/peer_python.sh"
 NETNS=$HERE/netns/netns.sh
-NS0=dtrainbench0 NS1=dtrainbench1 DEV0=dtb0 DEV1=dtb1 ADDR0=10.213.0.1
+NS0=dtrainbench0 ADDR0=10.213.0.1
 
 MODELS="cnn resnet18"
 MODES="loopback netns"
@@ -49,6 +49,7 @@ THREADS=1
 BUCKET=25
 FIND_UNUSED=()
 RATE=1gbit
+HOSTS=2
 BUILD=$ROOT/build
 OUT=
 TIMEOUT=600
@@ -71,6 +72,7 @@ while [[ $# -gt 0 ]]; do
         --bucket-cap-mb) BUCKET=$2; shift 2 ;;
         --find-unused-parameters) FIND_UNUSED=(--find-unused-parameters); shift ;;
         --rate) RATE=$2; shift 2 ;;
+        --hosts) HOSTS=$2; shift 2 ;;
         --build) BUILD=$2; shift 2 ;;
         --out) OUT=$2; shift 2 ;;
         --timeout) TIMEOUT=$2; shift 2 ;;
@@ -83,6 +85,9 @@ done
 for m in $MODELS; do [[ $m == cnn || $m == resnet18 || $m == vgg16 ]] || { echo "unknown model $m (cnn, resnet18, vgg16)" >&2; exit 2; }; done
 is_count() { [[ $1 =~ ^[0-9]+$ ]] && (($1 > 0)); }
 is_count "$ROUNDS" || { echo "--rounds must be a positive integer, got '$ROUNDS'" >&2; exit 2; }
+{ is_count "$HOSTS" && ((HOSTS >= 2 && HOSTS <= 8)); } ||
+    { echo "--hosts must be 2..8 (processes; one namespace each in netns mode), got '$HOSTS'" >&2; exit 2; }
+export DTRAINBENCH_NODES=$HOSTS
 [[ $WARMUP =~ ^[0-9]+$ ]] || { echo "--warmup must be a non-negative integer, got '$WARMUP'" >&2; exit 2; }
 HAVE_PSGD=0
 for h in $HOOKS; do
@@ -239,8 +244,8 @@ run_loopback() {  # MODEL HOOK ROUND
     if [[ $HAVE_DTRAIN == 1 ]]; then
         log=$OUT/loopback.$TAG.dtrain.log
         port=$(free_port)
-        echo "== (load before $(cut -d' ' -f1 /proc/loadavg)) loopback $model $hook round $rnd dtrain: $DTRAIN run --nproc-per-node 2 --master-port $port -- ${DCMD[*]}" >&2
-        run_bg "$log" env "${COMMON_ENV[@]}" "$DTRAIN" run --nproc-per-node 2 --master-port "$port" -- \
+        echo "== (load before $(cut -d' ' -f1 /proc/loadavg)) loopback $model $hook round $rnd dtrain: $DTRAIN run --nproc-per-node $HOSTS --master-port $port -- ${DCMD[*]}" >&2
+        run_bg "$log" env "${COMMON_ENV[@]}" "$DTRAIN" run --nproc-per-node "$HOSTS" --master-port "$port" -- \
             "${DCMD[@]}"
         wait_all "$LAST_PID"
         record loopback "$model" "$hook" "$rnd" dtrain "$WAIT_RC" "$log"
@@ -248,11 +253,11 @@ run_loopback() {  # MODEL HOOK ROUND
     fi
     if [[ $RUN_PEER == 1 ]]; then
         port=$(free_port)
-        echo "== (load before $(cut -d' ' -f1 /proc/loadavg)) loopback $model $hook round $rnd pytorch: 2 x ${PCMD[*]} (MASTER_PORT=$port)" >&2
+        echo "== (load before $(cut -d' ' -f1 /proc/loadavg)) loopback $model $hook round $rnd pytorch: $HOSTS x ${PCMD[*]} (MASTER_PORT=$port)" >&2
         pids=()
-        for r in 1 0; do
+        for r in $(seq $((HOSTS - 1)) -1 0); do
             run_bg "$OUT/loopback.$TAG.pytorch.rank$r.log" env "${COMMON_ENV[@]}" \
-                MASTER_ADDR=127.0.0.1 MASTER_PORT="$port" WORLD_SIZE=2 RANK=$r LOCAL_RANK=$r \
+                MASTER_ADDR=127.0.0.1 MASTER_PORT="$port" WORLD_SIZE="$HOSTS" RANK=$r LOCAL_RANK=$r \
                 "${PCMD[@]}"
             pids+=("$LAST_PID")
         done
@@ -263,16 +268,16 @@ run_loopback() {  # MODEL HOOK ROUND
     fi
 }
 
-# start_ns_pair IMPL PORT CMD...: rank 0 in NS0, rank 1 in NS1 (logs named by TAG)
-start_ns_pair() {
+# start_ns_ranks IMPL PORT CMD...: rank r in namespace dtrainbench<r> on its
+# veth dtb<r>, rank 0 last (logs named by TAG)
+start_ns_ranks() {
     local impl=$1 port=$2; shift 2
-    local r ns dev
+    local r
     NS_PIDS=()
-    for r in 1 0; do
-        if [[ $r == 0 ]]; then ns=$NS0 dev=$DEV0; else ns=$NS1 dev=$DEV1; fi
-        run_bg "$OUT/netns.$TAG.$impl.rank$r.log" ip netns exec "$ns" env "${COMMON_ENV[@]}" \
-            MASTER_ADDR=$ADDR0 MASTER_PORT="$port" WORLD_SIZE=2 RANK=$r LOCAL_RANK=0 \
-            LOCAL_WORLD_SIZE=1 GLOO_SOCKET_IFNAME=$dev "$@"
+    for r in $(seq $((HOSTS - 1)) -1 0); do
+        run_bg "$OUT/netns.$TAG.$impl.rank$r.log" ip netns exec "dtrainbench$r" env "${COMMON_ENV[@]}" \
+            MASTER_ADDR=$ADDR0 MASTER_PORT="$port" WORLD_SIZE="$HOSTS" RANK=$r LOCAL_RANK=0 \
+            LOCAL_WORLD_SIZE=1 GLOO_SOCKET_IFNAME="dtb$r" "$@"
         NS_PIDS+=("$LAST_PID")
     done
 }
@@ -284,7 +289,7 @@ run_netns() {  # MODEL HOOK ROUND
     if [[ $HAVE_DTRAIN == 1 ]]; then
         port=$(free_port "$NS0")
         echo "== (load before $(cut -d' ' -f1 /proc/loadavg)) netns $model $hook round $rnd dtrain: per namespace: RANK=r MASTER_ADDR=$ADDR0 MASTER_PORT=$port GLOO_SOCKET_IFNAME=dtb<r> ${DCMD[*]}" >&2
-        start_ns_pair dtrain "$port" "${DCMD[@]}"
+        start_ns_ranks dtrain "$port" "${DCMD[@]}"
         wait_all "${NS_PIDS[@]}"
         log=$OUT/netns.$TAG.dtrain.rank0.log
         record netns "$model" "$hook" "$rnd" dtrain "$WAIT_RC" "$log"
@@ -293,7 +298,7 @@ run_netns() {  # MODEL HOOK ROUND
     if [[ $RUN_PEER == 1 ]]; then
         port=$(free_port "$NS0")
         echo "== (load before $(cut -d' ' -f1 /proc/loadavg)) netns $model $hook round $rnd pytorch: per namespace: RANK=r MASTER_ADDR=$ADDR0 MASTER_PORT=$port GLOO_SOCKET_IFNAME=dtb<r> ${PCMD[*]}" >&2
-        start_ns_pair pytorch "$port" "${PCMD[@]}"
+        start_ns_ranks pytorch "$port" "${PCMD[@]}"
         wait_all "${NS_PIDS[@]}"
         log=$OUT/netns.$TAG.pytorch.rank0.log
         record netns "$model" "$hook" "$rnd" pytorch "$WAIT_RC" "$log"
@@ -326,9 +331,9 @@ for mode in $MODES; do
 done
 echo "load after:  $(uptime)" >&2
 
-"${PEER_ENV[@]}" "$PY" - "$RESULTS" "$RATE" "$HOOKS" <<'EOF'
+"${PEER_ENV[@]}" "$PY" - "$RESULTS" "$RATE" "$HOOKS" "$HOSTS" <<'EOF'
 import json, math, statistics, sys
-results, rate, hooks = sys.argv[1], sys.argv[2], sys.argv[3].split()
+results, rate, hooks, hosts = sys.argv[1], sys.argv[2], sys.argv[3].split(), int(sys.argv[4])
 recs = [json.loads(l) for l in open(results) if l.strip()]
 
 # (mode, model, hook, impl) -> the runs (rounds) that gave a result
@@ -363,8 +368,9 @@ cols = [("step_ms", "step ms", ".1f"), ("images_per_sec", "img/s", ".2f"),
         ("exposed_comm_ms", "exposed", ".1f"), ("hidden_fraction", "hidden", ".0%"),
         ("powersgd_compression_rate", "psgd rate", ".1f"), ("wire_mb", "wire MB", ".2f")]
 print()
-print("DDP step benchmark, 2 processes, Gloo; loopback = 127.0.0.1, "
-      f"netns = two namespaces over veth shaped to {rate}")
+netns = ("two namespaces over veth" if hosts == 2
+         else f"{hosts} namespaces on a switch, every link") + f" shaped to {rate}"
+print(f"DDP step benchmark, {hosts} processes, Gloo; loopback = 127.0.0.1, netns = {netns}")
 hdr = (f"{'mode':8s} {'model':8s} {'hook':10s} {'impl':7s} {'n':>2s}"
        + "".join(f" {h:>9s}" for _, h, _ in cols)
        + f" {'ratio':>6s} {'of noop':>7s} {'of nosync':>9s}")

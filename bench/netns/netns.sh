@@ -6,21 +6,27 @@
 #   bench/netns/netns.sh down      remove everything created here (always safe)
 #   bench/netns/netns.sh status    show namespaces, addresses and qdiscs
 #   bench/netns/netns.sh verify    measure the bandwidth ns0 -> ns1 (bounded time)
-#   bench/netns/netns.sh exec 0|1 CMD ARGS...   run CMD inside namespace 0 or 1
+#   bench/netns/netns.sh exec K CMD ARGS...     run CMD inside namespace K
 #   bench/netns/netns.sh check     exit 0 if namespaces can be created here, else 3
 #
 # Environment (optional):
 #   DTRAINBENCH_RATE    tc rate (default 1gbit)
 #   DTRAINBENCH_DELAY   extra one-way delay via netem, e.g. 100us (default none)
+#   DTRAINBENCH_NODES   namespaces, 2..8 (default 2)
 #
 # Layout (only these addresses are used, only inside these namespaces):
 #   namespace dtrainbench0: veth dtb0  10.213.0.1/24  (rank 0)
 #   namespace dtrainbench1: veth dtb1  10.213.0.2/24  (rank 1)
 # Both ends egress-shaped with `tc qdisc ... tbf rate $RATE`, loopback up in each.
+# With DTRAINBENCH_NODES=N > 2, node k (0..N-1) is namespace dtrainbench<k>,
+# veth dtb<k>, 10.213.0.<k+1>/24, and the nodes are joined by a switch: a
+# bridge in namespace dtrainbenchsw, node k's peer end dtbp<k> its port. Each
+# link is shaped both ways (the node's dtb<k>: its uplink; the port dtbp<k>:
+# its downlink), like hosts on a switched network.
 # Host names: /etc/netns/<namespace>/hosts (which `ip netns exec` mounts over
-# /etc/hosts) adds dtbnode0 -> 10.213.0.1 and dtbnode1 -> 10.213.0.2 to this
-# machine's /etc/hosts, for programs that advertise their host name (torchft;
-# run them with `unshare --uts` and `hostname dtbnode<k>`).
+# /etc/hosts) adds dtbnode<k> -> node k's address to this machine's
+# /etc/hosts, for programs that advertise their host name (torchft; run them
+# with `unshare --uts` and `hostname dtbnode<k>`).
 set -euo pipefail
 
 NS0=dtrainbench0
@@ -30,11 +36,18 @@ DEV1=dtb1
 ADDR0=10.213.0.1
 ADDR1=10.213.0.2
 PREFIX=24
+NODES=${DTRAINBENCH_NODES:-2}
+MAX_NODES=8
+SW=dtrainbenchsw
 RATE=${DTRAINBENCH_RATE:-1gbit}
 DELAY=${DTRAINBENCH_DELAY:-}
 PY=/usr/bin/python3
 
 die() { echo "netns.sh: $*" >&2; exit 1; }
+[[ $NODES =~ ^[0-9]+$ ]] && ((NODES >= 2 && NODES <= MAX_NODES)) ||
+    die "DTRAINBENCH_NODES must be 2..$MAX_NODES, got '$NODES'"
+node_ns() { echo "dtrainbench$1"; }
+node_addr() { echo "10.213.0.$(($1 + 1))"; }
 
 can_netns() {
     # Probe with a throw-away namespace; no side effects left behind.
@@ -50,8 +63,9 @@ ns_exists() { ip netns list 2>/dev/null | awk '{print $1}' | grep -qx "$1"; }
 
 down() {
     # Deleting a namespace destroys the veth end inside it (and its peer).
-    local ns
-    for ns in "$NS0" "$NS1"; do
+    local ns k
+    for k in $(seq 0 $((MAX_NODES - 1))) sw; do
+        ns=dtrainbench$k
         if ns_exists "$ns"; then
             # kill anything still running inside (only processes in our namespaces)
             local pids
@@ -70,14 +84,18 @@ down() {
     # In case a half-built setup left the veth in the root namespace.
     ip link del "$DEV0" 2>/dev/null || true
     ip link del "$DEV1" 2>/dev/null || true
-    rm -rf "/etc/netns/$NS0" "/etc/netns/$NS1"
+    for k in $(seq 0 $((MAX_NODES - 1))); do rm -rf "/etc/netns/$(node_ns "$k")"; done
     rmdir /etc/netns 2>/dev/null || true
 }
 
 # hosts_file NS: the namespace's /etc/hosts (see the header)
 hosts_file() {
     mkdir -p "/etc/netns/$1"
-    { cat /etc/hosts; printf '%s dtbnode0\n%s dtbnode1\n' "$ADDR0" "$ADDR1"; } >"/etc/netns/$1/hosts"
+    local k
+    {
+        cat /etc/hosts
+        for k in $(seq 0 $((NODES - 1))); do printf '%s dtbnode%s\n' "$(node_addr "$k")" "$k"; done
+    } >"/etc/netns/$1/hosts"
 }
 
 # burst_for RATE: tbf's bucket, 256 KiB per Gbit/s and at least 256 KiB.
@@ -112,6 +130,11 @@ up() {
     fi
     down
     trap 'echo "netns.sh: setup failed, cleaning up" >&2; down' ERR
+    if ((NODES > 2)); then
+        up_switched
+        trap - ERR
+        return
+    fi
     ip netns add "$NS0"
     ip netns add "$NS1"
     hosts_file "$NS0"
@@ -137,14 +160,42 @@ up() {
     echo "netns.sh: up: $NS0($DEV0 $ADDR0) <-> $NS1($DEV1 $ADDR1), rate $RATE${DELAY:+, delay $DELAY}"
 }
 
+# up_switched: NODES namespaces on one bridge (see the header)
+up_switched() {
+    local k ns _
+    ip netns add "$SW"
+    ip -n "$SW" link add dtbr type bridge
+    ip -n "$SW" link set dtbr up
+    for k in $(seq 0 $((NODES - 1))); do
+        ns=$(node_ns "$k")
+        ip netns add "$ns"
+        hosts_file "$ns"
+        ip -n "$ns" link add "dtb$k" type veth peer name "dtbp$k" netns "$SW"
+        ip -n "$SW" link set "dtbp$k" master dtbr
+        ip -n "$SW" link set "dtbp$k" up
+        ip -n "$ns" addr add "$(node_addr "$k")/$PREFIX" dev "dtb$k"
+        ip -n "$ns" link set lo up
+        ip -n "$ns" link set "dtb$k" up
+        shape "$ns" "dtb$k"
+        shape "$SW" "dtbp$k"
+    done
+    for k in $(seq 1 $((NODES - 1))); do
+        for _ in $(seq 1 20); do
+            if ip netns exec "$NS0" ping -c1 -W1 "$(node_addr "$k")" >/dev/null 2>&1; then break; fi
+            sleep 0.2
+        done
+    done
+    echo "netns.sh: up: $NODES namespaces dtrainbench0..$((NODES - 1)) (dtb<k> 10.213.0.<k+1>) on a switch, every link $RATE each way${DELAY:+, delay $DELAY}"
+}
+
 status() {
-    local ns dev
-    for ns in "$NS0" "$NS1"; do
+    local ns k
+    for k in $(seq 0 $((NODES - 1))); do
+        ns=$(node_ns "$k")
         if ns_exists "$ns"; then
             echo "== $ns"
             ip netns exec "$ns" ip -br addr
-            [[ $ns == "$NS0" ]] && dev=$DEV0 || dev=$DEV1
-            ip netns exec "$ns" tc qdisc show dev "$dev"
+            ip netns exec "$ns" tc qdisc show dev "dtb$k"
         else
             echo "== $ns: absent"
         fi
@@ -201,10 +252,11 @@ case "$cmd" in
     verify) verify "$@" ;;
     check) can_netns || { echo "netns.sh: SKIP: 'ip netns add' is not permitted here" >&2; exit 3; } ;;
     exec)
-        [[ $# -ge 2 ]] || die "usage: $0 exec 0|1 CMD ARGS..."
-        case "$1" in 0) ns=$NS0 ;; 1) ns=$NS1 ;; *) die "namespace index must be 0 or 1" ;; esac
+        [[ $# -ge 2 ]] || die "usage: $0 exec K CMD ARGS..."
+        [[ $1 =~ ^[0-9]+$ ]] && (($1 < NODES)) || die "namespace index must be 0..$((NODES - 1)), got '$1'"
+        ns=$(node_ns "$1")
         shift
         exec ip netns exec "$ns" "$@"
         ;;
-    *) echo "usage: $0 up|down|status|verify [SECONDS]|check|exec 0|1 CMD..." >&2; exit 2 ;;
+    *) echo "usage: $0 up|down|status|verify [SECONDS]|check|exec K CMD..." >&2; exit 2 ;;
 esac
