@@ -57,11 +57,12 @@ void read_run(const ByteSource& shard, const ExtentOf& extent_of, int64_t first,
               SampleData* out) {
   std::vector<ReadSpan> spans;
   spans.reserve(static_cast<size_t>(2 * count));
-  const int64_t start = extent_of(first).offset;
+  const Extent head = extent_of(first);
+  const int64_t start = head.offset;
   int64_t at = start;
   for (int64_t k = 0; k < count; ++k) {
-    const Extent e = extent_of(first + k);
-    if (e.offset < at || (k > 0 && e.shard != extent_of(first).shard)) {
+    const Extent e = k == 0 ? head : extent_of(first + k);
+    if (e.offset < at || e.shard != head.shard) {
       // Not a run (run_length's contract broken): the caller reads each alone.
       throw DataError(cat(
           "'", shard.path(), "': samples ", first, "..", first + count - 1,
