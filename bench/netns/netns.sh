@@ -253,8 +253,9 @@ case "$cmd" in
     check) can_netns || { echo "netns.sh: SKIP: 'ip netns add' is not permitted here" >&2; exit 3; } ;;
     exec)
         [[ $# -ge 2 ]] || die "usage: $0 exec K CMD ARGS..."
-        [[ $1 =~ ^[0-9]+$ ]] && (($1 < NODES)) || die "namespace index must be 0..$((NODES - 1)), got '$1'"
+        [[ $1 =~ ^[0-9]+$ ]] || die "namespace index must be a number (0 for dtrainbench0), got '$1'"
         ns=$(node_ns "$1")
+        ns_exists "$ns" || die "namespace $ns absent; run '$0 up' (DTRAINBENCH_NODES > $1) first"
         shift
         exec ip netns exec "$ns" "$@"
         ;;
